@@ -1,0 +1,33 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Builders shared by the module_utils unit tests: specs, agents and plans with fixed IDs."""
+
+from __future__ import annotations
+
+import os
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._placement import parse_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import SessionPlan, build_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
+
+FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "fixtures")
+#: A fixed public key, so that session and kernel IDs are the same in every run.
+FIXED_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHj1bBt8ZQk0M0oQ2Sx1z8x9m3mJ1vJQ0r5V1c1Vq2Xk test"
+FIXED_SESSION_ID = "3614fdf3-0e04-5c2b-9f7e-000000000001"
+
+
+def spec_dict(**overrides: t.Any) -> t.Dict[str, t.Any]:
+    raw: t.Dict[str, t.Any] = {"name": "train-42", "image": "python:3.11-slim", "command": ["python", "train.py"]}
+    raw.update(overrides)
+    return raw
+
+
+def agents_list(*specs: t.Tuple[str, int, int, int]) -> t.List[t.Dict[str, t.Any]]:
+    return [{"name": n, "cpu": c, "memory": m, "gpu": g} for n, c, m, g in specs]
+
+
+def make_plan(agents: t.Optional[t.List[t.Dict[str, t.Any]]] = None, **overrides: t.Any) -> SessionPlan:
+    if agents is None:
+        agents = agents_list(("agent-1", 64000, 262144, 0))
+    return build_plan(parse_spec(spec_dict(**overrides)), parse_agents(agents), FIXED_SESSION_ID)

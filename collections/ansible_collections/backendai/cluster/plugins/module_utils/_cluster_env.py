@@ -32,9 +32,14 @@ def tf_workers(plan: SessionPlan) -> t.List[str]:
     return ["%s:%d" % (h, plan.spec.master_port) for h in plan.hostnames]
 
 
-def tf_config(plan: SessionPlan, container: Container) -> str:
-    """``TF_CONFIG`` exactly in the seed's shape (``json.dumps`` with its default separators)."""
-    return json.dumps({"cluster": {"worker": tf_workers(plan)}, "task": {"type": "worker", "index": container.rank}})
+#: ``TF_CONFIG`` in the seed's exact shape; ``%s`` is the JSON worker list, ``%d`` the rank. It equals
+#: ``json.dumps({"cluster": {"worker": [...]}, "task": {"type": "worker", "index": rank}})``, and lets the
+#: Nomad job substitute the list from Meta while each group keeps only its own index.
+TF_CONFIG_FORMAT = '{"cluster": {"worker": %s}, "task": {"type": "worker", "index": %d}}'
+
+
+def tf_workers_json(plan: SessionPlan) -> str:
+    return json.dumps(tf_workers(plan))
 
 
 def session_values(plan: SessionPlan) -> t.Dict[str, str]:
@@ -51,7 +56,8 @@ def session_values(plan: SessionPlan) -> t.Dict[str, str]:
     }
 
 
-def container_values(plan: SessionPlan, container: Container) -> t.Dict[str, str]:
+def container_values(container: Container, workers_json: str) -> t.Dict[str, str]:
+    """This container's own variables; ``workers_json`` is :func:`tf_workers_json` (or a reference to it)."""
     rank = str(container.rank)
     return {
         "BACKENDAI_CLUSTER_HOST": container.hostname,
@@ -61,7 +67,7 @@ def container_values(plan: SessionPlan, container: Container) -> t.Dict[str, str
         "BACKENDAI_KERNEL_ID": container.kernel_id,
         "LOCAL_RANK": str(container.local_rank),
         "RANK": rank,
-        "TF_CONFIG": tf_config(plan, container),
+        "TF_CONFIG": TF_CONFIG_FORMAT % (workers_json, container.rank),
         "WORLD_RANK": rank,
     }
 
@@ -70,7 +76,7 @@ def container_env(plan: SessionPlan, container: Container) -> t.Dict[str, str]:
     """The full literal environment of one container (user env first; cluster variables win)."""
     env = dict(container.user_env)
     env.update(session_values(plan))
-    env.update(container_values(plan, container))
+    env.update(container_values(container, tf_workers_json(plan)))
     return dict(sorted(env.items()))
 
 

@@ -30,7 +30,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._cluster_env imp
     SESSION_VARIABLES,
     container_values,
     session_values,
-    tf_workers,
+    tf_workers_json,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import Container, SessionPlan
@@ -102,15 +102,12 @@ def _secret_template(plan: SessionPlan, item: str) -> str:
     return '{{ with nomadVar "%s" }}{{ .%s }}{{ end }}' % (secret_path(plan), item)
 
 
-def _env(plan: SessionPlan, container: Container) -> t.Dict[str, str]:
+def _env(container: Container) -> t.Dict[str, str]:
     env = dict(container.user_env)
     for name in SESSION_VARIABLES:
         env[name] = "${NOMAD_META_%s}" % name
-    values = container_values(plan, container)
     # TF_CONFIG keeps the seed's exact JSON; only the worker list comes from Meta.
-    values["TF_CONFIG"] = '{"cluster": {"worker": ${NOMAD_META_%s}}, "task": {"type": "worker", "index": %d}}' % (
-        TF_WORKERS_META_KEY, container.rank)
-    env.update(values)
+    env.update(container_values(container, "${NOMAD_META_%s}" % TF_WORKERS_META_KEY))
     env["BACKENDAI_SSH_PORT"] = "${NOMAD_META_%s}" % SSH_PORT_META_KEY
     return dict(sorted(env.items()))
 
@@ -125,7 +122,7 @@ def _driver_config(plan: SessionPlan, container: Container) -> t.Dict[str, t.Any
         if spec.driver == "podman":
             config["volumes"] = ["%s:%s%s" % (m.source, m.target, ":ro" if m.read_only else "") for m in spec.mounts]
         else:
-            config["mounts"] = [{"type": "bind", "source": m.source, "target": m.target, "readonly": m.read_only}
+            config["mount"] = [{"type": "bind", "source": m.source, "target": m.target, "readonly": m.read_only}
                                 for m in spec.mounts]
     return config
 
@@ -156,7 +153,7 @@ def _group(plan: SessionPlan, container: Container) -> t.Dict[str, t.Any]:
         "Name": TASK_NAME,
         "Driver": spec.driver,
         "Config": _driver_config(plan, container),
-        "Env": _env(plan, container),
+        "Env": _env(container),
         "Resources": resources,
         "Templates": _templates(plan),
         "KillTimeout": 10 * SECOND,
@@ -188,7 +185,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "") -> t.Di
         raise PlanError("the session cannot be placed (PENDING): %s" % plan.reason)
     spec = plan.spec
     meta = dict(session_values(plan))
-    meta[TF_WORKERS_META_KEY] = json.dumps(tf_workers(plan))
+    meta[TF_WORKERS_META_KEY] = tf_workers_json(plan)
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
     meta[ENTRYPOINT_META_KEY] = ENTRYPOINT
     meta[MANAGED_META_KEY] = spec.name

@@ -112,7 +112,7 @@ def test_gpu_devices_and_driver_config() -> None:
     assert task["Resources"] == {"CPU": 1000, "MemoryMB": 1024, "Devices": [{"Name": "nvidia/gpu", "Count": 1}]}
     assert task["Config"] == {"image": "python:3.11-slim", "entrypoint": ["/bin/sh", "/local/backendai/entrypoint.sh"],
                               "args": ["python", "train.py"],
-                              "mounts": [{"type": "bind", "source": "/d", "target": "/data", "readonly": True}]}
+                              "mount": [{"type": "bind", "source": "/d", "target": "/data", "readonly": True}]}
 
 
 def test_entrypoint_once_in_meta() -> None:

@@ -1,0 +1,464 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Rendering a Nomad job (the JSON of Nomad's HTTP API) as an HCL2 jobspec for ``nomad job run``.
+
+``render_hcl(job)`` takes the bare job that :func:`_nomad_job.render_job` returns (API names:
+``ID``, ``TaskGroups``, ``LTarget`` ...) and writes the same job in Nomad's jobspec names
+(``job "<ID>"``, ``group``, ``attribute`` ...). The translation is table-driven: one table per API
+struct maps each API key to its HCL name and the kind of value (see :data:`STRUCTS`). A key that
+is not in the table raises :class:`ValueError` instead of being dropped, so a new field in
+``render_job`` cannot silently vanish from the HCL.
+
+Strings are escaped for HCL2 templates: ``${`` is written ``$${`` and ``%{`` is written ``%%{``
+(in quoted strings and heredocs alike), so Nomad receives the literal text and its own runtime
+interpolation (``${NOMAD_META_X}``, ``${node.unique.name}``) still applies. Quoted strings also
+escape ``"``, ``\\`` and control characters; a multi-line string that ends in a newline is written
+as a heredoc (``<<EOT``, with a delimiter that occurs nowhere in the text; backslashes are literal
+in heredocs). Durations (integer nanoseconds in JSON) are written as Go duration strings (``"5m"``).
+
+Two places where HCL cannot spell the JSON one-to-one, both equivalent for Nomad:
+
+* ``Meta`` and ``Env`` keys that are not plain identifiers (``a.b``, ``x-y``) use map assignment
+  (``meta = { "a.b" = "x" }``), which Nomad's jobspec2 accepts for ``meta`` and ``env``;
+* driver ``Config`` is free-form: lists of maps become repeated blocks, and the docker driver's
+  ``mount`` list is written as ``mount { ... }`` blocks, which Nomad stores as ``Config.mount``.
+
+Pure, deterministic (struct fields in table order, maps in their given order), stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import typing as t
+
+# --- kinds of values ---------------------------------------------------------------------------
+
+LABEL = "label"  # the block's label (job "<ID>", group "<Name>", port "<Label>" ...)
+ATTR = "attr"  # a scalar attribute: string, number or bool
+LIST = "list"  # a list of scalars
+DURATION = "duration"  # integer nanoseconds, written as a Go duration string ("5m", "10s")
+MAP = "map"  # map[string]string (meta, env): a block, or map assignment for non-identifier keys
+BLOCK = "block"  # one nested struct, as a block
+BLOCKS = "blocks"  # a list of structs, as repeated blocks (labelled when the struct has a LABEL)
+CONFIG = "config"  # free-form driver config
+
+
+class Field(t.NamedTuple):
+    """How one API key is written in HCL."""
+
+    hcl: str
+    kind: str
+    struct: str = ""  # for BLOCK / BLOCKS: the name of the nested struct's table
+    omit_if_equal: str = ""  # leave out when equal to this sibling key (Name = ID is Nomad's default)
+
+
+#: API struct name -> {API key: Field}. Order = order of the HCL output. Names follow the ``hcl``
+#: struct tags of Nomad's ``api`` package and the jobspec docs.
+STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
+    "Job": {
+        "ID": Field("job", LABEL),
+        "Name": Field("name", ATTR, omit_if_equal="ID"),
+        "Namespace": Field("namespace", ATTR),
+        "Region": Field("region", ATTR),
+        "Type": Field("type", ATTR),
+        "Priority": Field("priority", ATTR),
+        "AllAtOnce": Field("all_at_once", ATTR),
+        "NodePool": Field("node_pool", ATTR),
+        "Datacenters": Field("datacenters", LIST),
+        "Meta": Field("meta", MAP),
+        "Constraints": Field("constraint", BLOCKS, "Constraint"),
+        "Reschedule": Field("reschedule", BLOCK, "ReschedulePolicy"),
+        "TaskGroups": Field("group", BLOCKS, "TaskGroup"),
+    },
+    "TaskGroup": {
+        "Name": Field("group", LABEL),
+        "Count": Field("count", ATTR),
+        "ShutdownDelay": Field("shutdown_delay", DURATION),
+        "Meta": Field("meta", MAP),
+        "Constraints": Field("constraint", BLOCKS, "Constraint"),
+        "Networks": Field("network", BLOCKS, "NetworkResource"),
+        "Services": Field("service", BLOCKS, "Service"),
+        "RestartPolicy": Field("restart", BLOCK, "RestartPolicy"),
+        "ReschedulePolicy": Field("reschedule", BLOCK, "ReschedulePolicy"),
+        "Tasks": Field("task", BLOCKS, "Task"),
+    },
+    "Constraint": {
+        "LTarget": Field("attribute", ATTR),
+        "Operand": Field("operator", ATTR),
+        "RTarget": Field("value", ATTR),
+    },
+    "NetworkResource": {
+        "Mode": Field("mode", ATTR),
+        "Hostname": Field("hostname", ATTR),
+        "DynamicPorts": Field("port", BLOCKS, "Port"),
+    },
+    "Port": {
+        "Label": Field("port", LABEL),
+        "To": Field("to", ATTR),
+        "HostNetwork": Field("host_network", ATTR),
+    },
+    "Service": {
+        "Name": Field("name", ATTR),
+        "Provider": Field("provider", ATTR),
+        "AddressMode": Field("address_mode", ATTR),
+        "PortLabel": Field("port", ATTR),
+        "TaskName": Field("task", ATTR),
+        "Tags": Field("tags", LIST),
+    },
+    "RestartPolicy": {
+        "Attempts": Field("attempts", ATTR),
+        "Interval": Field("interval", DURATION),
+        "Delay": Field("delay", DURATION),
+        "Mode": Field("mode", ATTR),
+        "RenderTemplates": Field("render_templates", ATTR),
+    },
+    "ReschedulePolicy": {
+        "Attempts": Field("attempts", ATTR),
+        "Interval": Field("interval", DURATION),
+        "Delay": Field("delay", DURATION),
+        "DelayFunction": Field("delay_function", ATTR),
+        "MaxDelay": Field("max_delay", DURATION),
+        "Unlimited": Field("unlimited", ATTR),
+    },
+    "Task": {
+        "Name": Field("task", LABEL),
+        "Driver": Field("driver", ATTR),
+        "User": Field("user", ATTR),
+        "Leader": Field("leader", ATTR),
+        "KillTimeout": Field("kill_timeout", DURATION),
+        "KillSignal": Field("kill_signal", ATTR),
+        "Config": Field("config", CONFIG),
+        "Env": Field("env", MAP),
+        "Meta": Field("meta", MAP),
+        "Constraints": Field("constraint", BLOCKS, "Constraint"),
+        "Resources": Field("resources", BLOCK, "Resources"),
+        "Templates": Field("template", BLOCKS, "Template"),
+        "Vault": Field("vault", BLOCK, "Vault"),
+    },
+    "Resources": {
+        "CPU": Field("cpu", ATTR),
+        "Cores": Field("cores", ATTR),
+        "MemoryMB": Field("memory", ATTR),
+        "MemoryMaxMB": Field("memory_max", ATTR),
+        "Devices": Field("device", BLOCKS, "RequestedDevice"),
+    },
+    "RequestedDevice": {
+        "Name": Field("device", LABEL),
+        "Count": Field("count", ATTR),
+    },
+    "Template": {
+        "SourcePath": Field("source", ATTR),
+        "DestPath": Field("destination", ATTR),
+        "Perms": Field("perms", ATTR),
+        "Uid": Field("uid", ATTR),
+        "Gid": Field("gid", ATTR),
+        "ChangeMode": Field("change_mode", ATTR),
+        "ChangeSignal": Field("change_signal", ATTR),
+        "Splay": Field("splay", DURATION),
+        "Envvars": Field("env", ATTR),
+        "LeftDelim": Field("left_delimiter", ATTR),
+        "RightDelim": Field("right_delimiter", ATTR),
+        "ErrMissingKey": Field("error_on_missing_key", ATTR),
+        "EmbeddedTmpl": Field("data", ATTR),
+    },
+    "Vault": {
+        "Role": Field("role", ATTR),
+        "Policies": Field("policies", LIST),
+        "Namespace": Field("namespace", ATTR),
+        "Cluster": Field("cluster", ATTR),
+        "Env": Field("env", ATTR),
+        "DisableFile": Field("disable_file", ATTR),
+        "ChangeMode": Field("change_mode", ATTR),
+        "ChangeSignal": Field("change_signal", ATTR),
+    },
+}
+
+#: Driver config lists of maps that are written as repeated blocks under another name
+#: (none today: the job uses the docker driver's ``mount`` key, whose block form has the same name).
+CONFIG_BLOCK_NAMES: t.Dict[str, str] = {}
+
+INDENT = "  "
+# Identifiers written bare (block attribute names). Narrower than HCL's identifier syntax on
+# purpose: no '-' and no keywords, so every consumer reads them the same way.
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEYWORDS = frozenset(("true", "false", "null", "for", "in", "if", "else", "endif", "endfor"))
+_GO_UNITS = (("h", 3600 * 10 ** 9), ("m", 60 * 10 ** 9), ("s", 10 ** 9))
+_HEREDOC_SAFE = re.compile(r"^[^\x00-\x08\x0b-\x1f\x7f]*$")  # no control characters but \t and \n
+
+
+# --- values --------------------------------------------------------------------------------------
+
+def is_plain_name(key: str) -> bool:
+    """Whether ``key`` can be written bare as an attribute name inside a block."""
+    return bool(_PLAIN_NAME.match(key)) and key not in _KEYWORDS
+
+
+def _escape_template(text: str) -> str:
+    """Escape HCL2 template introducers: ``${`` -> ``$${`` and ``%{`` -> ``%%{``.
+
+    A ``$`` or ``%`` not followed by ``{`` is literal in HCL, so a literal ``$${`` becomes
+    ``$$${``, which HCL reads as ``$`` followed by the escape ``$${``, i.e. ``$${`` again.
+    """
+    return text.replace("${", "$${").replace("%{", "%%{")
+
+
+def quote(text: str) -> str:
+    """An HCL2 quoted string whose value is exactly ``text``."""
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append("\\u%04x" % ord(ch))
+        else:
+            out.append(ch)
+    return '"%s"' % _escape_template("".join(out))
+
+
+def heredoc_delimiter(text: str) -> str:
+    """``EOT``, or ``EOT1``, ``EOT2`` ...: the first that occurs nowhere in ``text``."""
+    delimiter, n = "EOT", 0
+    while delimiter in text:
+        n += 1
+        delimiter = "EOT%d" % n
+    return delimiter
+
+
+def _wants_heredoc(text: str) -> bool:
+    # A heredoc's value always ends in a newline, and its lines cannot carry \r or other
+    # control characters unambiguously: anything else is a quoted string with escapes.
+    return "\n" in text and text.endswith("\n") and bool(_HEREDOC_SAFE.match(text))
+
+
+def string(text: str) -> str:
+    """A string expression: a heredoc for multi-line text ending in a newline, else quoted.
+
+    The heredoc's closing delimiter sits at column 0 and is followed by a newline, which the
+    caller's line break provides.
+    """
+    if _wants_heredoc(text):
+        delimiter = heredoc_delimiter(text)
+        return "<<%s\n%s%s" % (delimiter, _escape_template(text), delimiter)
+    return quote(text)
+
+
+def label(text: t.Any, where: str) -> str:
+    """A block label: a quoted string literal (HCL allows no template sequences in labels)."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("%s: a block label must be a non-empty string, got %r" % (where, text))
+    if "${" in text or "%{" in text or not _HEREDOC_SAFE.match(text) or "\n" in text:
+        raise ValueError("%s: %r cannot be an HCL block label (template sequence or control "
+                         "character)" % (where, text))
+    return quote(text)
+
+
+def scalar(value: t.Any, where: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("%s: %r is not a finite number" % (where, value))
+        return repr(value)
+    if isinstance(value, str):
+        return string(value)
+    raise ValueError("%s: expected a string, number or bool, got %s %r" % (where, type(value).__name__, value))
+
+
+def expression(value: t.Any, where: str) -> str:
+    """Any JSON value as a one-line HCL expression (lists and objects included; no heredocs)."""
+    if isinstance(value, list):
+        return "[%s]" % ", ".join(expression(v, "%s[%d]" % (where, i)) for i, v in enumerate(value))
+    if isinstance(value, dict):
+        items = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError("%s: map key %r is not a string" % (where, k))
+            items.append("%s = %s" % (quote(k), expression(v, "%s.%s" % (where, k))))
+        return "{ %s }" % ", ".join(items) if items else "{}"
+    if isinstance(value, str):
+        return quote(value)
+    return scalar(value, where)
+
+
+def go_duration(ns: t.Any, where: str) -> str:
+    """Integer nanoseconds as an exact Go duration string: 300s -> "5m", 90s -> "1m30s"."""
+    if isinstance(ns, bool) or not isinstance(ns, int):
+        raise ValueError("%s: a duration must be integer nanoseconds, got %r" % (where, ns))
+    if ns == 0:
+        return '"0s"'
+    sign, rest = ("-", -ns) if ns < 0 else ("", ns)
+    parts = []
+    for unit, size in _GO_UNITS:
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append("%d%s" % (count, unit))
+    if rest:
+        for unit, size in (("ms", 10 ** 6), ("us", 10 ** 3), ("ns", 1)):
+            if rest % size == 0:
+                parts.append("%d%s" % (rest // size, unit))
+                break
+    return '"%s%s"' % (sign, "".join(parts))
+
+
+# --- blocks --------------------------------------------------------------------------------------
+
+def _attribute(lines: t.List[str], depth: int, name: str, value: str) -> None:
+    lines.append("%s%s = %s" % (INDENT * depth, name, value))
+
+
+def _map(lines: t.List[str], depth: int, name: str, value: t.Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ValueError("%s: expected a map of strings, got %r" % (where, value))
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ValueError("%s: expected a map of strings, got %r = %r" % (where, k, v))
+    pad = INDENT * depth
+    if all(is_plain_name(k) for k in value):
+        lines.append("%s%s {" % (pad, name))
+        for k, v in value.items():
+            _attribute(lines, depth + 1, k, string(v))
+    else:
+        # Map assignment: keys like "a.b" are not valid attribute names in a block.
+        lines.append("%s%s = {" % (pad, name))
+        for k, v in value.items():
+            _attribute(lines, depth + 1, quote(k), string(v))
+    lines.append(pad + "}")
+
+
+def _config_body(lines: t.List[str], depth: int, config: t.Mapping[str, t.Any], where: str) -> None:
+    """Free-form driver config: maps and lists of maps as blocks, everything else as attributes."""
+    for key, value in config.items():
+        at = "%s.%s" % (where, key)
+        if not isinstance(key, str) or not is_plain_name(key):
+            raise ValueError("%s: driver config key %r is not a valid HCL attribute name" % (where, key))
+        if value is None:
+            raise ValueError("%s: null is not a valid driver config value" % at)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            name = CONFIG_BLOCK_NAMES.get(key, key)
+            for i, item in enumerate(value):
+                _config_block(lines, depth, name, item, "%s[%d]" % (at, i))
+        elif isinstance(value, dict):
+            _config_block(lines, depth, key, value, at)
+        elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
+            raise ValueError("%s: a list that mixes maps and other values has no HCL block form" % at)
+        elif isinstance(value, list):
+            _attribute(lines, depth, key, expression(value, at))
+        else:
+            _attribute(lines, depth, key, scalar(value, at))
+
+
+def _config_block(lines: t.List[str], depth: int, name: str, value: t.Mapping[str, t.Any], where: str) -> None:
+    pad = INDENT * depth
+    if all(isinstance(k, str) and is_plain_name(k) for k in value):
+        lines.append("%s%s {" % (pad, name))
+        _config_body(lines, depth + 1, value, where)
+        lines.append(pad + "}")
+    else:
+        _attribute(lines, depth, name, expression(value, where))
+
+
+def _check_keys(table: t.Mapping[str, Field], struct: str, value: t.Mapping[str, t.Any], where: str) -> None:
+    unknown = [k for k in value if k not in table]
+    if unknown:
+        raise ValueError("%s: unknown %s key(s) %s; the HCL renderer knows: %s" % (
+            where, struct, ", ".join(repr(k) for k in unknown), ", ".join(table)))
+
+
+def _struct(lines: t.List[str], depth: int, struct: str, value: t.Any, where: str) -> None:
+    """One struct as a block (with its label, when the struct has one)."""
+    table = STRUCTS[struct]
+    if not isinstance(value, dict):
+        raise ValueError("%s: expected a %s object, got %r" % (where, struct, value))
+    _check_keys(table, struct, value, where)
+    header = ""
+    for key, field in table.items():
+        if field.kind == LABEL:
+            if key not in value:
+                raise ValueError("%s: %s.%s is required (it is the block label)" % (where, struct, key))
+            header = "%s %s {" % (field.hcl, label(value[key], "%s.%s" % (where, key)))
+    if not header:
+        raise ValueError("internal: struct %s has no label; render it with _body" % struct)
+    pad = INDENT * depth
+    lines.append(pad + header)
+    _body(lines, depth + 1, struct, value, where)
+    lines.append(pad + "}")
+
+
+def _body(lines: t.List[str], depth: int, struct: str, value: t.Mapping[str, t.Any], where: str) -> None:
+    table = STRUCTS[struct]
+    _check_keys(table, struct, value, where)
+    for key, field in table.items():
+        if key not in value or value[key] is None or field.kind == LABEL:
+            continue
+        item = value[key]
+        at = "%s.%s" % (where, key)
+        if field.omit_if_equal and item == value.get(field.omit_if_equal):
+            continue
+        if field.kind == ATTR:
+            _attribute(lines, depth, field.hcl, scalar(item, at))
+        elif field.kind == LIST:
+            if not isinstance(item, list) or any(isinstance(v, (list, dict)) for v in item):
+                raise ValueError("%s: expected a list of scalars, got %r" % (at, item))
+            _attribute(lines, depth, field.hcl, expression(item, at))
+        elif field.kind == DURATION:
+            _attribute(lines, depth, field.hcl, go_duration(item, at))
+        elif field.kind == MAP:
+            _map(lines, depth, field.hcl, item, at)
+        elif field.kind == BLOCK:
+            if not isinstance(item, dict):
+                raise ValueError("%s: expected a %s object, got %r" % (at, field.struct, item))
+            _plain_block(lines, depth, field, item, at)
+        elif field.kind == BLOCKS:
+            if not isinstance(item, list):
+                raise ValueError("%s: expected a list of %s objects, got %r" % (at, field.struct, item))
+            labelled = any(f.kind == LABEL for f in STRUCTS[field.struct].values())
+            for i, element in enumerate(item):
+                element_at = "%s[%d]" % (at, i)
+                if labelled:
+                    _struct(lines, depth, field.struct, element, element_at)
+                else:
+                    if not isinstance(element, dict):
+                        raise ValueError("%s: expected a %s object, got %r" % (element_at, field.struct, element))
+                    _plain_block(lines, depth, field, element, element_at)
+        elif field.kind == CONFIG:
+            if not isinstance(item, dict):
+                raise ValueError("%s: expected a map, got %r" % (at, item))
+            pad = INDENT * depth
+            lines.append("%s%s {" % (pad, field.hcl))
+            _config_body(lines, depth + 1, item, at)
+            lines.append(pad + "}")
+        else:  # pragma: no cover - the tables only use the kinds above
+            raise ValueError("internal: unknown kind %r for %s" % (field.kind, at))
+
+
+def _plain_block(lines: t.List[str], depth: int, field: Field, value: t.Mapping[str, t.Any], where: str) -> None:
+    pad = INDENT * depth
+    lines.append("%s%s {" % (pad, field.hcl))
+    _body(lines, depth + 1, field.struct, value, where)
+    lines.append(pad + "}")
+
+
+def render_hcl(job: t.Mapping[str, t.Any]) -> str:
+    """The HCL2 jobspec of ``job`` (a bare job in Nomad API JSON, as ``render_job`` returns).
+
+    Raises :class:`ValueError` for a key the tables do not know, a value of the wrong type, or a
+    label HCL cannot carry.
+    """
+    if not isinstance(job, dict):
+        raise ValueError("job: expected a Nomad job object, got %r" % (job,))
+    if set(job) == {"Job"}:
+        raise ValueError("job: this is a register request; pass its 'Job' value to render_hcl")
+    lines: t.List[str] = []
+    _struct(lines, 0, "Job", job, "job")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,236 @@
+#!/usr/bin/python
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: session_render
+short_description: Render a Backend.AI-style cluster session into a Nomad job, without submitting it
+version_added: 0.1.0
+description:
+  - Validates a cluster session spec, places its containers on the given agents, and renders the Nomad job
+    as the JSON body of C(PUT /v1/jobs) and as an HCL2 jobspec for C(nomad job run), plus an OpenMPI hostfile.
+  - Nothing is submitted and no key is generated; the job reads the session keypair at runtime from the secret
+    backend, so the rendered files hold no secret.
+  - With O(output_dir), writes C(<name>.json), C(<name>.nomad.hcl) and C(<name>.hostfile) there, only when their
+    content changes.
+author:
+  - backendai.cluster contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode no file is written; RV(ignore:changed) says whether a file would change.
+  diff_mode:
+    support: full
+    details: Shows the change of the rendered job JSON file.
+  platform:
+    platforms: posix
+options:
+  spec:
+    description:
+      - The session spec (what playbooks pass as the variable C(session)).
+      - See the repository README for every key; unknown keys are rejected.
+    type: dict
+    required: true
+    aliases: [session]
+  agents:
+    description:
+      - Agents (Nomad client nodes) with their free capacity, each C({name, cpu, memory, gpu, datacenter, drivers}).
+      - C(cpu) is in MHz and C(memory) in MB; extra keys are ignored.
+    type: list
+    elements: dict
+    required: true
+  output_dir:
+    description:
+      - Directory to write the rendered files into. It is created if missing.
+      - When omitted, nothing is written and the results are only returned.
+    type: path
+  formats:
+    description: Which files to write into O(output_dir).
+    type: list
+    elements: str
+    choices: [json, hcl, hostfile]
+    default: [json, hcl, hostfile]
+  session_id:
+    description:
+      - The session ID (C(BACKENDAI_SESSION_ID), also main1's kernel ID).
+      - When omitted, a stable ID is derived from the session name, so that rendering is reproducible.
+    type: str
+  namespace:
+    description: Nomad namespace to put into the job.
+    type: str
+  region:
+    description: Nomad region to put into the job.
+    type: str
+  fail_on_pending:
+    description: Fail when the session cannot be placed (C(PENDING)); the message gives the reason per agent.
+    type: bool
+    default: true
+notes:
+  - Placement follows Backend.AI's rules; see the README section on placement.
+seealso:
+  - name: Nomad job HTTP API
+    description: The register request body this module renders.
+    link: https://developer.hashicorp.com/nomad/api-docs/jobs#create-job
+"""
+
+EXAMPLES = r"""
+- name: Render the example session into ./out
+  backendai.cluster.session_render:
+    spec:
+      name: train-42
+      image: python:3.11-slim
+      command: [python, train.py]
+      cluster_size: 4
+      cluster_mode: multi-node
+      resources: {cpu: 2000, memory: 8192}
+    agents:
+      - {name: agent-a, cpu: 8000, memory: 32768}
+      - {name: agent-b, cpu: 8000, memory: 32768}
+    output_dir: ./out
+
+- name: Only compute the plan
+  backendai.cluster.session_render:
+    spec: "{{ session }}"
+    agents: "{{ agents }}"
+    fail_on_pending: false
+  register: rendered
+"""
+
+RETURN = r"""
+plan:
+  description: The placement plan, without secrets.
+  returned: always
+  type: dict
+  contains:
+    status:
+      description: C(PLACED) or C(PENDING).
+      type: str
+      sample: PLACED
+    reason:
+      description: Why the plan is C(PENDING), per agent; empty when placed.
+      type: str
+      sample: ""
+    mode:
+      description: C(single-node) when every container is on one agent, else C(multi-node).
+      type: str
+      sample: single-node
+    network_mode:
+      description: Nomad network mode of every group, C(bridge) or C(cni/<overlay>).
+      type: str
+      sample: bridge
+    containers:
+      description: One entry per container in global order (hostname, role, idx, rank, local_rank, agent, kernel_id).
+      type: list
+      elements: dict
+job:
+  description: The register request body (C({"Job": ...})) for C(PUT /v1/jobs); null when pending.
+  returned: always
+  type: dict
+hcl:
+  description: The same job as an HCL2 jobspec; empty when pending.
+  returned: always
+  type: str
+hostfile:
+  description: An OpenMPI hostfile for the session (C(main1 slots=1) lines).
+  returned: always
+  type: str
+  sample: "main1 slots=1\nsub1 slots=1\n"
+files:
+  description: Paths of the files in O(output_dir) (written or already up to date).
+  returned: when O(output_dir) is set
+  type: list
+  elements: str
+"""
+
+import os
+import tempfile
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError
+from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary, render_session
+
+
+def _write_if_changed(module: AnsibleModule, path: str, content: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == content:
+                return False
+    except FileNotFoundError:
+        pass
+    if module.check_mode:
+        return True
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".backendai-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(content)
+    os.chmod(tmp, 0o644)
+    module.atomic_move(tmp, path)
+    return True
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            spec=dict(type="dict", required=True, aliases=["session"]),
+            agents=dict(type="list", elements="dict", required=True),
+            output_dir=dict(type="path"),
+            formats=dict(type="list", elements="str", choices=["json", "hcl", "hostfile"],
+                         default=["json", "hcl", "hostfile"]),
+            session_id=dict(type="str"),
+            namespace=dict(type="str"),
+            region=dict(type="str"),
+            fail_on_pending=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        rendered = render_session(p["spec"], p["agents"], session_id=p["session_id"] or "",
+                                  namespace=p["namespace"] or "", region=p["region"] or "")
+    except InputError as exc:
+        module.fail_json(msg=str(exc), problems=[str(x) for x in exc.problems])
+    except BackendAIClusterError as exc:
+        module.fail_json(msg=str(exc))
+    plan = plan_summary(rendered.plan)
+    result: t.Dict[str, t.Any] = dict(changed=False, plan=plan, job=None, hcl=rendered.hcl, hostfile=rendered.hostfile)
+    if not rendered.plan.placed:
+        if p["fail_on_pending"]:
+            module.fail_json(msg="session %s is PENDING: %s" % (plan["name"], plan["reason"]), **result)
+        module.exit_json(**result)
+    result["job"] = {"Job": rendered.job}
+    if p["output_dir"]:
+        out = p["output_dir"]
+        if not module.check_mode:
+            os.makedirs(out, exist_ok=True)
+        contents = {"json": (".json", rendered.job_json), "hcl": (".nomad.hcl", rendered.hcl),
+                    "hostfile": (".hostfile", rendered.hostfile)}
+        files = []
+        for fmt in p["formats"]:
+            suffix, content = contents[fmt]
+            path = os.path.join(out, plan["name"] + suffix)
+            before = _read(path) if fmt == "json" and module._diff else None
+            if _write_if_changed(module, path, content):
+                result["changed"] = True
+                if before is not None:
+                    result["diff"] = dict(before=before, after=content, before_header=path, after_header=path)
+            files.append(path)
+        result["files"] = files
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

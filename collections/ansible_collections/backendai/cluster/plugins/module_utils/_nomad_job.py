@@ -69,10 +69,12 @@ mkdir -p -m 700 /root/.ssh /run/sshd
 install -m 600 $S/id /root/.ssh/id_backendai
 cat $S/id.pub >> /root/.ssh/authorized_keys
 echo "* $(cut -d' ' -f1,2 $S/id.pub)" > /root/.ssh/known_hosts_backendai
-printf 'Host %s\n Port %s\n IdentityFile /root/.ssh/id_backendai\n UserKnownHostsFile /root/.ssh/known_hosts_backendai\n StrictHostKeyChecking yes\n' "$(echo $BACKENDAI_CLUSTER_HOSTS | tr , ' ')" "$P" >> /root/.ssh/config
+{ echo "Host $(echo "$BACKENDAI_CLUSTER_HOSTS" | tr , ' ')"; echo " Port $P"
+  echo " IdentityFile /root/.ssh/id_backendai"; echo " StrictHostKeyChecking yes"
+  echo " UserKnownHostsFile /root/.ssh/known_hosts_backendai"; } >> /root/.ssh/config
 env | grep -E '^(BACKENDAI_|WORLD_|RANK=|LOCAL_RANK=|MASTER_|TF_CONFIG=)' > /root/.ssh/environment || true
-set -- "$@"
-D="$(command -v sshd || echo /usr/sbin/sshd) -p $P -h /root/.ssh/id_backendai -o PermitRootLogin=prohibit-password -o PasswordAuthentication=no -o PermitUserEnvironment=yes"
+D="$(command -v sshd || echo /usr/sbin/sshd) -p $P -h /root/.ssh/id_backendai"
+D="$D -o PermitRootLogin=prohibit-password -o PasswordAuthentication=no -o PermitUserEnvironment=yes"
 if [ $# -eq 0 ]; then exec $D -D -e; fi
 $D
 exec "$@"
@@ -123,7 +125,7 @@ def _driver_config(plan: SessionPlan, container: Container) -> t.Dict[str, t.Any
             config["volumes"] = ["%s:%s%s" % (m.source, m.target, ":ro" if m.read_only else "") for m in spec.mounts]
         else:
             config["mount"] = [{"type": "bind", "source": m.source, "target": m.target, "readonly": m.read_only}
-                                for m in spec.mounts]
+                               for m in spec.mounts]
     return config
 
 

@@ -184,11 +184,11 @@ def place(demands: t.Sequence[Resources], agents: t.Sequence[Agent], cluster_mod
     total = _total(demands)
     whole = [a for a in eligible if a.holds(total.cpu, total.memory, total.gpu)]
     if whole:
-        if strategy == "dispersed":  # most headroom left, GPU agents last when no GPU is needed
-            key = lambda a: (a.gpu - total.gpu, -(a.memory - total.memory), -(a.cpu - total.cpu), a.name)  # noqa: E731
-        else:  # best fit: the tightest agent, keeping big agents free for big sessions
-            key = lambda a: (a.gpu - total.gpu, a.memory - total.memory, a.cpu - total.cpu, a.name)  # noqa: E731
-        chosen = min(whole, key=key)
+        # GPU agents last when no GPU is needed; then dispersed takes the most headroom left, and
+        # concentrated the tightest fit, keeping big agents free for big sessions.
+        sign = -1 if strategy == "dispersed" else 1
+        chosen = min(whole, key=lambda a: (a.gpu - total.gpu, sign * (a.memory - total.memory),
+                                           sign * (a.cpu - total.cpu), a.name))
         return Placement(PLACED, (chosen.name,) * n)
 
     if cluster_mode == "single-node":

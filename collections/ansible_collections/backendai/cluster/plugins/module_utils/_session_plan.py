@@ -84,7 +84,7 @@ def build_plan(spec: SessionSpec, agents: t.Sequence[Agent], session_id: str) ->
     Raises :class:`PlanError` when the spec cannot be honoured as written (bridge across agents).
     """
     layout = expand_roles(spec)
-    placement = place([role.resources for _, _, _, role in layout], agents, spec.cluster_mode,
+    placement = place([entry[3].resources for entry in layout], agents, spec.cluster_mode,
                       spec.strategy, spec.driver, spec.datacenters)
     assigned = placement.agents if placement.status == PLACED else ("",) * len(layout)
     datacenter_of = {a.name: a.datacenter for a in agents}

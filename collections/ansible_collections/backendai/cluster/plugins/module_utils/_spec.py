@@ -369,8 +369,9 @@ def _parse_secrets(c: _Checker, raw: t.Any, path: str) -> SecretsSpec:
     if backend == "nomad-variables":
         for key in ("mount", "path", "role"):
             if s.get(key) is not None:
-                c.bad("%s.%s" % (path, key), "is only used with backend vault (Nomad Variables are always "
-                                              "stored at nomad/jobs/<job>)", s.get(key))
+                c.bad("%s.%s" % (path, key),
+                      "is only used with backend vault (Nomad Variables are always stored at nomad/jobs/<job>)",
+                      s.get(key))
         return SecretsSpec()
     seg = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
     return SecretsSpec(

@@ -17,7 +17,7 @@ description:
   - With O(output_dir), writes C(<name>.json), C(<name>.nomad.hcl) and C(<name>.hostfile) there, only when their
     content changes.
 author:
-  - backendai.cluster contributors
+  - backendai.cluster contributors (@backendai-cluster)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -128,7 +128,7 @@ plan:
       type: list
       elements: dict
 job:
-  description: The register request body (C({"Job": ...})) for C(PUT /v1/jobs); null when pending.
+  description: 'The register request body (C({"Job": ...})) for C(PUT /v1/jobs); null when pending.'
   returned: always
   type: dict
 hcl:

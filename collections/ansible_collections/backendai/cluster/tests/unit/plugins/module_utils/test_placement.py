@@ -88,10 +88,10 @@ def test_deterministic_whatever_the_agent_order() -> None:
     demands = [R] * 40
     first = place(demands, agents, "multi-node")
     rng = random.Random(7)
-    for _ in range(5):
+    for attempt in range(5):
         shuffled = list(agents)
         rng.shuffle(shuffled)
-        assert place(demands, shuffled, "multi-node") == first
+        assert place(demands, shuffled, "multi-node") == first, attempt
 
 
 def test_heterogeneous_demands_keep_global_order() -> None:

@@ -1,0 +1,475 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Nomad / Vault API doubles keep the documented HTTP contract (plain ``requests``, no client wrapper)."""
+
+from __future__ import annotations
+
+import copy
+import socket
+import time
+import typing as t
+
+import pytest
+import requests
+
+from nomad_double.fixtures import (  # noqa: F401 - pytest fixtures
+    nomad_double,
+    nomad_double_factory,
+    test_pki,
+    vault_double,
+    vault_double_factory,
+)
+from nomad_double.server import NomadAPIDouble, SchemaChecker
+
+TIMEOUT = 5
+
+
+def make_job(job_id: str = "web", groups: t.Sequence[str] = ("g1",), node: t.Optional[str] = "n1",
+             env: t.Optional[t.Dict[str, str]] = None, count: int = 1, cpu: int = 500, memory: int = 256,
+             mode: t.Optional[str] = None) -> t.Dict[str, t.Any]:
+    task_groups = []
+    for name in groups:
+        group: t.Dict[str, t.Any] = {
+            "Name": name, "Count": count,
+            "Tasks": [{"Name": "main", "Driver": "docker", "Config": {"image": "busybox:1.36"},
+                       "Env": dict(env or {"A": "1"}), "Resources": {"CPU": cpu, "MemoryMB": memory}}],
+        }
+        if node:
+            group["Constraints"] = [{"LTarget": "${node.unique.name}", "RTarget": node, "Operand": "="}]
+        if mode:
+            group["Networks"] = [{"Mode": mode}]
+        task_groups.append(group)
+    return {"ID": job_id, "Name": job_id, "Type": "service", "Datacenters": ["dc1"], "Meta": {"owner": "test"},
+            "TaskGroups": task_groups}
+
+
+def put(double: NomadAPIDouble, path: str, body: t.Any, **kw: t.Any) -> requests.Response:
+    return requests.put(double.url + path, json=body, timeout=TIMEOUT, **kw)
+
+
+def get(double: NomadAPIDouble, path: str, **kw: t.Any) -> requests.Response:
+    return requests.get(double.url + path, timeout=TIMEOUT, **kw)
+
+
+@pytest.fixture
+def nomad(nomad_double: NomadAPIDouble) -> NomadAPIDouble:
+    nomad_double.add_node("n1", cpu=2000, memory=4096)
+    nomad_double.add_node("n2", cpu=2000, memory=4096, datacenter="dc1", cni_networks=["overlay"])
+    return nomad_double
+
+
+# Schema and validation ---------------------------------------------------------------------------
+
+def test_schema_rejects_unknown_key_with_plain_text_400(nomad: NomadAPIDouble) -> None:
+    job = make_job()
+    job["TaskGroups"][0]["Tasks"][0]["Enabeld"] = True
+    resp = put(nomad, "/v1/jobs", {"Job": job})
+    assert resp.status_code == 400
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    assert "$.Job.TaskGroups[0].Tasks[0].Enabeld: unknown key" in resp.text
+    assert nomad.stored_job("web") is None
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda j: j.update(datacenters=["dc1"]), "$.Job.datacenters: non-canonical key"),
+    (lambda j: j["TaskGroups"][0]["Tasks"][0].update(KillTimeout="5s"), "$.Job.TaskGroups[0].Tasks[0].KillTimeout"),
+    (lambda j: j["TaskGroups"][0].update(Count="1"), "$.Job.TaskGroups[0].Count"),
+    (lambda j: j.update(ReschedulePolicy={}), "$.Job.ReschedulePolicy: unknown key"),
+])
+def test_schema_rejects_wrong_types_and_misplaced_keys(nomad: NomadAPIDouble, mutate: t.Any, fragment: str) -> None:
+    job = make_job()
+    mutate(job)
+    resp = put(nomad, "/v1/jobs", {"Job": job})
+    assert resp.status_code == 400 and fragment in resp.text
+
+
+def test_schema_checks_plan_and_variable_bodies(nomad: NomadAPIDouble) -> None:
+    resp = put(nomad, "/v1/job/web/plan", {"Job": make_job(), "Diff": True, "Dif": True})
+    assert resp.status_code == 400 and "$.Dif: unknown key" in resp.text
+    resp = put(nomad, "/v1/var/app/x", {"Items": {"k": "v"}, "items": {}})
+    assert resp.status_code == 400 and "$.items: non-canonical key" in resp.text
+    resp = put(nomad, "/v1/var/app/x", {"Items": {"k": 1}})
+    assert resp.status_code == 400 and "$.Items.k" in resp.text
+
+
+def test_schema_checker_accepts_the_collections_rendered_job() -> None:
+    from ansible_collections.backendai.cluster.plugins.module_utils._session_render import render_session
+
+    rendered = render_session({"name": "s1", "image": "python:3.11-slim", "cluster_size": 2,
+                               "resources": {"cpu": 1000, "memory": 1024}}, [{"name": "a1", "cpu": 4000, "memory": 8192}])
+    assert SchemaChecker.load().problems("register", {"Job": rendered.job}) == []
+
+
+@pytest.mark.parametrize("path, body, message", [
+    ("/v1/jobs", {}, "Job must be specified"),
+    ("/v1/jobs", {"Job": {"Name": "x", "TaskGroups": []}}, "Job ID hasn't been provided"),
+    ("/v1/job/other", {"Job": make_job()}, "Job ID does not match name"),
+    ("/v1/job/web/plan", {"Diff": True}, "Job must be specified"),
+    ("/v1/job/other/plan", {"Job": make_job(), "Diff": True}, "Job ID does not match"),
+])
+def test_http_handler_checks_answer_400(nomad: NomadAPIDouble, path: str, body: t.Any, message: str) -> None:
+    resp = put(nomad, path, body)
+    assert resp.status_code == 400 and resp.text == message
+
+
+def test_body_that_is_not_json_is_400(nomad: NomadAPIDouble) -> None:
+    resp = requests.put(nomad.url + "/v1/jobs", data=b"{nope", timeout=TIMEOUT)
+    assert resp.status_code == 400
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda j: j["TaskGroups"].append(copy.deepcopy(j["TaskGroups"][0])), "Job task group 2 redefines 'g1' from group 1"),
+    (lambda j: j["TaskGroups"][0].update(Count=-1), "Task group count can't be negative"),
+    (lambda j: j["TaskGroups"][0].update(Tasks=[]), "Missing tasks for task group"),
+    (lambda j: j["TaskGroups"][0]["Tasks"][0].update(Driver=""), "Missing task driver"),
+    (lambda j: j.update(Type="daemon"), 'Invalid job type: "daemon"'),
+    (lambda j: j.update(TaskGroups=[]), "Missing job task groups"),
+])
+def test_job_validate_failures_are_500_multierror_like_nomad(nomad: NomadAPIDouble, mutate: t.Any, fragment: str) -> None:
+    job = make_job()
+    mutate(job)
+    for path, body in (("/v1/jobs", {"Job": job}), ("/v1/job/web/plan", {"Job": job, "Diff": True})):
+        resp = put(nomad, path, body)
+        assert resp.status_code == 500, resp.text
+        assert resp.text.startswith("1 error occurred:\n\t* ") and fragment in resp.text
+
+
+# Jobs -------------------------------------------------------------------------------------------
+
+def test_register_get_list_and_404(nomad: NomadAPIDouble) -> None:
+    assert get(nomad, "/v1/job/web").status_code == 404
+    assert get(nomad, "/v1/job/web").text == "job not found"
+    resp = requests.post(nomad.url + "/v1/jobs", json={"Job": make_job()}, timeout=TIMEOUT)
+    assert resp.status_code == 200
+    reg = resp.json()
+    assert reg["EvalID"] and reg["JobModifyIndex"] > 0 and resp.headers["X-Nomad-Index"]
+    job = get(nomad, "/v1/job/web").json()
+    assert job["Version"] == 0 and job["Namespace"] == "default" and job["Region"] == "global"
+    assert job["JobModifyIndex"] == reg["JobModifyIndex"] and job["Priority"] == 50 and job["Stop"] is False
+    # registering the identical job again changes nothing
+    again = put(nomad, "/v1/job/web", {"Job": make_job()}).json()
+    assert again["JobModifyIndex"] == reg["JobModifyIndex"] and get(nomad, "/v1/job/web").json()["Version"] == 0
+    put(nomad, "/v1/jobs", {"Job": make_job("web2")})
+    stubs = get(nomad, "/v1/jobs", params={"prefix": "web2"}).json()
+    assert [s["ID"] for s in stubs] == ["web2"] and "Meta" not in stubs[0]
+    stubs = get(nomad, "/v1/jobs", params={"meta": "true"}).json()
+    assert [s["Meta"] for s in stubs] == [{"owner": "test"}, {"owner": "test"}]
+
+
+def test_jobs_are_stored_per_namespace(nomad: NomadAPIDouble) -> None:
+    put(nomad, "/v1/jobs", {"Job": make_job()}, params={"namespace": "team-a"})
+    assert get(nomad, "/v1/job/web").status_code == 404
+    assert get(nomad, "/v1/job/web", params={"namespace": "team-a"}).json()["Namespace"] == "team-a"
+    assert get(nomad, "/v1/jobs").json() == []
+    assert [s["Namespace"] for s in get(nomad, "/v1/jobs", params={"namespace": "*"}).json()] == ["team-a"]
+    # Nomad: the query parameter wins over the job's Namespace
+    job = make_job("web3")
+    job["Namespace"] = "team-b"
+    put(nomad, "/v1/jobs", {"Job": job}, params={"namespace": "team-a"})
+    assert get(nomad, "/v1/job/web3", params={"namespace": "team-a"}).status_code == 200
+
+
+def test_unknown_region_has_no_path(nomad: NomadAPIDouble) -> None:
+    resp = get(nomad, "/v1/jobs", params={"region": "mars"})
+    assert resp.status_code == 500 and resp.text == "No path to region"
+    assert get(nomad, "/v1/jobs", params={"region": "global"}).status_code == 200
+
+
+def test_plan_diff_types(nomad: NomadAPIDouble) -> None:
+    plan = put(nomad, "/v1/job/web/plan", {"Job": make_job(groups=("g1", "g2")), "Diff": True}).json()
+    assert plan["Diff"]["Type"] == "Added" and plan["JobModifyIndex"] == 0
+    assert {g["Name"]: g["Type"] for g in plan["Diff"]["TaskGroups"]} == {"g1": "Added", "g2": "Added"}
+    assert plan["Annotations"]["DesiredTGUpdates"]["g1"]["Place"] == 1 and plan["FailedTGAllocs"] is None
+    assert get(nomad, "/v1/job/web").status_code == 404  # a plan changes nothing
+    reg = put(nomad, "/v1/jobs", {"Job": make_job(groups=("g1", "g2"))}).json()
+
+    same = put(nomad, "/v1/job/web/plan", {"Job": make_job(groups=("g1", "g2")), "Diff": True}).json()
+    assert same["Diff"]["Type"] == "None" and same["JobModifyIndex"] == reg["JobModifyIndex"]
+    assert [(g["Name"], g["Type"], g["Updates"]) for g in same["Diff"]["TaskGroups"]] == [
+        ("g1", "None", {"ignore": 1}), ("g2", "None", {"ignore": 1})]
+
+    edited = make_job(groups=("g1",), env={"A": "2"})
+    plan = put(nomad, "/v1/job/web/plan", {"Job": edited, "Diff": True}).json()
+    assert plan["Diff"]["Type"] == "Edited"
+    groups = {g["Name"]: g for g in plan["Diff"]["TaskGroups"]}
+    assert groups["g2"]["Type"] == "Deleted" and groups["g2"]["Updates"] == {"destroy": 1}
+    task = groups["g1"]["Tasks"][0]
+    assert groups["g1"]["Type"] == "Edited" and task["Type"] == "Edited"
+    assert task["Annotations"] == ["forces create/destroy update"]
+    assert {"Type": "Edited", "Name": "Env[A]", "Old": "1", "New": "2", "Annotations": None} in task["Fields"]
+    assert plan["Annotations"]["DesiredTGUpdates"]["g1"]["DestructiveUpdate"] == 1
+
+    no_diff = put(nomad, "/v1/job/web/plan", {"Job": make_job(groups=("g1", "g2")), "Diff": False}).json()
+    assert no_diff["Diff"] is None
+
+
+def test_plan_reports_unplaceable_groups(nomad: NomadAPIDouble) -> None:
+    plan = put(nomad, "/v1/job/web/plan", {"Job": make_job(node="nowhere"), "Diff": True}).json()
+    failed = plan["FailedTGAllocs"]["g1"]
+    assert failed["ConstraintFiltered"] == {"${node.unique.name} = nowhere": 2} and failed["NodesEvaluated"] == 2
+    big = put(nomad, "/v1/job/web/plan", {"Job": make_job(cpu=3000), "Diff": True}).json()
+    assert big["FailedTGAllocs"]["g1"]["DimensionExhausted"] == {"cpu": 1}
+    cni = put(nomad, "/v1/job/web/plan", {"Job": make_job(node="n1", mode="cni/overlay"), "Diff": True}).json()
+    assert cni["FailedTGAllocs"]["g1"]["ConstraintFiltered"] == {"${node.unique.name} = n1": 1, "missing network": 1}
+    ok = put(nomad, "/v1/job/web/plan", {"Job": make_job(node="n2", mode="cni/overlay"), "Diff": True}).json()
+    assert ok["FailedTGAllocs"] is None
+
+
+def test_allocations_start_after_the_configured_delay(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(alloc_start_delay=0.5)
+    double.add_node("n1")
+    started = time.monotonic()
+    put(double, "/v1/jobs", {"Job": make_job()})
+    statuses = [a["ClientStatus"] for a in get(double, "/v1/job/web/allocations").json()]
+    if time.monotonic() - started < 0.5:  # (a very slow machine may already be past the delay)
+        assert statuses == ["pending"]
+    deadline = time.monotonic() + 10
+    while statuses != ["running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+        statuses = [a["ClientStatus"] for a in get(double, "/v1/job/web/allocations").json()]
+    assert statuses == ["running"] and time.monotonic() - started >= 0.5
+
+
+def test_allocations_follow_the_node_constraint_and_start(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(alloc_start_delay=None)  # pending until the test says otherwise
+    double.add_node("n1")
+    double.add_node("n2")
+    put(double, "/v1/jobs", {"Job": make_job(groups=("g1", "g2"), node="n2")})
+    allocs = get(double, "/v1/job/web/allocations").json()
+    assert [(a["Name"], a["NodeName"], a["ClientStatus"]) for a in allocs] == [
+        ("web.g1[0]", "n2", "pending"), ("web.g2[0]", "n2", "pending")]
+    assert allocs[0]["TaskStates"]["main"]["State"] == "pending"
+    double.alloc_start_delay = 0.0
+    allocs = get(double, "/v1/job/web/allocations").json()
+    assert {a["ClientStatus"] for a in allocs} == {"running"}
+    state = allocs[0]["TaskStates"]["main"]
+    assert state["State"] == "running" and state["Failed"] is False and state["Restarts"] == 0
+    full = get(double, "/v1/allocation/" + allocs[0]["ID"]).json()
+    assert full["AllocatedResources"]["Tasks"]["main"]["Cpu"]["CpuShares"] == 500
+    assert full["Job"]["ID"] == "web" and get(double, "/v1/job/web").json()["Status"] == "running"
+    assert get(double, "/v1/allocation/nope").status_code == 404
+    double.set_alloc_status(allocs[0]["ID"], "failed", restarts=2)
+    failed = get(double, "/v1/allocation/" + allocs[0]["ID"]).json()
+    assert failed["ClientStatus"] == "failed" and failed["TaskStates"]["main"]["Failed"] is True
+    assert failed["TaskStates"]["main"]["Restarts"] == 2
+
+
+def test_pending_forever_and_unplaced(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(alloc_start_delay=None)
+    double.add_node("n1")
+    put(double, "/v1/jobs", {"Job": make_job(groups=("g1", "g2"))})
+    put(double, "/v1/jobs", {"Job": make_job("lost", node="nowhere")})
+    assert {a["ClientStatus"] for a in get(double, "/v1/job/web/allocations").json()} == {"pending"}
+    assert get(double, "/v1/job/lost/allocations").json() == []
+    assert get(double, "/v1/job/lost/summary").json()["Summary"]["g1"]["Queued"] == 1
+    assert get(double, "/v1/job/lost").json()["Status"] == "pending"
+
+
+def test_edit_replaces_allocations_and_count_changes(nomad: NomadAPIDouble) -> None:
+    put(nomad, "/v1/jobs", {"Job": make_job()})
+    first = get(nomad, "/v1/job/web/allocations").json()
+    put(nomad, "/v1/jobs", {"Job": make_job(env={"A": "2"})})
+    allocs = get(nomad, "/v1/job/web/allocations").json()
+    assert [(a["ID"] == first[0]["ID"], a["DesiredStatus"], a["JobVersion"]) for a in allocs] == [
+        (True, "stop", 0), (False, "run", 1)]
+    put(nomad, "/v1/jobs", {"Job": make_job(env={"A": "2"}, count=2)})
+    live = [a for a in get(nomad, "/v1/job/web/allocations").json() if a["DesiredStatus"] == "run"]
+    assert sorted(a["Name"] for a in live) == ["web.g1[0]", "web.g1[1]"]
+
+
+def test_deregister(nomad: NomadAPIDouble) -> None:
+    assert requests.delete(nomad.url + "/v1/job/absent", timeout=TIMEOUT).json()["EvalID"] == ""
+    put(nomad, "/v1/jobs", {"Job": make_job()})
+    resp = requests.delete(nomad.url + "/v1/job/web", timeout=TIMEOUT)
+    assert resp.status_code == 200 and resp.json()["EvalID"]
+    job = get(nomad, "/v1/job/web").json()
+    assert job["Stop"] is True and job["Status"] == "dead"
+    # python-nomad sends Python booleans ("True"); Nomad parses them with strconv.ParseBool
+    assert requests.delete(nomad.url + "/v1/job/web?purge=True", timeout=TIMEOUT).status_code == 200
+    assert get(nomad, "/v1/job/web").status_code == 404
+    assert get(nomad, "/v1/job/web/allocations").json() == []
+    bad = requests.delete(nomad.url + "/v1/job/web?purge=yes", timeout=TIMEOUT)
+    assert bad.status_code == 400 and "as a bool" in bad.text
+
+
+def test_logs_plain_origin_end_and_offset(nomad: NomadAPIDouble) -> None:
+    put(nomad, "/v1/jobs", {"Job": make_job()})
+    alloc = get(nomad, "/v1/job/web/allocations").json()[0]
+    nomad.append_log(alloc["ID"], "main", "one\ntwo\nthree\n")
+    nomad.append_log(alloc["ID"], "main", "oops\n", stream="stderr")
+    logs = "/v1/client/fs/logs/" + alloc["ID"]
+    resp = get(nomad, logs, params={"task": "main", "type": "stdout", "plain": "true", "origin": "end", "offset": "6"})
+    assert resp.status_code == 200 and resp.text == "three\n"
+    resp = get(nomad, logs, params={"task": "main", "type": "stderr", "plain": "true", "origin": "start", "offset": "0"})
+    assert resp.text == "oops\n"
+    assert get(nomad, logs, params={"task": "main", "type": "stdout", "plain": "true", "origin": "end",
+                                    "offset": "999"}).text == "one\ntwo\nthree\n"
+    assert get(nomad, logs, params={"type": "stdout"}).status_code == 400
+    assert get(nomad, logs, params={"task": "main", "type": "stdlog"}).status_code == 400
+    assert get(nomad, "/v1/client/fs/logs/nope", params={"task": "main", "type": "stdout"}).status_code == 404
+
+
+def test_nodes(nomad: NomadAPIDouble) -> None:
+    stubs = get(nomad, "/v1/nodes").json()
+    assert [s["Name"] for s in sorted(stubs, key=lambda s: s["Name"])] == ["n1", "n2"]
+    assert stubs[0]["NodeResources"] is None
+    with_res = get(nomad, "/v1/nodes", params={"resources": "true"}).json()
+    assert with_res[0]["NodeResources"]["Cpu"]["CpuShares"] == 2000
+    node = get(nomad, "/v1/node/" + nomad.node_id("n2")).json()
+    assert {n["Mode"] for n in node["NodeResources"]["Networks"]} == {"host", "bridge", "cni/overlay"}
+    assert node["Attributes"]["plugins.cni.version.bridge"] and node["Drivers"]["docker"]["Healthy"]
+    assert get(nomad, "/v1/node/nope").status_code == 404
+    put(nomad, "/v1/jobs", {"Job": make_job()})
+    allocs = get(nomad, "/v1/node/%s/allocations" % nomad.node_id("n1")).json()
+    assert [a["TaskGroup"] for a in allocs] == ["g1"] and allocs[0]["AllocatedResources"]["Shared"]["DiskMB"] == 300
+
+
+# Variables --------------------------------------------------------------------------------------
+
+def test_variable_check_and_set(nomad: NomadAPIDouble) -> None:
+    path = "/v1/var/nomad/jobs/web"
+    assert get(nomad, path).status_code == 404 and get(nomad, path).text == "variable not found"
+    created = put(nomad, path, {"Path": "nomad/jobs/web", "Items": {"k": "v1"}}, params={"cas": "0"})
+    assert created.status_code == 200
+    var = created.json()
+    assert var["Items"] == {"k": "v1"} and var["ModifyIndex"] == var["CreateIndex"]
+    # cas=0 means "create only if absent": the current variable comes back with 409
+    conflict = put(nomad, path, {"Items": {"k": "v2"}}, params={"cas": "0"})
+    assert conflict.status_code == 409
+    assert conflict.json()["ModifyIndex"] == var["ModifyIndex"] and conflict.json()["Items"] == {"k": "v1"}
+    assert put(nomad, path, {"Items": {"k": "v2"}}, params={"cas": str(var["ModifyIndex"] + 5)}).status_code == 409
+    updated = put(nomad, path, {"Items": {"k": "v2"}}, params={"cas": str(var["ModifyIndex"])}).json()
+    assert updated["ModifyIndex"] > var["ModifyIndex"] and updated["CreateIndex"] == var["CreateIndex"]
+    assert requests.delete(nomad.url + path, params={"cas": str(var["ModifyIndex"])}, timeout=TIMEOUT).status_code == 409
+    deleted = requests.delete(nomad.url + path, params={"cas": str(updated["ModifyIndex"])}, timeout=TIMEOUT)
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert get(nomad, path).status_code == 404
+    # a CAS write against an absent variable conflicts with a zero-value variable
+    zero = put(nomad, path, {"Items": {"k": "v"}}, params={"cas": "3"})
+    assert zero.status_code == 409 and zero.json()["ModifyIndex"] == 0 and zero.json()["Items"] is None
+    assert requests.delete(nomad.url + path, timeout=TIMEOUT).status_code == 204  # absent: fine
+    assert put(nomad, path, {"Items": {"k": "v"}}, params={"cas": "x"}).status_code == 400
+
+
+def test_variable_validation_and_namespaces(nomad: NomadAPIDouble) -> None:
+    assert put(nomad, "/v1/var/app/x", {"Items": {}}).text == "variable missing required Items object"
+    assert put(nomad, "/v1/var/nomad/other", {"Items": {"k": "v"}}).status_code == 500
+    assert put(nomad, "/v1/var/app/x.y", {"Items": {"k": "v"}}).status_code == 500
+    put(nomad, "/v1/var/app/x", {"Items": {"k": "a"}}, params={"namespace": "team-a"})
+    assert get(nomad, "/v1/var/app/x").status_code == 404
+    assert get(nomad, "/v1/var/app/x", params={"namespace": "team-a"}).json()["Namespace"] == "team-a"
+    listed = get(nomad, "/v1/vars", params={"namespace": "*", "prefix": "app/"}).json()
+    assert [(v["Namespace"], v["Path"]) for v in listed] == [("team-a", "app/x")] and "Items" not in listed[0]
+
+
+# ACL, faults, recording ---------------------------------------------------------------------------
+
+def test_acl_token(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token="secret-management-token")
+    assert (get(double, "/v1/jobs").status_code, get(double, "/v1/jobs").text) == (403, "Permission denied")
+    wrong = get(double, "/v1/jobs", headers={"X-Nomad-Token": "nope"})
+    assert (wrong.status_code, wrong.text) == (403, "ACL token not found")
+    assert get(double, "/v1/jobs", headers={"X-Nomad-Token": "secret-management-token"}).status_code == 200
+    assert get(double, "/v1/jobs", headers={"Authorization": "Bearer secret-management-token"}).status_code == 200
+    assert double.requests_containing("secret-management-token") == []
+    assert [r.token_present for r in double.requests] == [False, False, True, True, True]
+    assert all("x-nomad-token" not in r.headers for r in double.requests)
+
+
+def test_fault_injection(nomad: NomadAPIDouble) -> None:
+    nomad.fail_next("GET", r"^/v1/jobs$", status=500, body="rpc error: boom", times=2)
+    nomad.deny_next("PUT", r"^/v1/var/")
+    assert (get(nomad, "/v1/jobs").status_code, get(nomad, "/v1/jobs").text) == (500, "rpc error: boom")
+    assert get(nomad, "/v1/jobs").status_code == 200
+    assert get(nomad, "/v1/job/x").status_code == 404  # other paths unaffected
+    assert put(nomad, "/v1/var/a", {"Items": {"k": "v"}}).status_code == 403
+    assert put(nomad, "/v1/var/a", {"Items": {"k": "v"}}).status_code == 200
+    forever = nomad.fail_next("*", "^/v1/nodes$", status=503, body="down", times=None)
+    assert [get(nomad, "/v1/nodes").status_code for _ in range(3)] == [503, 503, 503] and forever.hits == 3
+    nomad.clear_faults()
+    assert get(nomad, "/v1/nodes").status_code == 200
+    nomad.timeout_next("GET", "^/v1/jobs$", seconds=2)
+    start = time.monotonic()
+    with pytest.raises(requests.ReadTimeout):
+        requests.get(nomad.url + "/v1/jobs", timeout=0.3)
+    assert time.monotonic() - start < 1.5
+    nomad.inject("GET", "^/v1/regions$", delay=0.2)  # slow but answered
+    assert get(nomad, "/v1/regions").json() == ["global"]
+    assert [r.status for r in nomad.find("GET", "^/v1/jobs$")][:3] == [500, 500, 200]
+    assert sum(r.fault for r in nomad.requests) == 8  # 2 x 500, 403, 3 x 503, timeout, delay
+
+
+def test_requests_are_recorded(nomad: NomadAPIDouble) -> None:
+    put(nomad, "/v1/var/nomad/jobs/web", {"Items": {"ssh_private_key": "PRIVATE-KEY-MATERIAL"}})
+    put(nomad, "/v1/jobs", {"Job": make_job()}, params={"namespace": "default"})
+    writes = nomad.find("PUT", "^/v1/jobs$")
+    assert len(writes) == 1 and writes[0].json["Job"]["ID"] == "web" and writes[0].q("namespace") == "default"
+    holders = nomad.requests_containing("PRIVATE-KEY-MATERIAL")
+    assert [r.path for r in holders] == ["/v1/var/nomad/jobs/web"]
+
+
+def test_stop_leaves_no_thread_or_socket(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory()
+    double.timeout_next("GET", ".*", seconds=30)
+    with pytest.raises(requests.ReadTimeout):
+        requests.get(double.url + "/v1/jobs", timeout=0.2)
+    port = double.port
+    start = time.monotonic()
+    double.stop()
+    assert time.monotonic() - start < 5 and not double.running
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_unknown_paths_and_methods(nomad: NomadAPIDouble) -> None:
+    assert get(nomad, "/v1/nope").status_code == 404
+    assert requests.delete(nomad.url + "/v1/jobs", timeout=TIMEOUT).status_code == 405
+
+
+# TLS --------------------------------------------------------------------------------------------
+
+def test_tls_double(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(tls=True)
+    assert double.url.startswith("https://127.0.0.1:")
+    with pytest.raises(requests.exceptions.SSLError):
+        requests.get(double.url + "/v1/jobs", timeout=TIMEOUT)
+    assert requests.get(double.url + "/v1/jobs", timeout=TIMEOUT, verify=double.pki.ca_cert).json() == []
+
+
+def test_tls_double_requiring_client_certificates(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(tls=True, require_client_cert=True)
+    with pytest.raises(requests.exceptions.RequestException):
+        requests.get(double.url + "/v1/jobs", timeout=TIMEOUT, verify=double.pki.ca_cert)
+    resp = requests.get(double.url + "/v1/jobs", timeout=TIMEOUT, verify=double.pki.ca_cert,
+                        cert=(double.pki.client_cert, double.pki.client_key))
+    assert resp.status_code == 200
+
+
+# Vault KV v2 ------------------------------------------------------------------------------------
+
+def test_vault_kv_v2_contract(vault_double: t.Any) -> None:
+    url = vault_double.url + "/v1/secret/data/sessions/s1"
+    auth = {"X-Vault-Token": "vault-root-token"}
+    assert requests.get(url, timeout=TIMEOUT).status_code == 403
+    assert requests.get(url, timeout=TIMEOUT).json() == {"errors": ["permission denied"]}
+    missing = requests.get(url, headers=auth, timeout=TIMEOUT)
+    assert missing.status_code == 404 and missing.json() == {"errors": []}
+    written = requests.post(url, json={"data": {"k": "v"}, "options": {"cas": 0}}, headers=auth, timeout=TIMEOUT)
+    assert written.status_code == 200 and written.json()["data"]["version"] == 1
+    clash = requests.post(url, json={"data": {"k": "w"}, "options": {"cas": 0}}, headers=auth, timeout=TIMEOUT)
+    assert clash.status_code == 400
+    assert clash.json() == {"errors": ["check-and-set parameter did not match the current version"]}
+    assert requests.put(url, json={"data": {"k": "w"}, "options": {"cas": 1}}, headers=auth,
+                        timeout=TIMEOUT).json()["data"]["version"] == 2
+    read = requests.get(url, headers=auth, timeout=TIMEOUT).json()["data"]
+    assert read["data"] == {"k": "w"} and read["metadata"]["version"] == 2
+    assert requests.post(url, json={"Data": {}}, headers=auth, timeout=TIMEOUT).json() == {"errors": ["no data provided"]}
+    other_ns = requests.get(url, headers=dict(auth, **{"X-Vault-Namespace": "team-a"}), timeout=TIMEOUT)
+    assert other_ns.status_code == 404
+    meta_url = vault_double.url + "/v1/secret/metadata/sessions/s1"
+    assert requests.get(meta_url, headers=auth, timeout=TIMEOUT).json()["data"]["current_version"] == 2
+    assert requests.delete(meta_url, headers=auth, timeout=TIMEOUT).status_code == 204
+    assert requests.get(url, headers=auth, timeout=TIMEOUT).status_code == 404
+    nomount = requests.get(vault_double.url + "/v1/kv2/data/x", headers=auth, timeout=TIMEOUT)
+    assert nomount.status_code == 404 and "no handler for route" in nomount.json()["errors"][0]
+    assert vault_double.requests_containing("vault-root-token") == []

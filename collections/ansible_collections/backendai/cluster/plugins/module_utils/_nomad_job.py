@@ -56,7 +56,7 @@ SECOND = 1000000000 * NANOSECOND
 # sshd in the foreground for an interactive session). POSIX sh, so any image with OpenSSH works.
 ENTRYPOINT = r"""#!/bin/sh
 set -eu
-S=/secrets/backendai L=/local/backendai P=$BACKENDAI_SSH_PORT
+S=${NOMAD_SECRETS_DIR:-/secrets}/backendai L=${NOMAD_TASK_DIR:-/local}/backendai P=$BACKENDAI_SSH_PORT
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || {
   echo "backendai: sshd not found; cluster sessions need OpenSSH server in the image" >&2; exit 78; }
 i=0

@@ -237,30 +237,17 @@ def connection_from_env(environ: t.Optional[t.Mapping[str, str]] = None, **overr
 
 
 def skip_verify_fallback(*names: str) -> bool:
-    """Ansible ``fallback`` for ``validate_certs``: the inverse of NOMAD_SKIP_VERIFY (or of ``names``)."""
-    from ansible.module_utils.errors import AnsibleFallbackNotFound  # only modules call this
+    """Ansible ``fallback`` for ``validate_certs`` (kept here for callers; lives in ``_common_args``)."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._common_args import skip_verify_fallback as fallback
 
-    for name in names or ("NOMAD_SKIP_VERIFY",):
-        if os.environ.get(name):
-            return not _as_bool(os.environ[name], False)
-    raise AnsibleFallbackNotFound
+    return fallback(*names)
 
 
 def nomad_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
-    """Connection options of every module talking to Nomad, with the nomad CLI's env fallbacks."""
-    from ansible.module_utils.basic import env_fallback  # only modules call this
+    """Connection options of every module talking to Nomad: see ``_common_args`` (the single source)."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._common_args import nomad_connection_argument_spec
 
-    return {
-        "nomad_addr": {"type": "str", "default": DEFAULT_NOMAD_ADDR, "fallback": (env_fallback, ["NOMAD_ADDR"])},
-        "token": {"type": "str", "no_log": True, "fallback": (env_fallback, ["NOMAD_TOKEN"])},
-        "namespace": {"type": "str", "fallback": (env_fallback, ["NOMAD_NAMESPACE"])},
-        "region": {"type": "str", "fallback": (env_fallback, ["NOMAD_REGION"])},
-        "ca_cert": {"type": "path", "fallback": (env_fallback, ["NOMAD_CACERT"])},
-        "client_cert": {"type": "path", "fallback": (env_fallback, ["NOMAD_CLIENT_CERT"])},
-        "client_key": {"type": "path", "no_log": False, "fallback": (env_fallback, ["NOMAD_CLIENT_KEY"])},
-        "validate_certs": {"type": "bool", "default": True, "fallback": (skip_verify_fallback, ["NOMAD_SKIP_VERIFY"])},
-        "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
-    }
+    return nomad_connection_argument_spec()
 
 
 def _quote_id(value: str) -> str:

@@ -123,15 +123,10 @@ def vault_connection_from_env(environ: t.Optional[t.Mapping[str, str]] = None, *
 
 
 def vault_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
-    """Vault options; ``validate_certs`` and ``timeout`` are shared with the Nomad options of the same module."""
-    from ansible.module_utils.basic import env_fallback  # only modules call this
+    """Vault options: see ``_common_args`` (the single source); ``validate_certs``/``timeout`` are the Nomad ones."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._common_args import vault_connection_argument_spec
 
-    return {
-        "vault_addr": {"type": "str", "default": DEFAULT_VAULT_ADDR, "fallback": (env_fallback, ["VAULT_ADDR"])},
-        "vault_token": {"type": "str", "no_log": True, "fallback": (env_fallback, ["VAULT_TOKEN"])},
-        "vault_namespace": {"type": "str", "fallback": (env_fallback, ["VAULT_NAMESPACE"])},
-        "vault_ca_cert": {"type": "path", "fallback": (env_fallback, ["VAULT_CACERT"])},
-    }
+    return vault_connection_argument_spec()
 
 
 def _clean(path: str) -> str:

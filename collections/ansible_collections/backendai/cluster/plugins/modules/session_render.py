@@ -16,10 +16,14 @@ description:
     backend, so the rendered files hold no secret.
   - With O(output_dir), writes C(<name>.json), C(<name>.nomad.hcl) and C(<name>.hostfile) there, only when their
     content changes.
+  - Without O(agents), the agents are read (read-only) from the Nomad cluster at O(nomad_addr), as the
+    M(backendai.cluster.session) module reads them.
 author:
   - backendai.cluster contributors (@backendai-cluster)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - backendai.cluster.nomad_connection
+  - backendai.cluster.vault_connection
 attributes:
   check_mode:
     support: full
@@ -29,6 +33,11 @@ attributes:
     details: Shows the change of the rendered job JSON file.
   platform:
     platforms: posix
+  action_group:
+    description: Use C(group/backendai.cluster.nomad) in C(module_defaults) to set the connection options once.
+    support: full
+    membership:
+      - backendai.cluster.nomad
 options:
   spec:
     description:
@@ -41,9 +50,10 @@ options:
     description:
       - Agents (Nomad client nodes) with their free capacity, each C({name, cpu, memory, gpu, datacenter, drivers}).
       - C(cpu) is in MHz and C(memory) in MB; extra keys are ignored.
+      - Required unless a Nomad address is given (O(nomad_addr) or E(NOMAD_ADDR)); then the default is the free
+        capacity of the cluster's ready, eligible nodes.
     type: list
     elements: dict
-    required: true
   output_dir:
     description:
       - Directory to write the rendered files into. It is created if missing.
@@ -60,18 +70,15 @@ options:
       - The session ID (C(BACKENDAI_SESSION_ID), also main1's kernel ID).
       - When omitted, a stable ID is derived from the session name, so that rendering is reproducible.
     type: str
-  namespace:
-    description: Nomad namespace to put into the job.
-    type: str
-  region:
-    description: Nomad region to put into the job.
-    type: str
   fail_on_pending:
     description: Fail when the session cannot be placed (C(PENDING)); the message gives the reason per agent.
     type: bool
     default: true
 notes:
   - Placement follows Backend.AI's rules; see the README section on placement.
+  - O(namespace) and O(region) go into the rendered job.
+  - The Vault options are accepted so that one C(module_defaults) group serves every module; this module does not
+    contact Vault.
 seealso:
   - name: Nomad job HTTP API
     description: The register request body this module renders.
@@ -91,6 +98,12 @@ EXAMPLES = r"""
     agents:
       - {name: agent-a, cpu: 8000, memory: 32768}
       - {name: agent-b, cpu: 8000, memory: 32768}
+    output_dir: ./out
+
+- name: Plan against the live free capacity of a Nomad cluster (read-only)
+  backendai.cluster.session_render:
+    spec: "{{ session }}"
+    nomad_addr: https://nomad.example.com:4646
     output_dir: ./out
 
 - name: Only compute the plan
@@ -154,6 +167,9 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import NOMAD, VAULT, ClusterModule
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary, render_session
 
 
@@ -183,23 +199,31 @@ def _read(path: str) -> str:
 
 
 def main() -> None:
-    module = AnsibleModule(
+    base = ClusterModule(
         argument_spec=dict(
             spec=dict(type="dict", required=True, aliases=["session"]),
-            agents=dict(type="list", elements="dict", required=True),
+            agents=dict(type="list", elements="dict"),
             output_dir=dict(type="path"),
             formats=dict(type="list", elements="str", choices=["json", "hcl", "hostfile"],
                          default=["json", "hcl", "hostfile"]),
             session_id=dict(type="str"),
-            namespace=dict(type="str"),
-            region=dict(type="str"),
             fail_on_pending=dict(type="bool", default=True),
         ),
-        supports_check_mode=True,
+        shared=(NOMAD, VAULT),
     )
+    module = base.module
     p = module.params
+    agents = p["agents"]
+    if agents is None:
+        if not base.nomad_address_given():
+            module.fail_json(msg="agents is required unless a Nomad address is given (nomad_addr or NOMAD_ADDR)")
+        try:
+            with base.nomad() as client:
+                agents = live_agents(client, namespace=p["namespace"] or "default")
+        except NomadError as exc:
+            module.fail_json(msg="reading the agents from Nomad: %s" % exc, exception="")
     try:
-        rendered = render_session(p["spec"], p["agents"], session_id=p["session_id"] or "",
+        rendered = render_session(p["spec"], agents, session_id=p["session_id"] or "",
                                   namespace=p["namespace"] or "", region=p["region"] or "")
     except InputError as exc:
         module.fail_json(msg=str(exc), problems=[str(x) for x in exc.problems])

@@ -1,0 +1,420 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The ``nomad`` backend of the ``session`` and ``session_info`` modules.
+
+Create (``present``, no job yet), in this order:
+
+1. place the containers on live node data (or the given agents); PENDING fails with the reason,
+   or retries against fresh node data for ``wait_for_resources`` seconds;
+2. generate the keypair and write it to the secret backend with check-and-set ``cas=0``
+   (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
+   ``nomadVar`` is missing blocks forever (nomad#17220);
+3. register the job; 4. optionally wait until every container's allocation runs.
+
+If step 3 or 4 (or step 2 half-way) fails, the run is rolled back: the job is deregistered
+(purged) if it carries this run's session ID, and the secret is deleted if it holds this run's
+public key. The error names the failed step and what was rolled back.
+
+Update (job exists): the keys are never regenerated. The session ID comes from the stored public
+key, the job is re-rendered with it (placement prefers the agents the session already uses, and
+counts the session's own allocations as free), and Nomad's plan decides: ``Diff.Type`` None means
+unchanged. A changed job is registered again; a failure then is reported, not rolled back (the
+session existed before this run). Check mode only reads (the plan endpoint is a dry run).
+
+Absent: deregister (purge) the job, then delete the secret; nothing there means no change.
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, SpecError
+from ansible_collections.backendai.cluster.plugins.module_utils._job_diff import changes as job_changes
+from ansible_collections.backendai.cluster.plugins.module_utils._job_diff import diff_texts
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadClient, NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import MANAGED_META_KEY, TASK_NAME, dumps, register_request
+from ansible_collections.backendai.cluster.plugins.module_utils._secret_store import (
+    NOMAD_VARIABLES,
+    SecretExists,
+    SecretLocation,
+    SecretStore,
+    location_of_job,
+    location_of_plan,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._session_render import RenderedSession, plan_session, plan_summary, render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._session_view import build_view, container_status, current_allocations, is_managed
+from ansible_collections.backendai.cluster.plugins.module_utils._spec import SessionSpec, parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import derive_session_id, generate_keypair
+from ansible_collections.backendai.cluster.plugins.module_utils._vault_api import VaultClient, VaultError
+
+DEFAULT_POLL_INTERVAL = 2.0
+STEP_SECRET = "write keypair secret"
+STEP_REGISTER = "register job"
+STEP_WAIT = "wait for containers"
+
+
+class WaitFailed(BackendAIClusterError):
+    """The containers did not all reach running (a container failed, or the time ran out)."""
+
+
+class NomadBackend:
+    """Session operations against one Nomad cluster (and, for ``secrets.backend: vault``, one Vault)."""
+
+    def __init__(self, nomad: NomadClient, vault: t.Callable[[], VaultClient], hide: t.Callable[..., None],
+                 warn: t.Callable[[str], None], sleep: t.Callable[[float], None] = time.sleep,
+                 clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+        self.nomad = nomad
+        self._vault = vault
+        self._hide = hide
+        self._warn = warn
+        self._sleep = sleep
+        self._clock = clock
+        self.poll_interval = max(0.05, float(poll_interval))
+        conn = nomad.connection
+        self.namespace = conn.namespace or ""
+        self.region = conn.region or ""
+
+    # Helpers ------------------------------------------------------------------------------------
+    def _store(self, location: SecretLocation) -> SecretStore:
+        return SecretStore(location, self.nomad, self._vault, self._hide)
+
+    def _render(self, spec_raw: t.Any, agents: t.List[t.Dict[str, t.Any]], session_id: str,
+                prefer: t.AbstractSet[str]) -> RenderedSession:
+        """Render; with ``prefer`` (the agents a session already uses), try those alone first."""
+        if prefer:
+            subset = [a for a in agents if a.get("name") in prefer]
+            if subset:
+                rendered = render_session(spec_raw, subset, session_id=session_id, namespace=self.namespace,
+                                          region=self.region, with_hcl=False)
+                if rendered.plan.placed:
+                    return rendered
+        return render_session(spec_raw, agents, session_id=session_id, namespace=self.namespace,
+                              region=self.region, with_hcl=False)
+
+    def _place(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+               session_id: str, existing: t.Optional[t.Mapping[str, t.Any]], wait_for_resources: float,
+               check_mode: bool) -> RenderedSession:
+        """A placed rendering, retrying on fresh node data for ``wait_for_resources`` seconds; PENDING fails."""
+        prefer = {(g.get("Meta") or {}).get("backendai_agent") for g in (existing or {}).get("TaskGroups") or []}
+        prefer.discard(None)
+        deadline = self._clock() + max(0.0, wait_for_resources)
+        attempts = 0
+        while True:
+            attempts += 1
+            pool = agents if agents is not None else live_agents(
+                self.nomad, exclude_job=spec.name if existing is not None else None, namespace=self.namespace or "default")
+            rendered = self._render(spec_raw, pool, session_id, t.cast(t.AbstractSet[str], prefer))
+            if rendered.plan.placed:
+                return rendered
+            remaining = deadline - self._clock()
+            if agents is not None or check_mode or remaining <= 0:
+                break
+            self._sleep(min(self.poll_interval, remaining))
+        summary = plan_summary(rendered.plan)
+        message = "session %s is PENDING: %s" % (spec.name, rendered.plan.reason)
+        if agents is not None and wait_for_resources > 0:
+            message += " (wait_for_resources has no effect with an explicit agents list)"
+        elif check_mode and wait_for_resources > 0:
+            raise _CheckModePending(summary)
+        elif wait_for_resources > 0:
+            message += " (still after waiting %gs for resources, %d placement attempts)" % (wait_for_resources, attempts)
+        raise ModuleFailure(message, {"changed": False, "plan": summary})
+
+    def _logs(self, alloc: t.Mapping[str, t.Any], lines: int) -> t.List[str]:
+        """The last ``lines`` lines of stdout, then the last ``lines`` lines of stderr."""
+        if container_status(alloc) in ("pending", "unplaced"):
+            return []
+        out: t.List[str] = []
+        for stream in ("stdout", "stderr"):
+            try:
+                out.extend(self.nomad.read_logs(alloc["ID"], TASK_NAME, stream, lines=lines).splitlines())
+            except NomadError as err:
+                out.append("[%s unavailable: %s]" % (stream, err))
+        return out
+
+    def view(self, job: t.Mapping[str, t.Any], log_lines: int = 0) -> t.Dict[str, t.Any]:
+        """The session view of a job (allocations read now)."""
+        stubs = self.nomad.job_allocations(job["ID"])
+        current = current_allocations(stubs)
+        full: t.Dict[str, t.Mapping[str, t.Any]] = {}
+        for alloc in current.values():
+            detail = self.nomad.allocation(alloc["ID"])
+            if detail is not None:
+                full[alloc["ID"]] = detail
+        logs = None
+        if log_lines > 0:
+            logs = {group: self._logs(alloc, log_lines) for group, alloc in current.items()}
+        location = location_of_job(job)
+        view = build_view(job, stubs, full, logs, location.public() if location else None)
+        if any(c["node_id"] and not c["address"] for c in view["containers"]):
+            # no address of its own reported (host networking, or an older Nomad): the node's address
+            nodes = {n.get("ID"): n.get("Address") or "" for n in self.nomad.list_nodes()}
+            for c in view["containers"]:
+                if not c["address"]:
+                    c["address"] = nodes.get(c["node_id"], "")
+        return view
+
+    def _wait(self, job: t.Mapping[str, t.Any], timeout: float, version: t.Optional[int] = None) -> None:
+        """Until every container's allocation runs (a batch container may also have completed)."""
+        deadline = self._clock() + max(0.0, timeout)
+        groups = [g.get("Name") for g in job.get("TaskGroups") or []]
+        batch = job.get("Type") == "batch"
+        delay = min(0.25, self.poll_interval)
+        while True:
+            stubs = [a for a in self.nomad.job_allocations(job["ID"]) if version is None or a.get("JobVersion") == version]
+            current = current_allocations(stubs)
+            status = {g: container_status(current.get(g)) for g in groups}
+            broken = [g for g, s in status.items() if s in ("failed", "lost")]
+            if broken:
+                details = []
+                for g in broken:
+                    alloc = current[g]
+                    why = alloc.get("ClientDescription") or _last_event(alloc)
+                    details.append("%s %s%s" % (g, status[g], (" (%s)" % why) if why else ""))
+                raise WaitFailed("container(s) failed: %s" % ", ".join(details))
+            if all(s == "running" or (batch and s == "complete") for s in status.values()):
+                return
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                text = ", ".join("%s %s" % (g, s) for g, s in status.items())
+                hint = " (unplaced: Nomad could not place the allocation)" if "unplaced" in status.values() else ""
+                raise WaitFailed("containers not all running after %gs: %s%s" % (timeout, text, hint))
+            self._sleep(min(delay, remaining))
+            delay = min(delay * 2, self.poll_interval)
+
+    # present ------------------------------------------------------------------------------------
+    def present(self, spec_raw: t.Any, agents: t.Optional[t.List[t.Dict[str, t.Any]]] = None, check_mode: bool = False,
+                diff: bool = False, wait: bool = True, wait_timeout: float = 300.0,
+                wait_for_resources: float = 0.0) -> t.Dict[str, t.Any]:
+        spec = parse_spec(spec_raw)
+        existing = self.nomad.get_job(spec.name)
+        if existing is not None and not is_managed(existing):
+            namespace = existing.get("Namespace") or "default"
+            raise ModuleFailure("a Nomad job %r exists in namespace %r but was not made by backendai.cluster (its Meta has "
+                                "no %s); choose another session name" % (spec.name, namespace, MANAGED_META_KEY))
+        try:
+            if existing is None:
+                return self._create(spec_raw, spec, agents, check_mode, diff, wait, wait_timeout, wait_for_resources)
+            return self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout, wait_for_resources)
+        except _CheckModePending as pending:
+            self._warn("session %s cannot be placed now (PENDING: %s); a real run waits up to %gs for resources"
+                       % (spec.name, pending.summary["reason"], wait_for_resources))
+            return {"changed": True, "plan": pending.summary, "job": None, "session": None}
+
+    def _create(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool,
+                diff: bool, wait: bool, wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
+        if check_mode:
+            # no key is made in check mode: the session ID shown is a placeholder
+            rendered = self._place(spec_raw, spec, agents, derive_session_id(spec.name, ""), None, wait_for_resources, True)
+            return self._result(True, rendered, diff, before="", after=dumps(register_request(rendered.job)),
+                                session=None, changes=["job %s: added" % spec.name])
+        keypair = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
+        self._hide(keypair.private_key)
+        session_id = derive_session_id(spec.name, keypair.public_key)
+        rendered = self._place(spec_raw, spec, agents, session_id, None, wait_for_resources, False)
+        job = t.cast(t.Dict[str, t.Any], rendered.job)
+        store = self._store(location_of_plan(rendered.plan))
+        step = STEP_SECRET
+        try:
+            store.create(keypair)
+            step = STEP_REGISTER
+            self.nomad.register_job(register_request(job))
+            step = STEP_WAIT
+            if wait:
+                self._wait(job, wait_timeout)
+        except SecretExists as exc:
+            raise ModuleFailure("creating session %s failed at step '%s': %s while job %s does not; it is left from an "
+                                "earlier run or another run is creating this session. Nothing was changed; remove it with "
+                                "state=absent if it is a leftover" % (spec.name, step, exc, spec.name),
+                                {"changed": False, "plan": plan_summary(rendered.plan)}) from None
+        except BaseException as exc:
+            rollback = self._rollback(spec.name, session_id, store, keypair.public_key)
+            if isinstance(exc, (NomadError, VaultError, BackendAIClusterError)):
+                raise ModuleFailure("creating session %s failed at step '%s': %s. %s" % (spec.name, step, exc, rollback),
+                                    {"changed": False, "failed_step": step, "rollback": rollback,
+                                     "plan": plan_summary(rendered.plan)}) from None
+            raise
+        try:
+            view: t.Optional[t.Dict[str, t.Any]] = self.view(self.nomad.get_job(spec.name) or job)
+        except NomadError as err:  # the session is made; only reading it back failed
+            self._warn("session %s was created, but reading its state failed: %s" % (spec.name, err))
+            view = None
+        return self._result(True, rendered, diff, before="", after=dumps(register_request(job)), session=view,
+                            changes=["job %s: added" % spec.name], location=store.location)
+
+    def _rollback(self, name: str, session_id: str, store: SecretStore, public_key: str) -> str:
+        done: t.List[str] = []
+        failed: t.List[str] = []
+        try:
+            job = self.nomad.get_job(name)
+            ours = job is not None and (job.get("Meta") or {}).get("BACKENDAI_SESSION_ID") == session_id
+        except NomadError:
+            job, ours = None, True  # cannot tell: the job did not exist when this run began, so try
+        if ours:
+            try:
+                self.nomad.deregister_job(name, purge=True)
+                done.append("job %s deregistered (purged)" % name)
+            except NomadError as err:
+                failed.append("deregistering job %s: %s" % (name, err))
+        try:
+            if store.delete_if_ours(public_key):
+                done.append("%s deleted" % store.location.describe())
+        except (NomadError, VaultError) as err:
+            failed.append("deleting %s: %s" % (store.location.describe(), err))
+        text = "Rolled back: %s" % ("; ".join(done) if done else "nothing had been created")
+        if failed:
+            text += ". Rollback INCOMPLETE: %s; remove the leftovers with state=absent" % "; ".join(failed)
+        return text
+
+    def _update(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
+                agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
+                wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
+        name = spec.name
+        stored_at = location_of_job(existing) or location_of_plan(plan_session(spec_raw, []))
+        public_key = self._store(stored_at).read_public_key()
+        if not public_key:
+            raise ModuleFailure("session %s: job %s exists but its keypair (%s) is missing; remove the session with "
+                                "state=absent and create it again" % (name, name, stored_at.describe()))
+        session_id = derive_session_id(name, public_key)
+        rendered = self._place(spec_raw, spec, agents, session_id, existing, wait_for_resources, check_mode)
+        wanted_at = location_of_plan(rendered.plan)
+        if wanted_at != stored_at:
+            raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
+                                "%s); remove the session with state=absent and create it again"
+                                % (name, stored_at.describe(), wanted_at.describe()))
+        job = t.cast(t.Dict[str, t.Any], rendered.job)
+        plan = self.nomad.plan_job(job, diff=True)
+        found = job_changes(plan.get("Diff"))
+        changed = ((plan.get("Diff") or {}).get("Type") or "None") != "None"
+        failed_groups = sorted((plan.get("FailedTGAllocs") or {}).keys())
+        if changed and failed_groups:
+            self._warn("Nomad's scheduler reports it cannot place the updated task group(s) %s now"
+                       % ", ".join(failed_groups))
+        before, after = diff_texts(found)
+        if not changed:
+            if wait and not check_mode:
+                try:
+                    self._wait(existing, wait_timeout)
+                except WaitFailed as err:
+                    raise ModuleFailure("session %s is unchanged but not all of its containers run: %s" % (name, err),
+                                        {"changed": False, "session": self.view(existing)}) from None
+            return self._result(False, rendered, diff, before, after, self.view(existing), [], stored_at)
+        if check_mode:
+            return self._result(True, rendered, diff, before, after, self.view(existing), [str(c) for c in found], stored_at)
+        try:
+            self.nomad.register_job(register_request(job))
+        except NomadError as err:
+            raise ModuleFailure("updating session %s failed at step '%s': %s. Nothing to roll back: the previous job "
+                                "version stays registered and the keypair is unchanged" % (name, STEP_REGISTER, err),
+                                {"changed": False, "failed_step": STEP_REGISTER}) from None
+        current = self.nomad.get_job(name) or job
+        if wait:
+            try:
+                self._wait(current, wait_timeout, version=current.get("Version"))
+            except (WaitFailed, NomadError) as err:
+                raise ModuleFailure("updating session %s failed at step '%s': %s. The new job version stays registered "
+                                    "(an existing session is not rolled back; fix the spec and run again, or remove it "
+                                    "with state=absent)" % (name, STEP_WAIT, err),
+                                    {"changed": True, "failed_step": STEP_WAIT, "session": self.view(current)}) from None
+        return self._result(True, rendered, diff, before, after, self.view(current), [str(c) for c in found], stored_at)
+
+    def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
+                session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],
+                location: t.Optional[SecretLocation] = None) -> t.Dict[str, t.Any]:
+        result: t.Dict[str, t.Any] = {
+            "changed": changed,
+            "session": session,
+            "plan": plan_summary(rendered.plan),
+            "job": register_request(rendered.job) if rendered.job is not None else None,
+            "changes": changes,
+            "secret": (location or location_of_plan(rendered.plan)).public(),
+        }
+        if diff and changed:
+            name = rendered.plan.spec.name
+            result["diff"] = {"before": before, "after": after, "before_header": "nomad job %s" % name,
+                              "after_header": "nomad job %s" % name}
+        return result
+
+    # absent -------------------------------------------------------------------------------------
+    def absent(self, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
+               diff: bool = False) -> t.Dict[str, t.Any]:
+        spec = None
+        if spec_raw is not None:
+            spec_name = spec_raw.get("name") if isinstance(spec_raw, dict) else None
+            if name and spec_name and name != spec_name:
+                raise ModuleFailure("name %r and spec.name %r differ" % (name, spec_name))
+            name = name or spec_name
+            try:  # a full spec tells where a Vault-stored keypair is; {name: ...} alone is enough otherwise
+                spec = parse_spec(spec_raw)
+            except SpecError:
+                spec = None
+        if not name:
+            raise ModuleFailure("state=absent needs the session name (name, or spec with a name)")
+        job = self.nomad.get_job(name)
+        if job is not None and not is_managed(job):
+            raise ModuleFailure("the Nomad job %r was not made by backendai.cluster (its Meta has no %s); not removing it"
+                                % (name, MANAGED_META_KEY))
+        locations: t.List[SecretLocation] = []
+        from_job = location_of_job(job) if job is not None else None
+        if from_job is not None:
+            locations.append(from_job)
+        if spec is not None:
+            locations.append(location_of_plan(plan_session(spec_raw, [])))
+        if not locations:
+            locations.append(SecretLocation(NOMAD_VARIABLES, "nomad/jobs/%s" % name))
+        stores = [self._store(loc) for loc in dict.fromkeys(locations)]
+        present = [s for s in stores if s.exists()]
+        changed = job is not None or bool(present)
+        result: t.Dict[str, t.Any] = {
+            "changed": changed,
+            "session": None,
+            "removed": {"job": job is not None, "secrets": [s.location.describe() for s in present]},
+        }
+        if diff and changed:
+            before = ""
+            if job is not None:
+                meta = job.get("Meta") or {}
+                before += "nomad job %s: session %s, containers %s\n" % (
+                    name, meta.get("BACKENDAI_SESSION_ID", "?"), ",".join(g.get("Name") or "" for g in job.get("TaskGroups") or []))
+            for s in present:
+                before += "keypair: %s\n" % s.location.describe()
+            result["diff"] = {"before": before, "after": "", "before_header": "session %s" % name,
+                              "after_header": "session %s" % name}
+        if check_mode or not changed:
+            return result
+        if job is not None:
+            self.nomad.deregister_job(name, purge=True)
+        for s in present:
+            s.delete()
+        return result
+
+    # info ---------------------------------------------------------------------------------------
+    def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
+        if name:
+            job = self.nomad.get_job(name)
+            return [self.view(job, log_lines)] if job is not None and is_managed(job) else []
+        views = []
+        for stub in self.nomad.list_jobs(meta=True):
+            if (stub.get("Meta") or {}).get(MANAGED_META_KEY) != stub.get("ID"):
+                continue
+            job = self.nomad.get_job(stub["ID"])
+            if job is not None and is_managed(job):
+                views.append(self.view(job, log_lines))
+        return views
+
+
+class _CheckModePending(Exception):
+    def __init__(self, summary: t.Dict[str, t.Any]) -> None:
+        super().__init__("pending")
+        self.summary = summary
+
+
+def _last_event(alloc: t.Mapping[str, t.Any]) -> str:
+    for state in (alloc.get("TaskStates") or {}).values():
+        events = (state or {}).get("Events") or []
+        if events:
+            return str(events[-1].get("DisplayMessage") or events[-1].get("Type") or "")
+    return ""

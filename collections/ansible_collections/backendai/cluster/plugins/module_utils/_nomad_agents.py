@@ -1,0 +1,70 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Agents (placement input) from live Nomad node data.
+
+The ``session`` module and the ``nomad_nodes`` inventory plugin read nodes the same way:
+:func:`summarize_node` (``_nomad_api``) gives free capacity, and :func:`agent_from_summary` turns a
+summary into the agent mapping placement takes. The inventory plugin stores that mapping as the
+host variable ``backendai_agent``, so a playbook can build the same ``agents`` list from hostvars.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadClient, summarize_node
+
+#: Jobs without a NodePool (as this collection renders them) only run in Nomad's default pool.
+SCHEDULABLE_POOLS = ("default",)
+#: The device the rendered job requests for ``resources.gpu`` (``nvidia/gpu``): vendor, type.
+GPU_DEVICE = ("nvidia", "gpu")
+
+
+def free_gpus(summary: t.Mapping[str, t.Any]) -> int:
+    """Free ``nvidia/gpu`` device instances of a node summary (over every model)."""
+    total = 0
+    for key, count in ((summary.get("free") or {}).get("devices") or {}).items():
+        parts = key.split("/")
+        if tuple(parts[:2]) == GPU_DEVICE:
+            total += int(count)
+    return total
+
+
+def is_schedulable(summary: t.Mapping[str, t.Any]) -> bool:
+    """Ready, eligible, not draining: a node Nomad places new allocations on."""
+    return summary.get("status") == "ready" and bool(summary.get("eligible")) and not summary.get("drain")
+
+
+def agent_from_summary(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """The placement agent (``{name, cpu, memory, gpu, datacenter, drivers, node_pool}``) of a node summary."""
+    free = summary.get("free") or {}
+    return {
+        "name": summary.get("name"),
+        "cpu": int(free.get("cpu") or 0),
+        "memory": int(free.get("memory") or 0),
+        "gpu": free_gpus(summary),
+        "datacenter": summary.get("datacenter") or "dc1",
+        "drivers": list(summary.get("drivers") or []),
+        "node_pool": summary.get("node_pool") or "default",
+    }
+
+
+def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None,
+                namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
+    """Free capacity of every ready, eligible node of the default node pool, sorted by name.
+
+    With ``exclude_job``, that job's own allocations count as free (re-planning an existing
+    session must see the capacity it already holds, or it would not fit where it runs).
+    """
+    agents = []
+    for stub in client.list_nodes(resources=True):
+        if stub.get("NodePool", "default") not in SCHEDULABLE_POOLS:
+            continue
+        if stub.get("Status") != "ready" or stub.get("SchedulingEligibility") != "eligible" or stub.get("Drain"):
+            continue
+        allocations = client.node_allocations(stub["ID"])
+        if exclude_job:
+            allocations = [a for a in allocations
+                           if not (a.get("JobID") == exclude_job and (a.get("Namespace") or "default") == namespace)]
+        agents.append(agent_from_summary(summarize_node(stub, allocations)))
+    return sorted(agents, key=lambda a: a["name"] or "")

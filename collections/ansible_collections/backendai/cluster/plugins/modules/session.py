@@ -1,0 +1,309 @@
+#!/usr/bin/python
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: session
+short_description: Create, update or remove a Backend.AI-style cluster compute session on Nomad or on this machine
+version_added: 0.1.0
+description:
+  - Makes a cluster session from a declarative spec - containers that share a private network, know each other by
+    name (C(main1), C(sub1), ...), carry the environment variables distributed frameworks read, and can C(ssh) into
+    each other without setup.
+  - "With O(backend=nomad): places the containers on the free capacity of the ready, eligible Nomad client nodes
+    (or on O(agents)), generates the session's SSH keypair, writes it to Nomad Variables (C(nomad/jobs/<name>)) or
+    Vault KV v2 with check-and-set C(cas=0) B(before) registering the job, registers the job, and optionally waits
+    until every container runs."
+  - If a step after the keypair is written fails (job registration, waiting), the session is rolled back - the job is
+    deregistered and purged and the secret deleted - and the error names the failed step.
+  - Idempotent. For an existing session the keys are never regenerated; the job is re-rendered with the stored
+    public key's session ID and Nomad's job plan decides whether anything changed.
+  - With O(backend=local), the session runs on this machine (see the local runtime); the result has the same shape.
+  - The private key and tokens never appear in results, diffs or logs.
+author:
+  - backendai.cluster contributors (@backendai-cluster)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - backendai.cluster.nomad_connection
+  - backendai.cluster.vault_connection
+  - backendai.cluster.local_runtime
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Nothing is written anywhere (no key, variable, secret or job). For an existing session the job plan endpoint
+        (a read-only dry run) tells whether the job would change.
+      - For a new session the session ID in the result is a placeholder (the real one derives from the key made at
+        creation).
+  diff_mode:
+    support: full
+    details:
+      - New session - the rendered job (secret-free).
+      - Changed session - the job fields that change, from Nomad's plan.
+      - Removed session - the job and where its keypair was. Never key material.
+  platform:
+    platforms: posix
+  action_group:
+    description: Use C(group/backendai.cluster.nomad) in C(module_defaults) to set the connection options once.
+    support: full
+    membership:
+      - backendai.cluster.nomad
+options:
+  state:
+    description:
+      - V(present) creates the session or updates it to match O(spec); V(absent) stops and removes it.
+    type: str
+    choices: [present, absent]
+    default: present
+  backend:
+    description:
+      - Where the session runs.
+      - Defaults to V(nomad) when a Nomad address is given (O(nomad_addr) or E(NOMAD_ADDR)), else V(local).
+    type: str
+    choices: [nomad, local]
+  spec:
+    description:
+      - The session spec (what playbooks pass as the variable C(session)). See the repository README for every key;
+        unknown keys are rejected and every problem is reported at once.
+      - Required with O(state=present). With O(state=absent), O(spec) or O(name) names the session.
+    type: dict
+    aliases: [session]
+  name:
+    description:
+      - The session name (the Nomad job ID), for O(state=absent) without a spec.
+      - With a spec, it must equal C(spec.name).
+    type: str
+  agents:
+    description:
+      - Agents with their B(free) capacity, each C({name, cpu, memory, gpu, datacenter, drivers}) (CPU in MHz,
+        memory in MB, GPU devices); extra keys are ignored.
+      - For the nomad backend the default is live node data - every ready, eligible, non-draining client node of the
+        C(default) node pool, with its free capacity as the C(backendai.cluster.nomad_nodes) inventory plugin computes
+        it (for an existing session its own allocations count as free).
+      - The inventory plugin puts that same mapping into each host's C(backendai_agent) variable, so the same list can
+        be built from C(hostvars) (see the examples).
+    type: list
+    elements: dict
+  wait:
+    description:
+      - Wait until every container's allocation is running (a container of a batch session may also have completed).
+      - When a new session does not get there within O(wait_timeout), it is rolled back.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait for the containers when O(wait=true).
+    type: int
+    default: 300
+  wait_for_resources:
+    description:
+      - When the session cannot be placed (C(PENDING)), retry placement against fresh node data every two seconds for
+        up to this many seconds before failing. V(0) fails at once with the reason.
+      - Has no effect with an explicit O(agents) list.
+    type: int
+    default: 0
+  keep_logs:
+    description: With O(state=absent) and the local backend, keep the containers' logs in O(state_dir).
+    type: bool
+    default: false
+requirements:
+  - python-nomad (nomad backend)
+  - cryptography (to generate the session keypair)
+  - hvac (when the spec stores the keypair in Vault)
+notes:
+  - The job's tasks read the keypair at runtime from the secret backend; it is never in the job, its Env or its Meta.
+  - Changing C(spec.secrets) of an existing session is refused; remove the session and create it again.
+  - Updating an existing session is not rolled back on failure (it existed before); the error says what happened.
+seealso:
+  - module: backendai.cluster.session_info
+  - module: backendai.cluster.session_render
+  - plugin: backendai.cluster.nomad_nodes
+    plugin_type: inventory
+"""
+
+EXAMPLES = r"""
+- name: Run a four-container training session on Nomad
+  backendai.cluster.session:
+    nomad_addr: https://nomad.example.com:4646
+    ca_cert: /etc/nomad.d/ca.pem
+    spec:
+      name: train-42
+      image: registry.example.com/pytorch-sshd:2.3
+      command: [torchrun, --nnodes=4, train.py]
+      cluster_size: 4
+      cluster_mode: multi-node
+      resources: {cpu: 2000, memory: 8192, gpu: 1}
+    wait_timeout: 600
+  register: created
+
+- name: Show how to reach main1
+  ansible.builtin.debug:
+    msg: "{{ created.session.main1.ssh_command }}"
+
+- name: Create the session, waiting up to 10 minutes for free capacity
+  backendai.cluster.session:
+    spec: "{{ session }}"
+    wait_for_resources: 600
+
+- name: Place on agents from the nomad_nodes inventory instead of live data
+  backendai.cluster.session:
+    spec: "{{ session }}"
+    agents: "{{ groups['agents'] | map('extract', hostvars, 'backendai_agent') | list }}"
+
+- name: Same connection options for every module of the collection
+  module_defaults:
+    group/backendai.cluster.nomad:
+      nomad_addr: "{{ nomad_addr }}"
+      token: "{{ nomad_token }}"
+  block:
+    - name: Remove the session (job purged, keypair deleted)
+      backendai.cluster.session:
+        name: train-42
+        state: absent
+
+- name: A session on this machine (local backend)
+  backendai.cluster.session:
+    backend: local
+    spec: "{{ session }}"
+"""
+
+RETURN = r"""
+session:
+  description:
+    - The session view (same shape for both backends); null in check mode for a new session and after O(state=absent).
+  returned: success
+  type: dict
+  contains:
+    name:
+      description: Session name (the Nomad job ID).
+      type: str
+      sample: train-42
+    backend:
+      description: V(nomad) or V(local).
+      type: str
+      sample: nomad
+    session_id:
+      description: C(BACKENDAI_SESSION_ID), also main1's kernel ID.
+      type: str
+    state:
+      description: One of C(PENDING), C(SCHEDULED), C(RUNNING), C(DEGRADED), C(TERMINATED), C(ERROR).
+      type: str
+      sample: RUNNING
+    mode:
+      description: C(single-node) or C(multi-node).
+      type: str
+    network_mode:
+      description: C(bridge) or C(cni/<network>).
+      type: str
+    containers:
+      description:
+        - One entry per container, main1 first - C(hostname), C(role), C(idx), C(agent) (node name), C(address),
+          C(status), C(exit_code), C(restarts); nomad adds C(alloc_id) and C(node_id).
+      type: list
+      elements: dict
+    main1:
+      description:
+        - How to reach main1 - C(address) and C(ssh_port) (the published sshd port on the node), C(ssh_command),
+          C(ports) (every published port by label). Log in with the session's private key, kept in the secret backend.
+      type: dict
+      sample: {address: 10.0.0.10, ssh_port: 23456, ssh_command: ssh -p 23456 root@10.0.0.10}
+plan:
+  description: The placement plan (secret-free), as M(backendai.cluster.session_render) returns it.
+  returned: success and O(state=present)
+  type: dict
+job:
+  description: 'The register request body (C({"Job": ...})) of the rendered job; it holds no secret.'
+  returned: success, O(state=present), nomad backend
+  type: dict
+changes:
+  description: The job fields that change (from Nomad's plan), one line each; empty when unchanged.
+  returned: success, O(state=present), nomad backend
+  type: list
+  elements: str
+  sample: ["TaskGroups[main1].Tasks[kernel].Env[FOO]: bar -> baz"]
+secret:
+  description: Where the keypair lives (backend, path, mount, item names); never the key.
+  returned: success, O(state=present), nomad backend
+  type: dict
+  sample: {backend: nomad-variables, path: nomad/jobs/train-42, private_key_item: ssh_private_key,
+           public_key_item: ssh_public_key}
+removed:
+  description: What O(state=absent) removed (or would remove) - C(job) (bool) and C(secrets) (descriptions).
+  returned: O(state=absent), nomad backend
+  type: dict
+failed_step:
+  description: The step that failed (C(write keypair secret), C(register job), C(wait for containers)).
+  returned: on failure after placement
+  type: str
+rollback:
+  description: What was rolled back after a failed creation.
+  returned: on failure of a creation
+  type: str
+"""
+
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
+from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NOMAD, VAULT, ClusterModule, ModuleFailure
+
+
+def _name(module: ClusterModule) -> t.Optional[str]:
+    p = module.params
+    spec = p["spec"] or {}
+    name = spec.get("name") if isinstance(spec, dict) else None
+    if p["name"] and name and p["name"] != name:
+        raise ModuleFailure("name %r and spec.name %r differ" % (p["name"], name))
+    return p["name"] or name
+
+
+def run(module: ClusterModule) -> t.Dict[str, t.Any]:
+    p = module.params
+    backend = p["backend"] or (NOMAD if module.nomad_address_given() else LOCAL)
+    if backend == LOCAL:
+        if p["agents"] is not None:
+            module.warn("agents is ignored by the local backend (the session runs on this machine)")
+        if p["state"] == "present":
+            return _backend_local.local_present(p["spec"], p["state_dir"], check_mode=module.check_mode, wait=p["wait"],
+                                                timeout=float(p["wait_timeout"]))
+        name = _name(module)
+        if not name:
+            raise ModuleFailure("state=absent needs the session name (name, or spec with a name)")
+        return _backend_local.local_absent(name, p["state_dir"], check_mode=module.check_mode, keep_logs=p["keep_logs"])
+
+    if p["state"] == "present" and not module.check_mode:
+        module.require("cryptography")
+    secrets = (p["spec"] or {}).get("secrets") if isinstance(p["spec"], dict) else None
+    if isinstance(secrets, dict) and secrets.get("backend") == "vault":
+        module.vault()  # library and options checked before anything is written
+    nomad = NomadBackend(module.nomad(), module.vault, module.hide, module.warn)
+    if p["state"] == "present":
+        return nomad.present(p["spec"], agents=p["agents"], check_mode=module.check_mode, diff=module.diff_mode,
+                             wait=p["wait"], wait_timeout=float(p["wait_timeout"]),
+                             wait_for_resources=float(p["wait_for_resources"]))
+    return nomad.absent(name=p["name"], spec_raw=p["spec"], check_mode=module.check_mode, diff=module.diff_mode)
+
+
+def main() -> None:
+    module = ClusterModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            backend=dict(type="str", choices=["nomad", "local"]),
+            spec=dict(type="dict", aliases=["session"]),
+            name=dict(type="str"),
+            agents=dict(type="list", elements="dict"),
+            wait=dict(type="bool", default=True),
+            wait_timeout=dict(type="int", default=300),
+            wait_for_resources=dict(type="int", default=0),
+            keep_logs=dict(type="bool", default=False),
+        ),
+        shared=(NOMAD, VAULT, LOCAL),
+        required_if=[("state", "present", ["spec"]), ("state", "absent", ["name", "spec"], True)],
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+#!/usr/bin/python
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: session_info
+short_description: Show Backend.AI-style cluster sessions, their containers and log tails
+version_added: 0.1.0
+description:
+  - Returns one session (O(name)) or every session made by this collection - on Nomad, the jobs whose C(Meta) carries
+    C(backendai_cluster_session); with the local backend, the sessions under O(state_dir).
+  - "Per session: its state - C(PENDING) (job exists, some container has no allocation: Nomad could not place it yet),
+    C(SCHEDULED) (allocations pending), C(RUNNING) (every container runs), C(DEGRADED) (some container failed, was lost
+    or is restarting while others are up), C(TERMINATED) (stopped, or every container completed), C(ERROR) (every
+    container is down and at least one failed)."
+  - Per container - allocation status, node, address, restarts, exit code, and with O(log_lines) the end of its logs.
+  - Read-only.
+author:
+  - backendai.cluster contributors (@backendai-cluster)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - backendai.cluster.nomad_connection
+  - backendai.cluster.vault_connection
+  - backendai.cluster.local_runtime
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: N/A
+    details: The module changes nothing.
+  action_group:
+    description: Use C(group/backendai.cluster.nomad) in C(module_defaults) to set the connection options once.
+    support: full
+    membership:
+      - backendai.cluster.nomad
+  platform:
+    platforms: posix
+options:
+  name:
+    description: The session to show. When omitted, every session made by this collection is shown.
+    type: str
+  backend:
+    description:
+      - Where the sessions run.
+      - Defaults to V(nomad) when a Nomad address is given (O(nomad_addr) or E(NOMAD_ADDR)), else V(local).
+    type: str
+    choices: [nomad, local]
+  log_lines:
+    description:
+      - How many lines of the end of each container's logs to return in C(log_tail), a list of lines (nomad - the last
+        N lines of stdout followed by the last N lines of stderr). V(0) reads no logs.
+    type: int
+    default: 0
+notes:
+  - The Vault options are accepted so that one C(module_defaults) group serves every module; this module does not
+    contact Vault.
+requirements:
+  - python-nomad (nomad backend)
+seealso:
+  - module: backendai.cluster.session
+"""
+
+EXAMPLES = r"""
+- name: Every session on the Nomad cluster
+  backendai.cluster.session_info:
+    nomad_addr: https://nomad.example.com:4646
+  register: all_sessions
+
+- name: One session with the last 20 log lines of each container
+  backendai.cluster.session_info:
+    name: train-42
+    log_lines: 20
+  register: info
+
+- name: Fail when a container has died
+  ansible.builtin.assert:
+    that: info.sessions[0].state == 'RUNNING'
+    fail_msg: "{{ info.sessions[0].containers | selectattr('status', 'ne', 'running') | list }}"
+"""
+
+RETURN = r"""
+sessions:
+  description:
+    - The session views (same shape as RV(backendai.cluster.session#module:session)); empty when O(name) is not a session.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Session name (the Nomad job ID).
+      type: str
+    backend:
+      description: V(nomad) or V(local).
+      type: str
+    session_id:
+      description: C(BACKENDAI_SESSION_ID).
+      type: str
+    state:
+      description: C(PENDING), C(SCHEDULED), C(RUNNING), C(DEGRADED), C(TERMINATED) or C(ERROR).
+      type: str
+      sample: RUNNING
+    containers:
+      description:
+        - Per container - C(hostname), C(role), C(idx), C(agent), C(address), C(status) (Nomad's client status, or
+          C(restarting), or C(unplaced)), C(exit_code), C(restarts), C(log_tail) (with O(log_lines)).
+      type: list
+      elements: dict
+    main1:
+      description: C(address), C(ssh_port), C(ssh_command) and published C(ports) of main1.
+      type: dict
+"""
+
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
+from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NOMAD, VAULT, ClusterModule, ModuleFailure
+
+
+def run(module: ClusterModule) -> t.Dict[str, t.Any]:
+    p = module.params
+    if p["log_lines"] < 0:
+        raise ModuleFailure("log_lines must be 0 or more")
+    backend = p["backend"] or (NOMAD if module.nomad_address_given() else LOCAL)
+    if backend == LOCAL:
+        sessions = _backend_local.local_info(p["state_dir"], name=p["name"], log_lines=p["log_lines"])
+    else:
+        nomad = NomadBackend(module.nomad(), module.vault, module.hide, module.warn)
+        sessions = nomad.info(name=p["name"], log_lines=p["log_lines"])
+    return {"changed": False, "sessions": sessions}
+
+
+def main() -> None:
+    module = ClusterModule(
+        argument_spec=dict(
+            name=dict(type="str"),
+            backend=dict(type="str", choices=["nomad", "local"]),
+            log_lines=dict(type="int", default=0),
+        ),
+        shared=(NOMAD, VAULT, LOCAL),
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Bring-up and teardown time of the local runtime, against a minimal shell baseline.
+
+For each size N: create_session() until every container's sshd sends its banner (and
+main1's published port does), then destroy_session(); and a minimal shell script that
+only does, for N containers, ip netns add + CNI ADD (loopback, bridge, firewall) + sshd,
+waits until every sshd accepts a TCP connection, then tears down.  Needs root.
+
+    sudo python3 benchmarks/local_bringup.py --sizes 16,64 --repeat 3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "collections"))
+
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import (  # noqa: E402
+    IP_FORWARD,
+    forwarding_off,
+    prune_shared_chains,
+)
+
+BASELINE = r"""#!/bin/bash
+# Minimal bring-up: netns + CNI ADD (loopback, bridge, firewall) + sshd, N containers.
+set -eu
+N=$1; KEY=$2; WORK=$3; BR=baibench0; NET=baibench
+now() { date +%s.%N; }
+conf() {  # $1 = plugin json, $2 = prevResult json or empty
+  printf '{"cniVersion":"1.0.0","name":"%s"%s,%s' "$NET" "${2:+,\"prevResult\":$2}" "${1#\{}"
+}
+BRIDGE='{"type":"bridge","bridge":"'$BR'","isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.231.254.0/24"}]],"dataDir":"'$WORK'/ipam"}}'
+FW='{"type":"firewall","backend":"iptables"}'
+cni() {  # $1 = command, $2 = container, $3 = plugin type, $4 = conf
+  CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=/run/netns/$2 CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni \
+    /usr/lib/cni/$3 <<<"$4"
+}
+cat > "$WORK/sshd_config" <<EOF
+Port 2200
+HostKey $KEY
+AuthorizedKeysFile $KEY.pub
+PidFile none
+UsePAM no
+StrictModes no
+EOF
+made_privsep=; [ -d /run/sshd ] || { mkdir /run/sshd; made_privsep=1; }
+t0=$(now)
+for i in $(seq 1 $N); do echo "netns add bench$i"; done | ip -batch -
+for i in $(seq 1 $N); do
+  ( cni ADD bench$i loopback '{"cniVersion":"1.0.0","name":"'$NET'","type":"loopback"}' >/dev/null
+    r=$(cni ADD bench$i bridge "$(conf "$BRIDGE")")
+    cni ADD bench$i firewall "$(conf "$FW" "$r")" > "$WORK/res$i"
+    ip netns exec bench$i /usr/sbin/sshd -D -e -f "$WORK/sshd_config" 2>/dev/null &
+  ) &
+done
+wait_pids=$(jobs -p); for p in $wait_pids; do wait $p; done
+for i in $(seq 1 $N); do
+  ip=$(grep -o '"address": "[0-9.]*' "$WORK/res$i" | cut -d'"' -f4)
+  until (exec 3<>/dev/tcp/$ip/2200) 2>/dev/null; do :; done
+done
+t1=$(now)
+for i in $(seq 1 $N); do
+  ip netns pids bench$i | xargs -r kill -9
+  ( cni DEL bench$i firewall "$(conf "$FW" "$(cat "$WORK/res$i")")"
+    cni DEL bench$i bridge "$(conf "$BRIDGE")"
+    cni DEL bench$i loopback '{"cniVersion":"1.0.0","name":"'$NET'","type":"loopback"}' ) &
+done
+wait
+for i in $(seq 1 $N); do echo "netns delete bench$i"; done | ip -batch -
+ip link delete $BR
+t2=$(now)
+[ -z "$made_privsep" ] || rmdir /run/sshd
+echo "up=$(echo "$t1 - $t0" | bc) down=$(echo "$t2 - $t1" | bc)"
+"""
+
+
+def make_session(name: str, size: int, key: str) -> dict[str, Any]:
+    hosts = ["main1"] + ["sub%d" % i for i in range(1, size)]
+    sid = str(uuid.uuid4())
+    with open(key) as f:
+        private = f.read()
+    with open(key + ".pub") as f:
+        public = f.read()
+    containers = []
+    for rank, host in enumerate(hosts):
+        env = {"BACKENDAI_CLUSTER_HOST": host, "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts),
+               "BACKENDAI_CLUSTER_SIZE": str(size), "WORLD_RANK": str(rank), "MASTER_ADDR": "main1",
+               "BACKENDAI_SESSION_ID": sid,
+               "TF_CONFIG": json.dumps({"cluster": {"worker": ["%s:12345" % h for h in hosts]},
+                                        "task": {"type": "worker", "index": rank}})}
+        containers.append({"hostname": host, "role": "main" if rank == 0 else "sub", "idx": max(rank, 1),
+                           "agent": "local", "env": env, "command": [], "publish": rank == 0})
+    return {"name": name, "session_id": sid, "containers": containers, "mounts": [],
+            "ssh": {"port": 2200, "key_type": "ed25519", "private_key": private, "public_key": public}}
+
+
+def bench_runtime(size: int, repeat: int, key: str, state_root: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"up": [], "down": [], "network": [], "ready": []}
+    for i in range(repeat):
+        name = "bench-%d-%d" % (size, i)
+        t = time.monotonic()
+        res = rt.create_session(make_session(name, size, key), state_root)
+        out["up"].append(time.monotonic() - t)
+        out["network"].append(res["timings"]["network"])
+        out["ready"].append(res["timings"]["containers_ready"])
+        t = time.monotonic()
+        rt.destroy_session(name, state_root)
+        out["down"].append(time.monotonic() - t)
+    return out
+
+
+def bench_baseline(size: int, repeat: int, key: str, work: str) -> dict[str, list[float]]:
+    script = os.path.join(work, "baseline.sh")
+    with open(script, "w") as f:
+        f.write(BASELINE)
+    out: dict[str, list[float]] = {"up": [], "down": []}
+    with open(IP_FORWARD) as f:
+        forward = f.read().strip()
+    try:
+        for i in range(repeat):
+            run = os.path.join(work, "run%d-%d" % (size, i))
+            os.makedirs(run)
+            proc = subprocess.run(["bash", script, str(size), key, run], stdout=subprocess.PIPE, text=True,
+                                  check=True)
+            fields = dict(kv.split("=") for kv in proc.stdout.split())
+            out["up"].append(float(fields["up"]))
+            out["down"].append(float(fields["down"]))
+    finally:
+        # what the baseline does not clean: the plugins' shared chains and ip_forward
+        prune_shared_chains()
+        if forward == "0":
+            forwarding_off()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="16,64")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root", file=sys.stderr)
+        return 2
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bai-bench-") as work:
+        key = os.path.join(work, "id")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+        for size in (int(s) for s in args.sizes.split(",")):
+            results["runtime-%d" % size] = bench_runtime(size, args.repeat, key, os.path.join(work, "state"))
+            if not args.no_baseline:
+                results["baseline-%d" % size] = bench_baseline(size, args.repeat, key, work)
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return 0
+    print("%-14s %8s %8s %8s %8s   (median of %d, seconds)" % ("", "up", "down", "network", "ready", args.repeat))
+    for label, r in results.items():
+        cells = ["%8.2f" % statistics.median(r[k]) if k in r else "%8s" % "-"
+                 for k in ("up", "down", "network", "ready")]
+        print("%-14s %s" % (label, " ".join(cells)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

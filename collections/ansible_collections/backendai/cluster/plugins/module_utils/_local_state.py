@@ -1,0 +1,289 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""State directory of a local cluster session: layout, journal, locks, subnet registry.
+
+Every side effect the local runtime makes outside its state directory is first
+recorded in ``<state_root>/<name>/journal`` (one JSON object per line, fsync'ed),
+so that ``destroy_session`` can undo a session whose creator was killed at any point.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
+
+# Testing hook: "kill:N" SIGKILLs the creating process, "raise:N" raises, when the
+# journal is about to receive its (N+1)-th record (so N side effects were started).
+FAULT_ENV = "BACKENDAI_CLUSTER_LOCAL_FAULT"
+
+SUBNET_POOL = ipaddress.IPv4Network("10.231.0.0/16")
+SUBNET_PREFIX = 24
+
+# Path under which a container sees its session's state directory.
+CONTAINER_STATE_DIR = "/run/backendai-cluster"
+
+SANE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Set (to the session's state dir) in the environment of every process started for a
+# session, so destroy finds them all, even those of a creator that was killed.
+OWNER_ENV = "BACKENDAI_CLUSTER_LOCAL_OWNER"
+
+
+def owner_env(owner: str) -> dict[str, str]:
+    """A minimal environment for the runtime's subprocesses, tagged with their session."""
+    return {"PATH": SANE_PATH, OWNER_ENV: owner}
+
+
+class LocalRuntimeError(BackendAIClusterError):
+    """Any failure of the local runtime; the message says what went wrong and what is needed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SessionPaths:
+    """Layout of ``<state_root>/<name>/``."""
+
+    state_root: str
+    name: str
+
+    @property
+    def root(self) -> str:
+        return os.path.join(self.state_root, self.name)
+
+    def _p(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    @property
+    def journal(self) -> str:
+        return self._p("journal")
+
+    @property
+    def session_json(self) -> str:
+        return self._p("session.json")
+
+    @property
+    def subnet_file(self) -> str:
+        return self._p("subnet")
+
+    @property
+    def hosts_file(self) -> str:
+        return self._p("hosts")
+
+    @property
+    def resolv_conf(self) -> str:
+        return self._p("resolv.conf")
+
+    @property
+    def user_ssh_config(self) -> str:
+        return self._p("ssh_config")
+
+    @property
+    def ssh_dir(self) -> str:
+        return self._p("ssh")
+
+    @property
+    def private_key(self) -> str:
+        return self._p("ssh", "id_cluster")
+
+    @property
+    def cni_dir(self) -> str:
+        return self._p("cni")
+
+    @property
+    def ipam_dir(self) -> str:
+        return self._p("cni", "ipam")
+
+    @property
+    def logs_dir(self) -> str:
+        return self._p("logs")
+
+    def container_dir(self, host: str) -> str:
+        return self._p("containers", host)
+
+    def log(self, host: str) -> str:
+        return self._p("logs", host + ".log")
+
+    def system_log(self, host: str) -> str:
+        return self._p("logs", host + ".system.log")
+
+    def exitcode(self, host: str) -> str:
+        return self._p("logs", host + ".exitcode")
+
+    def cni_cache(self, host: str) -> str:
+        return self._p("cni", host + ".json")
+
+    def in_container(self, host_path: str) -> str:
+        """The path under which a container sees ``host_path`` (a path inside this state dir)."""
+        rel = os.path.relpath(host_path, self.root)
+        return CONTAINER_STATE_DIR if rel == "." else os.path.join(CONTAINER_STATE_DIR, rel)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file(path: str, data: str | bytes, mode: int = 0o644, durable: bool = False) -> None:
+    """Atomically replace ``path``; the file never exists with wider permissions than ``mode``."""
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # umask may have narrowed it
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(os.path.dirname(path))
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def read_json(path: str) -> Any:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def tail_lines(path: str, count: int, max_bytes: int = 1 << 20) -> list[str]:
+    """Last ``count`` lines of a (possibly large) text file; [] if it does not exist."""
+    if count <= 0:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[-count:]
+
+
+class Journal:
+    """Append-only, fsync'ed record of side effects, written BEFORE each side effect."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._count = 0
+        self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
+        existed = os.path.exists(path)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        if not existed:
+            fsync_dir(os.path.dirname(path))
+
+    def record(self, op: str, **data: Any) -> None:
+        line = json.dumps(dict(data, op=op), sort_keys=True) + "\n"
+        with self._lock:
+            if self._fault is not None and self._count == self._fault[1]:
+                if self._fault[0] == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise LocalRuntimeError("fault injected by %s before journal record %d (%s)"
+                                        % (FAULT_ENV, self._count + 1, op))
+            os.write(self._fd, line.encode())
+            os.fsync(self._fd)
+            self._count += 1
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @staticmethod
+    def replay(path: str) -> list[dict[str, Any]]:
+        """All complete records; a torn last line (crash while appending) is ignored."""
+        text = read_text(path) or ""
+        entries: list[dict[str, Any]] = []
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and "op" in entry:
+                entries.append(entry)
+        return entries
+
+
+def _parse_fault(spec: str) -> tuple[str, int] | None:
+    kind, _sep, count = spec.partition(":")
+    if kind in ("kill", "raise") and count.isdigit():
+        return kind, int(count)
+    return None
+
+
+@contextlib.contextmanager
+def flocked(path: str, exclusive: bool = True, blocking: bool = True) -> Iterator[int | None]:
+    """flock() a file or directory; yields the fd, or None if non-blocking and busy."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        flags = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if blocking else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, flags)
+        except BlockingIOError:
+            yield None
+            return
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def session_names(state_root: str) -> list[str]:
+    try:
+        entries = sorted(os.listdir(state_root))
+    except FileNotFoundError:
+        return []
+    return [e for e in entries
+            if not e.startswith(".") and os.path.isdir(os.path.join(state_root, e))]
+
+
+def allocate_subnet(paths: SessionPaths, host_networks: Iterable[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
+    """Claim a free /24 of SUBNET_POOL for this session (caller holds the state_root lock).
+
+    A subnet is taken if another session directory of this state_root records it, or if
+    it overlaps a network of an address already on the host (e.g. another state_root's bridge).
+    """
+    taken: list[ipaddress.IPv4Network] = list(host_networks)
+    for other in session_names(paths.state_root):
+        text = read_text(os.path.join(paths.state_root, other, "subnet"))
+        if text:
+            with contextlib.suppress(ValueError):
+                taken.append(ipaddress.IPv4Network(text.strip()))
+    for candidate in SUBNET_POOL.subnets(new_prefix=SUBNET_PREFIX):
+        if not any(candidate.overlaps(t) for t in taken):
+            write_file(paths.subnet_file, str(candidate) + "\n", durable=True)
+            return candidate
+    raise LocalRuntimeError("no free /%d left in %s for a new session network"
+                            % (SUBNET_PREFIX, SUBNET_POOL))

@@ -1,0 +1,288 @@
+"""Fixtures for the local runtime tests: they bring real sessions up, so they need root,
+containernetworking-plugins, openssh-server/-client, iproute2, iptables and util-linux."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+import uuid
+from typing import Any, Callable, Iterator
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(REPO, "collections")
+if COLLECTIONS not in sys.path:
+    sys.path.insert(0, COLLECTIONS)
+
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local_netns import NETNS_DIR  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local_state import (  # noqa: E402
+    OWNER_ENV,
+    SessionPaths,
+)
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "local runtime tests need root (network namespaces, bridges, iptables)"
+    if shutil.which("ssh-keygen") is None:
+        return "ssh-keygen (openssh-client) is not installed"
+    try:
+        rt._check_environment()
+    except rt.LocalRuntimeError as e:
+        return "local runtime prerequisites missing: %s" % e.message
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = _skip_reason()
+    if reason:
+        for item in items:
+            if "local_runtime" in str(item.fspath) and "no_root" not in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "no_root: runs without root (no session is brought up)")
+
+
+@pytest.fixture(scope="session")
+def keypair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    key = tmp_path_factory.mktemp("key") / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "backendai-cluster", "-f", str(key)],
+                   check=True)
+    return key.read_text(), (key.parent / "id.pub").read_text()
+
+
+def make_session(name: str, keypair: tuple[str, str], size: int = 3, command: list[str] | None = None,
+                 mounts: list[dict[str, Any]] | None = None, port: int = 2200) -> dict[str, Any]:
+    """The dict the collection's core code produces for a single-node cluster session."""
+    sid = str(uuid.uuid4())
+    hosts = ["main1"] + ["sub%d" % i for i in range(1, size)]
+    containers = []
+    for rank, host in enumerate(hosts):
+        role, idx = ("main", 1) if rank == 0 else ("sub", rank)
+        env = {
+            "BACKENDAI_CLUSTER_HOST": host,
+            "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts),
+            "BACKENDAI_CLUSTER_IDX": str(idx),
+            "BACKENDAI_CLUSTER_MODE": "single-node",
+            "BACKENDAI_CLUSTER_ROLE": role,
+            "BACKENDAI_CLUSTER_SIZE": str(size),
+            "BACKENDAI_CLUSTER_REPLICAS": "main:1,sub:%d" % (size - 1),
+            "BACKENDAI_CLUSTER_LOCAL_RANK": str(rank),
+            "BACKENDAI_KERNEL_ID": sid if rank == 0 else str(uuid.uuid4()),
+            "BACKENDAI_SESSION_ID": sid,
+            "WORLD_SIZE": str(size),
+            "WORLD_RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "main1",
+            "MASTER_PORT": "12345",
+            "TF_CONFIG": json.dumps({"cluster": {"worker": ["%s:12345" % h for h in hosts]},
+                                     "task": {"type": "worker", "index": rank}}),
+            "TRICKY": "a b \"c\" 'd' # e \\ f $HOME %h",
+        }
+        containers.append({"hostname": host, "role": role, "idx": idx, "agent": "local", "env": env,
+                           "command": list(command or []), "publish": rank == 0})
+    return {"name": name, "session_id": sid, "containers": containers,
+            "ssh": {"port": port, "key_type": "ed25519", "private_key": keypair[0], "public_key": keypair[1]},
+            "mounts": list(mounts or [])}
+
+
+# ------------------------------------------------------------------ host snapshots
+# Other runs of this suite (or of the runtime) may be active on the host at the same time:
+# the checks look for what belongs to the sessions under test, and compare the whole
+# iptables ruleset and net.ipv4.ip_forward only when no other session is around.
+
+def _run(argv: list[str]) -> str:
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False).stdout.decode()
+
+
+def iptables_rules() -> list[str]:
+    out = []
+    for table in ("filter", "nat"):
+        out += [line for line in _run(["iptables-save", "-t", table]).splitlines()
+                if line.startswith(("-A", ":")) and not re.match(r"^:(INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) ",
+                                                                 line)]
+    return out
+
+
+def _ns_inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def live_processes() -> dict[int, tuple[str, bytes, int | None]]:
+    """pid -> (command line, environment, network namespace inode) of non-zombie processes."""
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                if f.read().rpartition(")")[2].split()[0] in ("Z", "X"):
+                    continue
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        procs[int(entry)] = (cmd, environ, _ns_inode("/proc/%s/ns/net" % entry))
+    return procs
+
+
+def _netns_names() -> set[str]:
+    return set(os.listdir(NETNS_DIR)) if os.path.isdir(NETNS_DIR) else set()
+
+
+def host_snapshot() -> dict[str, Any]:
+    netns = _netns_names()
+    links = set(os.listdir("/sys/class/net"))
+    return {
+        "netns": netns,
+        "links": links,
+        "quiet": not any(n.startswith("bai") for n in netns | links),
+        "iptables": iptables_rules(),
+        "ip_forward": open("/proc/sys/net/ipv4/ip_forward").read().strip(),
+        "pids": set(live_processes()),
+    }
+
+
+def session_names_on_host(state_root: str, session: dict[str, Any]) -> list[str]:
+    """The bridge and netns names the runtime derives for this session."""
+    spec = rt._validate(session)
+    names = rt._names(SessionPaths(os.path.abspath(state_root), spec["name"]), spec)
+    return [names["bridge"]] + list(names["netns"].values())
+
+
+def assert_clean(before: dict[str, Any], state_root: str, sessions: list[dict[str, Any]],
+                 marks: tuple[str, ...] = ()) -> None:
+    """Nothing of the sessions is left: namespaces, links, iptables rules, processes, files.
+
+    ``marks``: more strings only the sessions' iptables rules would contain (subnets...).
+    """
+    after = host_snapshot()
+    ours = [n for s in sessions for n in session_names_on_host(state_root, s)]
+    assert not [n for n in ours if n in after["netns"]], "network namespaces left: %s" % ours
+    assert not [n for n in ours if n in after["links"]], "links left: %s" % ours
+    rules = "\n".join(after["iptables"])
+    for mark in ours + list(marks):
+        assert mark not in rules, "iptables rules mention %s:\n%s" % (mark, rules)
+    if before["quiet"] and after["quiet"]:
+        assert after["iptables"] == before["iptables"], "iptables changed:\n%s" % "\n".join(
+            sorted(set(after["iptables"]) ^ set(before["iptables"])))
+        assert after["ip_forward"] == before["ip_forward"], "net.ipv4.ip_forward changed"
+    host_ns = _ns_inode("/proc/self/ns/net")
+    named = {_ns_inode(os.path.join(NETNS_DIR, n)) for n in _netns_names()}
+    tag = ("%s=%s" % (OWNER_ENV, os.path.abspath(state_root))).encode()
+    for pid, (cmd, environ, ns) in live_processes().items():
+        assert state_root not in cmd and not any(e.startswith(tag) for e in environ.split(b"\0")), \
+            "process %d left: %s" % (pid, cmd)
+        if pid not in before["pids"]:
+            assert ns in named or ns == host_ns or ns is None, \
+                "process %d left in an unnamed network namespace: %s" % (pid, cmd)
+    for s in sessions:
+        assert not os.path.exists(os.path.join(state_root, s["name"])), "state dir of %s left" % s["name"]
+
+
+# ------------------------------------------------------------------ state roots
+# Each run of the suite keeps its state roots under RUNS_DIR/run-*, flock'ed while it runs;
+# a run that was killed (its lock is free) is cleaned up by the next one.
+
+RUNS_DIR = "/tmp/backendai-cluster-local-tests"
+
+
+def _sweep_stale_runs() -> None:
+    for entry in sorted(os.listdir(RUNS_DIR)):
+        if entry.startswith("run-"):  # (new-* are being set up, see run_dir)
+            with contextlib.suppress(FileNotFoundError):  # another run swept it first
+                _sweep(os.path.join(RUNS_DIR, entry))
+
+
+def _sweep(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for root in sorted(os.listdir(path)):
+            for s in rt.list_sessions(os.path.join(path, root)):
+                with contextlib.suppress(rt.LocalRuntimeError):
+                    rt.destroy_session(s["name"], os.path.join(path, root))
+        shutil.rmtree(path, ignore_errors=True)
+    except BlockingIOError:
+        pass  # a live run
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture(scope="session")
+def run_dir() -> Iterator[str]:
+    while True:  # another run may remove RUNS_DIR when it ends
+        os.makedirs(RUNS_DIR, mode=0o700, exist_ok=True)
+        try:
+            _sweep_stale_runs()
+            new = tempfile.mkdtemp(prefix="new-", dir=RUNS_DIR)
+            break
+        except FileNotFoundError:
+            continue
+    fd = os.open(new, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    path = os.path.join(RUNS_DIR, "run-" + os.path.basename(new)[4:])
+    os.rename(new, path)  # only locked run dirs are ever named run-*
+    try:
+        yield path
+    finally:
+        os.close(fd)
+        _sweep_stale_runs()  # ours, now unlocked: destroys whatever a failed test left
+        with contextlib.suppress(OSError):
+            os.rmdir(RUNS_DIR)
+
+
+@pytest.fixture
+def state_root(run_dir: str) -> str:
+    return os.path.join(run_dir, uuid.uuid4().hex[:8])
+
+
+@pytest.fixture
+def sessions(state_root: str, keypair: tuple[str, str]) -> Iterator[Callable[..., dict[str, Any]]]:
+    """Create sessions with ``sessions(name, **kw)``; on teardown every one is destroyed and
+    the host is checked to hold nothing of them."""
+    before = host_snapshot()
+    made: list[dict[str, Any]] = []
+    subnets: list[str] = []
+
+    def create(name: str, **kw: Any) -> dict[str, Any]:
+        session = make_session(name, keypair, **kw)
+        made.append(session)
+        result = rt.create_session(session, state_root)
+        subnets.append(result["subnet"])
+        return dict(result, spec=session)
+
+    yield create
+    for session in made:
+        rt.destroy_session(session["name"], state_root)
+    marks = tuple(s.rsplit(".", 1)[0] + "." for s in subnets) if before["quiet"] else ()
+    assert_clean(before, state_root, made, marks)
+
+
+def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a command in a container through the session's user-facing ssh_config."""
+    return subprocess.run(["ssh", "-F", result["ssh_config"], host, command], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def helpers() -> types.SimpleNamespace:
+    """This file's helpers, for the tests (a second ``conftest`` module cannot be imported by name)."""
+    return types.SimpleNamespace(collections=COLLECTIONS, make_session=make_session, host_snapshot=host_snapshot,
+                                 assert_clean=assert_clean, ssh=ssh)

@@ -1,0 +1,366 @@
+"""The local runtime brings real cluster sessions up on this machine and tears them down.
+
+Every test that creates a session destroys it and asserts the host holds nothing of it
+(``assert_clean`` in conftest.py): no network namespace, link, iptables rule, process or
+state file; when no other session is on the host, also that the whole iptables ruleset and
+net.ipv4.ip_forward are exactly as before.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils._local_state import FAULT_ENV
+
+HOSTS = ["main1", "sub1", "sub2"]
+
+
+def _in_container(result: dict[str, Any], host: str, argv: list[str], namespaces: str = "nmu",
+                  timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run argv inside a container's namespaces with nsenter (no ssh from the host)."""
+    pid = next(c["pid"] for c in result["containers"] if c["hostname"] == host)
+    flags = ["-" + n for n in namespaces]
+    return subprocess.run(["nsenter", "-t", str(pid)] + flags + ["--"] + argv, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout, check=False)
+
+
+def _tcp_probe(result: dict[str, Any], host: str, address: str, port: int) -> bool:
+    code = ("import socket,sys\ns=socket.socket(); s.settimeout(1.0)\n"
+            "try:\n s.connect((%r, %d)); sys.exit(0)\nexcept OSError:\n sys.exit(1)\n" % (address, port))
+    return _in_container(result, host, [sys.executable, "-c", code], namespaces="n").returncode == 0
+
+
+def _status_until(name: str, state_root: str, state: str, timeout: float = 5.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = rt.session_status(name, state_root, log_lines=20)
+        if st["state"] == state or time.monotonic() > deadline:
+            return st
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------ behaviour
+
+def test_ssh_between_every_pair_without_prompt(sessions: Any, helpers: Any) -> None:
+    r = sessions("pairs")
+    assert [c["hostname"] for c in r["containers"]] == HOSTS
+    assert r["state"] == "RUNNING"
+    for src in HOSTS:  # the host reaches main1 directly and subs through main1 (ProxyJump)
+        p = helpers.ssh(r, src, "hostname; for h in main1 sub1 sub2; do ssh $h hostname; done")
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split() == [src] + HOSTS
+    # from main1's own namespaces, with the container's ssh client config
+    p = _in_container(r, "main1", ["ssh", "sub1", "hostname"])
+    assert (p.returncode, p.stdout.strip()) == (0, "sub1"), p.stderr
+
+
+def test_ssh_shell_has_container_env_and_master_addr_resolves(sessions: Any, helpers: Any) -> None:
+    r = sessions("envs")
+    main_ip = r["containers"][0]["address"]
+    for c in r["spec"]["containers"]:
+        p = helpers.ssh(r, c["hostname"], "env -0")
+        assert p.returncode == 0, p.stderr
+        env = dict(item.split("=", 1) for item in p.stdout.split("\0") if "=" in item)
+        for key, value in c["env"].items():
+            assert env.get(key) == value, key
+        p = helpers.ssh(r, c["hostname"], "getent ahostsv4 \"$MASTER_ADDR\" | head -n1; "
+                "python3 -c 'import os, socket; print(socket.gethostbyname(os.environ[\"MASTER_ADDR\"]))'")
+        assert p.returncode == 0, p.stderr
+        assert [line.split()[0] for line in p.stdout.splitlines()] == [main_ip, main_ip]
+
+
+def test_user_command_gets_exact_env(sessions: Any, state_root: str) -> None:
+    r = sessions("cmdenv", command=["env"])
+    st = _status_until("cmdenv", state_root, "RUNNING")
+    for spec, c in zip(r["spec"]["containers"], r["containers"]):
+        deadline = time.monotonic() + 5
+        while not os.path.exists(c["log"].replace(".log", ".exitcode")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with open(c["log"]) as f:
+            got = dict(line.split("=", 1) for line in f.read().splitlines())
+        want = dict(spec["env"], PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    HOME="/root")
+        assert got == want
+    assert st["state"] == "RUNNING"
+
+
+def test_user_command_log_and_exit_code(sessions: Any, state_root: str, helpers: Any) -> None:
+    r = sessions("exitcode", command=["sh", "-c", "echo out-$BACKENDAI_CLUSTER_HOST; echo err-$WORLD_RANK >&2;"
+                                      " exit $((3 + WORLD_RANK))"])
+    deadline = time.monotonic() + 10
+    while True:
+        st = rt.session_status("exitcode", state_root, log_lines=5)
+        if all(c["command"] == "exited" for c in st["containers"]) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert st["state"] == "RUNNING"  # sshd keeps the containers up after the command exits
+    for rank, c in enumerate(st["containers"]):
+        assert (c["state"], c["command"], c["exit_code"]) == ("running", "exited", 3 + rank)
+        assert c["log_tail"] == ["out-" + HOSTS[rank], "err-%d" % rank]
+        assert c["log"] == os.path.join(state_root, "exitcode", "logs", HOSTS[rank] + ".log")
+    assert helpers.ssh(r, "sub2", "hostname").stdout.strip() == "sub2"
+
+
+def test_killed_container_process_shows_degraded(sessions: Any, state_root: str) -> None:
+    r = sessions("degraded", command=["sleep", "600"])
+    st = rt.session_status("degraded", state_root)
+    assert st["state"] == "RUNNING"
+    assert [c["command"] for c in st["containers"]] == ["running"] * 3
+    os.kill(r["containers"][1]["pid"], signal.SIGKILL)  # sub1's supervisor
+    st = _status_until("degraded", state_root, "DEGRADED")
+    assert st["state"] == "DEGRADED"
+    assert [c["state"] for c in st["containers"]] == ["running", "exited", "running"]
+    assert st["containers"][1]["command"] == "killed"
+    assert [s["name"] for s in rt.list_sessions(state_root)] == ["degraded"]
+
+
+def test_sessions_are_isolated(sessions: Any) -> None:
+    a = sessions("iso-a", size=2)
+    b = sessions("iso-b", size=2)
+    assert a["subnet"] != b["subnet"] and a["bridge"] != b["bridge"]
+    a_sub, b_main = a["containers"][1]["address"], b["containers"][0]["address"]
+    assert _tcp_probe(a, "main1", a_sub, 2200), "containers of one session must reach each other"
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        forward = f.read().strip()
+    try:
+        for value in ("0", "1"):  # isolated even on a host that routes between its bridges
+            with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+                f.write(value)
+            assert not _tcp_probe(a, "main1", b_main, 2200), "ip_forward=%s: a reached b" % value
+            assert not _tcp_probe(b, "sub1", a_sub, 2200), "ip_forward=%s: b reached a" % value
+            assert _tcp_probe(b, "sub1", b_main, 2200)
+    finally:
+        with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+            f.write(forward)
+
+
+def test_only_main1_is_published_on_localhost(sessions: Any) -> None:
+    r = sessions("publish")
+    host, port = r["published"].split(":")
+    assert host == "127.0.0.1"
+    assert [c["published"] for c in r["containers"]] == [r["published"], None, None]
+    nat = subprocess.run(["iptables-save", "-t", "nat"], stdout=subprocess.PIPE, text=True, check=True).stdout
+    ours = r["subnet"].rsplit(".", 1)[0] + "."
+    dnat = [line.split("--to-destination ")[1] for line in nat.splitlines() if "--to-destination " + ours in line]
+    assert dnat == ["%s:2200" % r["containers"][0]["address"]]
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        assert s.recv(4) == b"SSH-"
+    with open(r["ssh_config"]) as f:
+        text = f.read()
+    assert "StrictHostKeyChecking yes" in text and "127.0.0.1" in text
+    key = r["state_dir"] + "/ssh/id_cluster"
+    assert os.stat(key).st_mode & 0o777 == 0o600
+    assert r["spec"]["ssh"]["private_key"].strip() not in json.dumps(r | {"spec": None})
+
+
+def test_mounts_private_tmp_and_hostname(sessions: Any, tmp_path: Any, helpers: Any) -> None:
+    data, ro = tmp_path / "data", tmp_path / "ro"
+    data.mkdir()
+    ro.mkdir()
+    (data / "hello").write_text("hi\n")
+    (ro / "ro-file").write_text("ro\n")
+    missing_top = "/srv/bai-test-%s" % uuid.uuid4().hex[:8]
+    target = missing_top + "/data"  # missing on the host: created, then removed by destroy
+    ro_target = str(tmp_path / "ro-view")  # under /tmp: exists only in the private /tmp
+    host_marker = "/tmp/bai-host-marker-%s" % uuid.uuid4().hex[:8]
+    open(host_marker, "w").close()
+    try:
+        r = sessions("mounts", mounts=[{"source": str(data), "target": target, "read_only": False},
+                                        {"source": str(ro), "target": ro_target, "read_only": True}])
+        p = helpers.ssh(r, "sub1", "hostname; cat %s/hello; touch %s/from-sub1; cat %s/ro-file; touch %s/x || echo ro-ok; "
+                "test -e %s || echo private-tmp" % (target, target, ro_target, ro_target, host_marker))
+        assert p.stdout.split() == ["sub1", "hi", "ro", "ro-ok", "private-tmp"], p.stderr
+        assert (data / "from-sub1").exists()
+        assert os.path.isdir(target)
+        rt.destroy_session("mounts", os.path.dirname(r["state_dir"]))
+        assert not os.path.exists(missing_top)
+        assert sorted(os.listdir(data)) == ["from-sub1", "hello"]
+    finally:
+        os.unlink(host_marker)
+
+
+def test_destroy_is_idempotent_and_create_refuses_existing(sessions: Any, state_root: str,
+                                                           keypair: Any, helpers: Any) -> None:
+    sessions("dup", size=2)
+    with pytest.raises(rt.LocalRuntimeError, match="already exists"):
+        rt.create_session(helpers.make_session("dup", keypair, size=2), state_root)
+    assert rt.session_status("dup", state_root)["state"] == "RUNNING"
+    assert rt.destroy_session("dup", state_root)["changed"] is True
+    assert rt.destroy_session("dup", state_root) == {"changed": False, "name": "dup", "state": "missing"}
+    assert rt.session_status("dup", state_root)["state"] == "missing"
+
+
+def test_destroy_keep_logs(sessions: Any, state_root: str) -> None:
+    sessions("logs", size=2, command=["sh", "-c", "echo kept; exit 7"])
+    deadline = time.monotonic() + 5
+    while rt.session_status("logs", state_root)["containers"][1]["exit_code"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    res = rt.destroy_session("logs", state_root, keep_logs=True)
+    assert res["changed"] and res["state"] == "TERMINATED"
+    left = sorted(os.listdir(os.path.join(state_root, "logs")))
+    assert left == ["logs", "session.json"]  # no keys, no journal
+    st = rt.session_status("logs", state_root, log_lines=1)
+    assert st["state"] == "TERMINATED"
+    assert [(c["state"], c["exit_code"], c["log_tail"]) for c in st["containers"]] == \
+        [("exited", 7, ["kept"])] * 2
+    assert rt.destroy_session("logs", state_root, keep_logs=True)["changed"] is False
+    assert rt.destroy_session("logs", state_root)["changed"] is True
+
+
+# ------------------------------------------------------------------ failures
+
+def test_destroy_without_cached_cni_results(sessions: Any, state_root: str) -> None:
+    """A creator killed between a CNI ADD and caching its result: DEL rebuilds prevResult
+    from the IPAM leases (firewall rules) and takes the port mappings from the journal."""
+    r = sessions("nocache")
+    for c in r["containers"]:
+        os.unlink(os.path.join(r["state_dir"], "cni", c["hostname"] + ".json"))
+    # the sessions fixture destroys the session and checks no rule is left
+
+
+
+@pytest.mark.parametrize("records", [0, 1, 2, 3, 4, 5])
+def test_create_failure_rolls_back(records: int, state_root: str, keypair: Any, tmp_path: Any,
+                                   monkeypatch: pytest.MonkeyPatch, helpers: Any) -> None:
+    """Fail after N journal records (begin, mkdirs, netns, network, containers, ready)."""
+    before = helpers.host_snapshot()
+    (tmp_path / "src").mkdir()
+    top = "/srv/bai-test-%s" % uuid.uuid4().hex[:8]
+    monkeypatch.setenv(FAULT_ENV, "raise:%d" % records)
+    session = helpers.make_session("rollback", keypair, mounts=[{"source": str(tmp_path / "src"), "target": top + "/x"}])
+    with pytest.raises(rt.LocalRuntimeError, match=r"fault injected.*\(rolled back\)"):
+        rt.create_session(session, state_root)
+    assert not os.path.exists(top)
+    helpers.assert_clean(before, state_root, [session])
+
+
+def test_real_start_failure_rolls_back_with_log(state_root: str, keypair: Any, tmp_path: Any, helpers: Any) -> None:
+    before = helpers.host_snapshot()
+    # a directory cannot be bound over a file: the containers' supervisors fail at start-up
+    session = helpers.make_session("badmount", keypair, mounts=[{"source": str(tmp_path), "target": "/etc/hostname"}])
+    with pytest.raises(rt.LocalRuntimeError, match=r"(?s)exited during start-up.*/etc/hostname.*rolled back"):
+        rt.create_session(session, state_root)
+    helpers.assert_clean(before, state_root, [session])
+
+
+_CREATOR = """
+import json, sys
+sys.path.insert(0, %r)
+from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime import create_session
+create_session(json.load(sys.stdin), %r)
+"""
+
+
+@pytest.mark.parametrize("kill", ["records:0", "records:1", "records:2", "records:3", "records:4", "records:5",
+                                  "after:0.15", "after:0.3", "after:0.45", "after:0.6"])
+def test_destroy_after_creator_killed(kill: str, state_root: str, keypair: Any, tmp_path: Any, helpers: Any) -> None:
+    """SIGKILL the creating process mid-way (at a journal record, or after a delay):
+    destroy must still remove everything."""
+    before = helpers.host_snapshot()
+    (tmp_path / "src").mkdir()
+    top = "/srv/bai-test-%s" % uuid.uuid4().hex[:8]
+    session = helpers.make_session("killed", keypair, size=4, command=["sleep", "600"],
+                           mounts=[{"source": str(tmp_path / "src"), "target": top + "/x"}])
+    env = dict(os.environ)
+    how, _, arg = kill.partition(":")
+    if how == "records":
+        env[FAULT_ENV] = "kill:" + arg
+    proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (helpers.collections, state_root)], stdin=subprocess.PIPE,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(session).encode())
+    proc.stdin.close()
+    if how == "after":
+        time.sleep(float(arg))
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    if how == "records":
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
+    st = rt.session_status("killed", state_root)
+    assert st["state"] in ("DEGRADED", "RUNNING", "TERMINATED", "missing")
+    existed = os.path.isdir(os.path.join(state_root, "killed"))
+    assert rt.destroy_session("killed", state_root)["changed"] is existed
+    assert not os.path.exists(top)
+    helpers.assert_clean(before, state_root, [session])
+
+
+def test_concurrent_creates_and_destroys(state_root: str, keypair: Any, helpers: Any) -> None:
+    """Sessions created and destroyed by concurrent processes get distinct subnets and
+    leave nothing (the shared CNI chains are pruned by whichever destroy runs last)."""
+    before = helpers.host_snapshot()
+    names = ["conc-%d" % i for i in range(3)]
+    specs = [helpers.make_session(name, keypair, size=3) for name in names]
+    procs = []
+    for spec in specs:
+        proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (helpers.collections, state_root)],
+                                stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+        procs.append(proc)
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    listed = rt.list_sessions(state_root)
+    assert [(s["name"], s["state"]) for s in listed] == [(n, "RUNNING") for n in names]
+    subnets = {rt.session_status(n, state_root)["subnet"] for n in names}
+    assert len(subnets) == 3
+    destroyer = "import sys\nsys.path.insert(0, %r)\nfrom ansible_collections.backendai.cluster.plugins." \
+                "module_utils._local_runtime import destroy_session\ndestroy_session(sys.argv[1], %r)\n" \
+                % (helpers.collections, state_root)
+    procs = [subprocess.Popen([sys.executable, "-c", destroyer, n], stderr=subprocess.PIPE) for n in names]
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    helpers.assert_clean(before, state_root, specs)
+
+
+# ------------------------------------------------------------------ checks without root
+
+@pytest.mark.no_root
+def test_not_root_is_refused(monkeypatch: pytest.MonkeyPatch, state_root: str, keypair: Any, helpers: Any) -> None:
+    monkeypatch.setattr(rt.os, "geteuid", lambda: 1000)
+    with pytest.raises(rt.LocalRuntimeError, match="must run as root"):
+        rt.create_session(helpers.make_session("x", keypair), state_root)
+    with pytest.raises(rt.LocalRuntimeError, match="must run as root"):
+        rt.destroy_session("x", state_root)
+
+
+@pytest.mark.no_root
+def test_missing_cni_plugins_named(monkeypatch: pytest.MonkeyPatch, state_root: str, keypair: Any, helpers: Any) -> None:
+    monkeypatch.setattr(rt.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(rt, "CNI_PATH", "/nonexistent/cni")
+    with pytest.raises(rt.LocalRuntimeError) as err:
+        rt.create_session(helpers.make_session("x", keypair), state_root)
+    assert err.value.message == ("containernetworking-plugins is not installed: /nonexistent/cni/loopback missing; "
+                                 "install it with apt-get install containernetworking-plugins")
+    assert not os.path.exists(state_root)
+
+
+@pytest.mark.no_root
+@pytest.mark.parametrize("mutate, match", [
+    (lambda s: s.update(name="bad name"), "name must match"),
+    (lambda s: s.update(session_id="nope"), "session_id must be a UUID"),
+    (lambda s: s["containers"][1].update(hostname="main1"), "duplicate hostname"),
+    (lambda s: s["containers"][0]["env"].update(X="a\nb"), "newline"),
+    (lambda s: s["containers"][0].update(agent="node2"), "only runs agent 'local'"),
+    (lambda s: s["ssh"].update(port=0), "ssh.port"),
+    (lambda s: s.update(mounts=[{"source": "/nonexistent/src", "target": "/x"}]), "does not exist"),
+])
+def test_invalid_session_is_rejected_before_any_change(mutate: Any, match: str, state_root: str,
+                                                        keypair: Any, helpers: Any) -> None:
+    session = helpers.make_session("valid", keypair)
+    mutate(session)
+    with pytest.raises(rt.LocalRuntimeError, match=match) as err:
+        rt.create_session(session, state_root)
+    assert keypair[0].strip() not in str(err.value)
+    assert not os.path.exists(state_root)

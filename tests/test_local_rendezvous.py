@@ -1,0 +1,76 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A torch-style ``env://`` rendezvous across a real local session, using only the injected variables.
+
+PyTorch's ``env://`` init reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK: rank 0 listens on
+MASTER_PORT, every other rank connects to MASTER_ADDR:MASTER_PORT. The user command below does
+exactly that with plain sockets (torch is not needed to check the wiring), so the test passes only
+if the names resolve, the port is reachable inside the session network and the ranks are right.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import typing as t
+import uuid
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils._backend_local import (
+    local_absent,
+    local_info,
+    local_present,
+)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
+                                reason="the local backend needs root and the CNI plugins (scripts/setup)")
+
+RENDEZVOUS = r"""
+import os, socket, sys, time
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if rank == 0:
+    srv = socket.create_server(("0.0.0.0", port))
+    srv.settimeout(20)
+    seen = []
+    for _ in range(world - 1):
+        conn, _peer = srv.accept()
+        seen.append(int(conn.recv(16).decode()))
+        conn.close()
+    print("rendezvous complete:", sorted(seen))
+else:
+    deadline = time.time() + 20
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=2) as c:
+                c.sendall(str(rank).encode())
+            break
+        except OSError:
+            if time.time() > deadline:
+                sys.exit("rank %d could not reach %s:%d" % (rank, addr, port))
+            time.sleep(0.1)
+    print("rank", rank, "joined", addr)
+"""
+
+
+def test_env_rendezvous_finds_main1(tmp_path: t.Any) -> None:
+    state = str(tmp_path / "state")
+    name = "rdv-" + uuid.uuid4().hex[:8]
+    spec = {"name": name, "image": "local", "cluster_size": 4, "master_port": 29500,
+            "resources": {"cpu": 100, "memory": 64}, "command": ["python3", "-c", RENDEZVOUS]}
+    try:
+        local_present(spec, state)
+        deadline = time.monotonic() + 30
+        while True:
+            (view,) = local_info(state, name=name, log_lines=5)
+            codes = {c["hostname"]: c["exit_code"] for c in view["containers"]}
+            if all(code is not None for code in codes.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        tails = {c["hostname"]: c["log_tail"] for c in view["containers"]}
+        assert codes == {"main1": 0, "sub1": 0, "sub2": 0, "sub3": 0}, tails
+        assert tails["main1"] == ["rendezvous complete: [1, 2, 3]"]
+        assert tails["sub2"] == ["rank 2 joined main1"]
+    finally:
+        assert local_absent(name, state)["changed"]

@@ -405,7 +405,8 @@ def test_local_backend_is_the_default_without_a_nomad_address(run: ModuleRun, mo
     calls: t.List[t.Tuple[str, t.Any]] = []
 
     def present(spec_raw: t.Any, state_root: str, check_mode: bool = False, wait: bool = True,
-                timeout: float = 60.0) -> t.Dict[str, t.Any]:
+                timeout: float = 60.0, agents: t.Any = None) -> t.Dict[str, t.Any]:
+        assert agents is None  # no agents given: this machine is the one agent
         calls.append(("present", (spec_raw["name"], state_root, check_mode, wait, timeout)))
         return {"changed": True, "session": {"name": spec_raw["name"], "backend": "local"}, "plan": {}}
 

@@ -22,6 +22,7 @@ COLLECTIONS = os.path.join(REPO, "collections")
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local_netns import NETNS_DIR  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local_state import (  # noqa: E402
@@ -142,12 +143,12 @@ def live_processes() -> dict[int, tuple[str, bytes, int | None]]:
     return procs
 
 
-def _netns_names() -> set[str]:
+def netns_names() -> set[str]:
     return set(os.listdir(NETNS_DIR)) if os.path.isdir(NETNS_DIR) else set()
 
 
 def host_snapshot() -> dict[str, Any]:
-    netns = _netns_names()
+    netns = netns_names()
     links = set(os.listdir("/sys/class/net"))
     return {
         "netns": netns,
@@ -184,7 +185,7 @@ def assert_clean(before: dict[str, Any], state_root: str, sessions: list[dict[st
             sorted(set(after["iptables"]) ^ set(before["iptables"])))
         assert after["ip_forward"] == before["ip_forward"], "net.ipv4.ip_forward changed"
     host_ns = _ns_inode("/proc/self/ns/net")
-    named = {_ns_inode(os.path.join(NETNS_DIR, n)) for n in _netns_names()}
+    named = {_ns_inode(os.path.join(NETNS_DIR, n)) for n in netns_names()}
     tag = ("%s=%s" % (OWNER_ENV, os.path.abspath(state_root))).encode()
     for pid, (cmd, environ, ns) in live_processes().items():
         assert state_root not in cmd and not any(e.startswith(tag) for e in environ.split(b"\0")), \
@@ -201,6 +202,7 @@ def assert_clean(before: dict[str, Any], state_root: str, sessions: list[dict[st
 # a run that was killed (its lock is free) is cleaned up by the next one.
 
 RUNS_DIR = "/tmp/backendai-cluster-local-tests"
+AGENTS_PREFIX = "agents-"  # state roots of local agents (see test_local_multinode.py)
 
 
 def _sweep_stale_runs() -> None:
@@ -214,10 +216,18 @@ def _sweep(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        for root in sorted(os.listdir(path)):
+        roots = sorted(os.listdir(path))
+        for root in roots:
+            if root.startswith(AGENTS_PREFIX):
+                continue
             for s in rt.list_sessions(os.path.join(path, root)):
                 with contextlib.suppress(rt.LocalRuntimeError):
                     rt.destroy_session(s["name"], os.path.join(path, root))
+        for root in roots:  # local agents, after the sessions on them
+            if root.startswith(AGENTS_PREFIX):
+                for fabric in os.listdir(os.path.join(path, root)):
+                    with contextlib.suppress(rt.LocalRuntimeError):
+                        local_agents.destroy_agents(os.path.join(path, root), fabric, force=True)
         shutil.rmtree(path, ignore_errors=True)
     except BlockingIOError:
         pass  # a live run
@@ -285,4 +295,5 @@ def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) ->
 def helpers() -> types.SimpleNamespace:
     """This file's helpers, for the tests (a second ``conftest`` module cannot be imported by name)."""
     return types.SimpleNamespace(collections=COLLECTIONS, make_session=make_session, host_snapshot=host_snapshot,
-                                 assert_clean=assert_clean, ssh=ssh)
+                                 assert_clean=assert_clean, ssh=ssh, netns_names=netns_names,
+                                 live_processes=live_processes, iptables_rules=iptables_rules)

@@ -1249,7 +1249,6 @@ class NomadAPIDouble(HTTPDouble):
         ns = job["Namespace"]
         groups = {g["Name"]: g for g in job.get("TaskGroups") or []}
         index = rec["ModifyIndex"]
-        extra: t.Dict[str, t.Dict[str, t.Any]] = {}
         for name, change in changes.items():
             current = [a for a in self._job_allocs(ns, job["ID"]) if a["TaskGroup"] == name and a["DesiredStatus"] == "run"]
             if change == "destroy" or change == "destructive":
@@ -1274,7 +1273,8 @@ class NomadAPIDouble(HTTPDouble):
                 alloc["ModifyIndex"] = index
             missing = want - len(current[:want])
             ignore = {a["ID"] for a in current[want:]}
-            placements, _ = self._schedule(job, group, missing, ignore, extra)
+            # (no usage carried over between groups: the allocations made for earlier groups already count)
+            placements, _ = self._schedule(job, group, missing, ignore)
             rec["Queued"][name] = missing - len(placements)
             used_indexes = {a["Index"] for a in current[:want]}
             free_indexes = (i for i in itertools.count() if i not in used_indexes)

@@ -5,7 +5,7 @@
 Interface shared with the Nomad backend (``_backend_nomad``); the ``session`` and ``session_info``
 modules only dispatch to these functions:
 
-* ``local_present(spec_raw, state_root, check_mode=False, wait=True, timeout=60.0) -> dict``
+* ``local_present(spec_raw, state_root, check_mode=False, wait=True, timeout=60.0, agents=None) -> dict``
   with ``changed``, ``session`` (the session view, see below), ``plan`` (``plan_summary``) and,
   when something changes, ``diff`` ({before, after} of the secret-free spec).
 * ``local_absent(name, state_root, check_mode=False, keep_logs=False) -> dict`` with ``changed``.
@@ -17,7 +17,10 @@ ssh_port, ssh_command}}`` with ``state`` one of PENDING, SCHEDULED, RUNNING, DEG
 ERROR. Nothing secret is ever in it.
 
 The machine is one agent, ``local``, with its CPU (cores × MHz) and memory as capacity, so the
-same placement rules apply (a session larger than the machine is PENDING). The same plan, the
+same placement rules apply (a session larger than the machine is PENDING). With ``agents`` (local
+agents made by ``_local_agents``: network-namespace "hosts" of this machine, each with its
+capacity and a ``local`` mapping) the session is placed on those instead, and a multi-node plan
+spreads its containers over them, joined by a VXLAN overlay (see ``_local_overlay``). The same plan, the
 same environment (``container_env``) and the same kind of keypair as the Nomad backend are used.
 A record next to the runtime's state (``backend.json``: the normalised spec, its digest and the
 public key) makes ``present`` idempotent: the same spec on a running session changes nothing; a
@@ -33,14 +36,14 @@ import os
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._cluster_env import container_env
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime import (
     create_session,
     destroy_session,
     list_sessions,
     session_status,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._placement import Agent
+from ansible_collections.backendai.cluster.plugins.module_utils._placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import SessionPlan, build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import SessionSpec, parse_spec
@@ -78,8 +81,29 @@ def local_agent() -> Agent:
     return Agent(LOCAL_AGENT, int(cores * mhz), memory, 0, "local")
 
 
-def _digest(spec: SessionSpec) -> str:
-    return hashlib.sha256(json.dumps(dataclasses.asdict(spec), sort_keys=True).encode("utf-8")).hexdigest()
+def _digest(spec: SessionSpec, agents: t.Optional[t.Sequence[t.Any]] = None) -> str:
+    text = json.dumps(dataclasses.asdict(spec), sort_keys=True)
+    if agents is not None:  # other agents (or capacities) may mean another placement
+        text += json.dumps(agents, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def local_agents(agents: t.Optional[t.Sequence[t.Any]]) -> t.Optional[t.Dict[str, t.Dict[str, t.Any]]]:
+    """Name -> ``local`` mapping of agents made by ``local_agents``; None without agents (this machine)."""
+    if agents is None:
+        return None
+    parse_agents(list(agents))
+    out = {}
+    problems = []
+    for i, a in enumerate(agents):
+        if not isinstance(a.get("local"), dict):
+            problems.append(Problem("agents[%d].local" % i, "is required by the local backend: its agents are local agents, made by "
+                                    "playbooks/local_agents.yml (backendai.cluster.local_agents)", a.get("name"), True))
+        else:
+            out[a["name"]] = a["local"]
+    if problems:
+        raise AgentsError(problems)
+    return out
 
 
 def _spec_text(spec: SessionSpec) -> str:
@@ -119,19 +143,24 @@ def _stored_keys(state_root: str, name: str, record: t.Optional[t.Mapping[str, t
     return SSHKeypair(private, record["public_key"]) if "PRIVATE KEY" in private else None
 
 
-def runtime_session(plan: SessionPlan, keys: SSHKeypair) -> t.Dict[str, t.Any]:
-    """The local runtime's input: the plan's containers with exactly the env the Nomad job gives."""
+def runtime_session(plan: SessionPlan, keys: SSHKeypair,
+                    agents: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+    """The local runtime's input: the plan's containers with exactly the env the Nomad job gives;
+    with local ``agents`` (name -> local mapping), each container behind its planned agent."""
     spec = plan.spec
-    return {
+    out = {
         "name": spec.name,
         "session_id": plan.session_id,
-        "containers": [{"hostname": c.hostname, "role": c.role, "idx": c.idx, "agent": LOCAL_AGENT,
+        "containers": [{"hostname": c.hostname, "role": c.role, "idx": c.idx, "agent": c.agent if agents else LOCAL_AGENT,
                         "env": container_env(plan, c), "command": list(c.command), "publish": c.is_main}
                        for c in plan.containers],
         "ssh": {"port": spec.ssh.port, "key_type": spec.ssh.key_type, "private_key": keys.private_key,
                 "public_key": keys.public_key},
         "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts],
     }
+    if agents:
+        out["agents"] = {name: dict(agents[name]) for name in plan.agents_used}
+    return out
 
 
 def _view(status: t.Mapping[str, t.Any], record: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
@@ -143,7 +172,7 @@ def _view(status: t.Mapping[str, t.Any], record: t.Optional[t.Mapping[str, t.Any
         known = layout.get(c["hostname"], {})
         containers.append({
             "hostname": c["hostname"], "role": known.get("role", ""), "idx": known.get("idx", 0),
-            "agent": LOCAL_AGENT, "address": c.get("address") or "", "status": c["state"],
+            "agent": known.get("agent") or LOCAL_AGENT, "address": c.get("address") or "", "status": c["state"],
             "command": c.get("command"), "exit_code": c.get("exit_code"), "restarts": 0,
             "log_tail": list(c.get("log_tail", [])), "log": c.get("log", ""),
         })
@@ -165,7 +194,7 @@ def _planned_view(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     return {
         "name": summary["name"], "backend": "local", "session_id": summary["session_id"], "state": "PENDING",
         "mode": summary["mode"], "network_mode": summary["network_mode"], "state_dir": "",
-        "containers": [{"hostname": c["hostname"], "role": c["role"], "idx": c["idx"], "agent": LOCAL_AGENT,
+        "containers": [{"hostname": c["hostname"], "role": c["role"], "idx": c["idx"], "agent": c["agent"] or LOCAL_AGENT,
                         "address": "", "status": "planned", "command": None, "exit_code": None, "restarts": 0,
                         "log_tail": [], "log": ""} for c in summary["containers"]],
         "main1": {"address": "", "ssh_port": None, "ssh_command": ""},
@@ -173,14 +202,15 @@ def _planned_view(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
 
 
 def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: bool = False, wait: bool = True,
-                  timeout: float = 60.0) -> t.Dict[str, t.Any]:
-    """Make the session run on this machine. ``wait``/``timeout`` are moot: create returns once every
-    sshd accepts connections."""
+                  timeout: float = 60.0, agents: t.Optional[t.Sequence[t.Any]] = None) -> t.Dict[str, t.Any]:
+    """Make the session run on this machine (or on its local ``agents``). ``wait``/``timeout`` are moot:
+    create returns once every sshd accepts connections."""
     spec = parse_spec(spec_raw)
+    behind = local_agents(agents)
     root = _root(state_root)
     record = _read_record(root, spec.name)
     status = session_status(spec.name, root)
-    digest = _digest(spec)
+    digest = _digest(spec, agents)
     exists = status.get("exists", False)
     if exists and record and record.get("digest") == digest and status["state"] == "RUNNING":
         return {"changed": False, "session": _view(session_status(spec.name, root), record), "plan": record["plan"]}
@@ -188,10 +218,12 @@ def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: 
     keys = _stored_keys(root, spec.name, record) if exists else None
     if keys is None and not check_mode:
         keys = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
-    plan = build_plan(spec, [local_agent()], derive_session_id(spec.name, keys.public_key if keys else ""))
+    placement = parse_agents(list(agents)) if agents is not None else [local_agent()]
+    plan = build_plan(spec, placement, derive_session_id(spec.name, keys.public_key if keys else ""))
     summary = plan_summary(plan)
     if not plan.placed:
-        raise PlanError("session %s is PENDING on this machine: %s" % (spec.name, plan.reason))
+        raise PlanError("session %s is PENDING on %s: %s" % (spec.name, "the local agents" if behind is not None
+                                                             else "this machine", plan.reason))
     before = record.get("spec_text", "") if record else ""
     diff = {"before": before, "after": _spec_text(spec), "before_header": "%s (local)" % spec.name,
             "after_header": "%s (local)" % spec.name}
@@ -200,7 +232,7 @@ def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: 
                 "plan": summary, "diff": diff}
     if exists:  # a changed spec, or a session that is not fully running: recreate it with the same keys
         destroy_session(spec.name, root)
-    create_session(runtime_session(plan, keys), root)
+    create_session(runtime_session(plan, keys, behind), root)
     new_record = {"digest": digest, "public_key": keys.public_key, "plan": summary, "spec_text": _spec_text(spec)}
     _write_record(root, spec.name, new_record)
     return {"changed": True, "session": _view(session_status(spec.name, root), new_record), "plan": summary,

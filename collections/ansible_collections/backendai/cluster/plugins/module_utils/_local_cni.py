@@ -64,6 +64,8 @@ class Attachment:
     owner: str  # the session's state dir, see owner_env()
     ifname: str = "eth0"
     port_mappings: list[dict[str, Any]] = field(default_factory=list)
+    # The agent's network namespace the plugins run in (local agents, see _local_overlay); "" = this host's.
+    agent_netns: str = ""
 
 
 def network_config(network: str, bridge: str, subnet: ipaddress.IPv4Network, ipam_dir: str) -> dict[str, Any]:
@@ -113,7 +115,10 @@ def _plugin_conf(netconf: dict[str, Any], plugin: dict[str, Any], att: Attachmen
 def _invoke(command: str, plugin: dict[str, Any], conf: dict[str, Any], att: Attachment) -> dict[str, Any] | None:
     env = dict(owner_env(att.owner), CNI_COMMAND=command, CNI_CONTAINERID=att.container_id,
                CNI_NETNS=att.netns_path, CNI_IFNAME=att.ifname, CNI_PATH=CNI_PATH)
-    proc = subprocess.run([os.path.join(CNI_PATH, plugin["type"])], input=json.dumps(conf).encode(),
+    argv = [os.path.join(CNI_PATH, plugin["type"])]
+    if att.agent_netns:
+        argv = ["nsenter", "--net=" + att.agent_netns, "--"] + argv
+    proc = subprocess.run(argv, input=json.dumps(conf).encode(),
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if proc.returncode != 0:

@@ -12,9 +12,11 @@ of the caller (an Ansible module exits long before its containers do).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -75,6 +77,40 @@ def delete_netns(names: Iterable[str]) -> list[str]:
     if left:
         return ["ip netns delete %s failed: %s" % (", ".join(left), proc.stderr.decode().strip())]
     return []
+
+
+_CLONE_NEWNET = 0x40000000
+_LIBC: list[ctypes.CDLL] = []
+
+
+def _setns(fd: int) -> None:
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    if _LIBC[0].setns(fd, _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def socket_in_netns(path: str) -> socket.socket:
+    """A non-blocking TCP socket that lives in the network namespace ``path``.
+
+    The calling thread enters the namespace (setns affects only the calling thread), makes the
+    socket and returns to its own namespace; the socket keeps the namespace it was made in."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
+    sock.setblocking(False)
+    return sock
 
 
 def link_exists(name: str) -> bool:

@@ -15,6 +15,11 @@ session's own, and runs sshd on the session's ssh port (see the sibling ``_local
 modules).  Each side effect is journaled before it is made; a failed create is rolled back
 and destroy replays the journal backwards, so a creator killed at any point leaves
 nothing that destroy cannot remove.
+
+Multi-node: with ``agents`` (local agents made by ``_local_agents``, each container placed on
+one of them) the containers sit behind those agents instead of this host, joined across agents
+by the session's VXLAN overlay (``_local_overlay``), and main1 is published by a relay
+(``_local_publish``).
 """
 from __future__ import annotations
 
@@ -26,12 +31,14 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_overlay
 from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import (
     CNI_PATH,
     REQUIRED_PLUGINS,
@@ -61,7 +68,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_netns imp
     proc_stat,
     read_pid,
     render_container,
+    socket_in_netns,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._local_publish import start_relay
 from ansible_collections.backendai.cluster.plugins.module_utils._local_sshd import (
     free_local_port,
     sshd_config,
@@ -169,6 +178,7 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
         raise fail("at most %d containers per session, got %d" % (MAX_CONTAINERS, len(containers)))
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
+    with_agents = bool(session.get("agents"))
     for i, c in enumerate(containers):
         if not isinstance(c, dict):
             raise fail("containers[%d] must be a dict" % i)
@@ -178,7 +188,7 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
         if host in seen:
             raise fail("duplicate hostname %s" % host)
         seen.add(host)
-        if c.get("agent", "local") != "local":
+        if not with_agents and c.get("agent", "local") != "local":
             raise fail("container %s is placed on agent %r; the local runtime only runs agent 'local'"
                        % (host, c.get("agent")))
         env = c.get("env") or {}
@@ -199,7 +209,7 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
             raise fail("%s: the command's first word may not contain '='" % host)
         out.append({"hostname": host, "role": str(c.get("role", "main" if i == 0 else "sub")),
                     "idx": c.get("idx", i + 1), "env": dict(env), "command": list(command),
-                    "publish": bool(c.get("publish", False))})
+                    "publish": bool(c.get("publish", False)), "agent": str(c.get("agent", "local"))})
     mounts = []
     for i, m in enumerate(session.get("mounts") or []):
         if not isinstance(m, dict):
@@ -215,7 +225,10 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
             raise fail("mount source %s is not a directory: its target %s must exist" % (src, dst))
         mounts.append({"source": os.path.realpath(src), "target": os.path.normpath(dst),
                        "read_only": bool(m.get("read_only", False))})
-    return {"name": name, "session_id": session_id, "containers": out, "mounts": mounts,
+    agents = {}
+    if with_agents:  # containers behind local agents (multi-node): see _local_overlay
+        agents = _local_overlay.validate_agents(session["agents"], list(dict.fromkeys(c["agent"] for c in out)))
+    return {"name": name, "session_id": session_id, "containers": out, "mounts": mounts, "agents": agents,
             "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}}
 
 
@@ -227,6 +240,7 @@ def _names(paths: SessionPaths, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "digest": digest,
         "bridge": "bai" + digest,                  # interface names: <= 15 chars
+        "vxlan": "baiv" + digest,                  # (in the agents' namespaces; multi-node only)
         "network": "bai-" + digest,
         "netns": {c["hostname"]: "bai-%s-%s" % (digest, c["hostname"]) for c in spec["containers"]},
     }
@@ -322,7 +336,10 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
     add_netns(netns, owner=paths.root)
 
     t_net = time.monotonic()
-    addresses = _attach(spec, paths, names, subnet, published, journal)
+    if spec["agents"]:
+        addresses = _local_overlay.bring_up(spec, paths, names, subnet, journal)
+    else:
+        addresses = _attach(spec, paths, names, subnet, published, journal)
     t_net = time.monotonic() - t_net
 
     main = hosts[0]
@@ -335,7 +352,7 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
 
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
-    _start_containers(spec, paths, names, addresses, published)
+    _start_containers(spec, paths, names, addresses, published, journal)
     t_ready = time.monotonic() - t_ready
 
     containers = []
@@ -344,7 +361,7 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
         cdir = paths.container_dir(host)
         pid, sshd_pid = read_pid(os.path.join(cdir, "pid")), read_pid(os.path.join(cdir, "sshd.pid"))
         containers.append({
-            "hostname": host, "role": c["role"], "idx": c["idx"], "netns": names["netns"][host],
+            "hostname": host, "role": c["role"], "idx": c["idx"], "agent": c["agent"], "netns": names["netns"][host],
             "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
             "pid_starttime": _starttime(pid), "sshd_starttime": _starttime(sshd_pid),
             "has_command": bool(c["command"]), "log": paths.log(host), "system_log": paths.system_log(host),
@@ -355,6 +372,8 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
         "bridge": names["bridge"], "subnet": str(subnet), "ssh_port": spec["ssh"]["port"],
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
+        "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
+        "vxlan": names["vxlan"] if len(spec["agents"]) > 1 else None,
         "created_at": time.time(),
         "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
                     "total": round(time.monotonic() - t0, 3)},
@@ -419,7 +438,7 @@ def _attach(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], su
 
 
 def _start_containers(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], addresses: dict[str, str],
-                      published: dict[str, tuple[str, int]]) -> None:
+                      published: dict[str, tuple[str, int]], journal: Journal) -> None:
     """Start every container and wait until each sshd (and each published port) answers."""
     hosts = [c["hostname"] for c in spec["containers"]]
     starters = [launch(paths, h, names["netns"][h]) for h in hosts]
@@ -428,8 +447,27 @@ def _start_containers(spec: dict[str, Any], paths: SessionPaths, names: dict[str
             raise LocalRuntimeError("could not start container %s: %s"
                                     % (host, "\n".join(tail_lines(paths.system_log(host), 10))))
     targets = {h: (addresses[h], spec["ssh"]["port"]) for h in hosts}
+    make_socket = None
+    if spec["agents"]:
+        # Behind agents the containers are reachable only over the overlay: every sshd is probed
+        # from main1's namespace (so across agents), and main1 is published by a relay.
+        make_socket = _overlay_prober(netns_path(names["netns"][hosts[0]]))
+        for host, addr in published.items():
+            journal.record("relay", host=host, published="%s:%d" % addr)
+            start_relay(paths, netns_path(names["netns"][host]), addr, spec["ssh"]["port"], paths.system_log(host))
     targets.update({"%s (published)" % h: addr for h, addr in published.items()})
-    wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, hosts))
+    wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, hosts), make_socket=make_socket)
+
+
+def _overlay_prober(main_ns: str) -> Callable[[str], socket.socket]:
+    """Sockets for wait_for_ssh: in main1's namespace for the containers, here for published ports."""
+    def make_socket(key: str) -> socket.socket:
+        if key.endswith(" (published)"):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            return sock
+        return socket_in_netns(main_ns)
+    return make_socket
 
 
 def _starttime(pid: int | None) -> int | None:
@@ -470,6 +508,10 @@ def _teardown(paths: SessionPaths, entries: list[dict[str, Any]], keep_logs: boo
             errors += _network_down(paths, entry)
             if entry.get("ip_forward") == "0" and entries[-1] is entry:
                 forwarding_off()  # the creator died inside add_phase(), before restoring it
+        elif op == "agent_network":
+            errors += _local_overlay.network_down(paths, entry)
+        elif op == "overlay":
+            errors += _local_overlay.overlay_down(paths, entry)
         elif op == "netns":
             errors += delete_netns(entry["names"])
         elif op == "mkdirs":

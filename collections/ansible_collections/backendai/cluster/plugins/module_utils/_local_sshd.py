@@ -109,11 +109,14 @@ def free_local_port(host: str = "127.0.0.1") -> int:
 
 
 def wait_for_ssh(targets: dict[str, tuple[str, int]], timeout: float, check: Callable[[], None],
-                 check_interval: float = 0.05, attempt_timeout: float = 1.0) -> float:
+                 check_interval: float = 0.05, attempt_timeout: float = 1.0,
+                 make_socket: Callable[[str], socket.socket] | None = None) -> float:
     """Connect to every target until each sends an SSH banner; returns the seconds taken.
 
     ``check`` is called periodically and may raise (e.g. a container's supervisor died).
     An attempt that gets no answer within ``attempt_timeout`` (a lost SYN) is retried.
+    ``make_socket(key)`` makes the (non-blocking) socket of a target, e.g. in another network
+    namespace; by default a plain one of this process.
     """
     start = time.monotonic()
     deadline = start + timeout
@@ -143,8 +146,11 @@ def wait_for_ssh(targets: dict[str, tuple[str, int]], timeout: float, check: Cal
                 drop(key, retry=True)
             for key, addr in pending.items():
                 if key not in active and retry_at[key] <= now:
-                    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                    sock.setblocking(False)
+                    if make_socket is None:
+                        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                        sock.setblocking(False)
+                    else:
+                        sock = make_socket(key)
                     err = sock.connect_ex(addr)
                     if err not in (0, errno.EINPROGRESS):
                         sock.close()

@@ -85,6 +85,10 @@ options:
         it (for an existing session its own allocations count as free).
       - The inventory plugin puts that same mapping into each host's C(backendai_agent) variable, so the same list can
         be built from C(hostvars) (see the examples).
+      - For the local backend the default is this machine as one agent, C(local). Given, they must be local agents
+        (network namespaces of this machine made by M(backendai.cluster.local_agents) or C(playbooks/local_agents.yml),
+        each with its C(local) mapping); a multi-node session is then spread over them like over Nomad nodes, joined
+        by a VXLAN overlay network.
     type: list
     elements: dict
   wait:
@@ -263,11 +267,9 @@ def run(module: ClusterModule) -> t.Dict[str, t.Any]:
     p = module.params
     backend = p["backend"] or (NOMAD if module.nomad_address_given() else LOCAL)
     if backend == LOCAL:
-        if p["agents"] is not None:
-            module.warn("agents is ignored by the local backend (the session runs on this machine)")
         if p["state"] == "present":
             return _backend_local.local_present(p["spec"], p["state_dir"], check_mode=module.check_mode, wait=p["wait"],
-                                                timeout=float(p["wait_timeout"]))
+                                                timeout=float(p["wait_timeout"]), agents=p["agents"])
         name = _name(module)
         if not name:
             raise ModuleFailure("state=absent needs the session name (name, or spec with a name)")

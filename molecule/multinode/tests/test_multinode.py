@@ -1,0 +1,161 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Verify the multi-node session converge made on three local agents.
+
+* the containers are spread over the agents as the seed rule says (it fits on none of them alone);
+* every container's environment (ssh shell and its command's own): multi-node mode, global ranks,
+  and LOCAL_RANK counting the session's containers on the same agent;
+* ``ssh <host>`` works between every pair of containers, across agents, by hostname;
+* the overlay: a VXLAN device on every agent flooding to the other two, MTU = underlay - 50 on every
+  container interface, a full-size datagram with the DF bit crosses agents, a 20 MB transfer over ssh
+  arrives intact and no VXLAN packet is fragmented on the underlay;
+* the second session on the same agents reaches none of this one's containers, nor they its.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import typing as t
+
+import pytest
+from conftest import PY, Session, expected_agents, hostnames, scenario_vars
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "hostname" in metafunc.fixturenames:
+        metafunc.parametrize("hostname", hostnames(scenario_vars()["session"]))
+
+
+def agent_ns(agents: t.Sequence[t.Mapping[str, t.Any]]) -> t.Dict[str, str]:
+    return {a["name"]: a["local"]["netns"] for a in agents}
+
+
+def test_containers_are_spread_over_the_agents(session: Session, other: Session, spec: t.Mapping[str, t.Any],
+                                               agents: t.Sequence[t.Mapping[str, t.Any]], svars: t.Mapping[str, t.Any]) -> None:
+    total = spec["resources"]["cpu"] * spec["cluster_size"]
+    assert all(a["cpu"] < total for a in agents), "the session must not fit on one agent"
+    assert session.hosts == hostnames(spec)
+    assert [session.agent[h] for h in session.hosts] == expected_agents(spec, agents)
+    assert len(set(session.agent.values())) == 3
+    assert sorted(other.agent.values()) == sorted(a["name"] for a in agents)  # one container per agent
+    assert session.info["vxlan"] and other.info["vxlan"] and session.info["vxlan"] != other.info["vxlan"]
+
+
+def test_environment_of_every_container(session: Session, spec: t.Mapping[str, t.Any], hostname: str) -> None:
+    hosts = hostnames(spec)
+    rank = hosts.index(hostname)
+    on_same_agent = [h for h in hosts if session.agent[h] == session.agent[hostname]]
+    want = {
+        "BACKENDAI_CLUSTER_HOST": hostname,
+        "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts),
+        "BACKENDAI_CLUSTER_MODE": "multi-node",       # the containers span agents
+        "BACKENDAI_CLUSTER_SIZE": str(len(hosts)),
+        "BACKENDAI_CLUSTER_ROLE": "main" if rank == 0 else "sub",
+        "BACKENDAI_CLUSTER_LOCAL_RANK": str(rank),    # zero-based global index
+        "WORLD_SIZE": str(len(hosts)),
+        "WORLD_RANK": str(rank),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(on_same_agent.index(hostname)),  # among the session's containers on this agent
+        "MASTER_ADDR": "main1",
+        "MASTER_PORT": str(spec["master_port"]),
+        "PROJECT": "molecule",
+    }
+    container = session.container(hostname)
+    assert container.check_output("uname -n") == hostname
+    for source, env in (("ssh shell", container.environment()), ("command", session.command_env(hostname))):
+        assert {k: env.get(k) for k in want} == want, source
+        tf = json.loads(env["TF_CONFIG"])
+        assert tf["task"] == {"type": "worker", "index": rank} and len(tf["cluster"]["worker"]) == len(hosts)
+
+
+def test_ssh_between_every_pair_of_containers_across_agents(session: Session) -> None:
+    hosts = " ".join(session.hosts)
+    loop = "for h in %s; do ssh $h hostname; done" % hosts
+    p = session.ssh("main1", "for s in %s; do ssh $s '%s' > /tmp/pairs.$s 2>&1 & done; wait; "
+                             "for s in %s; do echo $s: $(cat /tmp/pairs.$s); done" % (hosts, loop, hosts))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().splitlines() == ["%s: %s" % (h, hosts) for h in session.hosts]
+
+
+def test_overlay_on_every_agent(session: Session, agents: t.Sequence[t.Mapping[str, t.Any]]) -> None:
+    underlay = {a["name"]: a["local"]["underlay_ip"] for a in agents}
+    mtu = agents[0]["local"]["underlay_mtu"] - 50
+    for name, ns in agent_ns(agents).items():
+        (vx,) = json.loads(subprocess.run(["ip", "-n", ns, "-d", "-j", "link", "show", session.info["vxlan"]],
+                                          capture_output=True, text=True, check=True).stdout)
+        assert vx["mtu"] == mtu and vx["linkinfo"]["info_data"]["local"] == underlay[name]
+        fdb = json.loads(subprocess.run(["bridge", "-n", ns, "-j", "fdb", "show", "dev", session.info["vxlan"]],
+                                        capture_output=True, text=True, check=True).stdout)
+        flood = sorted(e["dst"] for e in fdb if e["mac"] == "00:00:00:00:00:00")
+        assert flood == sorted(ip for a, ip in underlay.items() if a != name)
+        assert [f for f in os.listdir(a_conf(agents, name)) if f.endswith(".conflist")], "no CNI config on " + name
+    for hostname in session.hosts:
+        line = session.ssh(hostname, "ip -o link show eth0").stdout.decode()
+        assert " mtu %d " % mtu in line, (hostname, line)
+
+
+def a_conf(agents: t.Sequence[t.Mapping[str, t.Any]], name: str) -> str:
+    return next(a["local"]["cni_config_dir"] for a in agents if a["name"] == name)
+
+
+def frag_creates(ns: str) -> int:
+    text = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"], capture_output=True, text=True,
+                          check=True).stdout
+    head, values = [line.split() for line in text.splitlines() if line.startswith("Ip:")][:2]
+    return int(dict(zip(head, values))["FragCreates"])
+
+
+DF_SEND = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO: set the DF bit, never fragment
+for size in map(int, sys.argv[2:]):
+    try:
+        s.sendto(bytes(size), (sys.argv[1], 9999)); print(size, "sent")
+    except OSError as e:
+        print(size, "EMSGSIZE" if e.errno == 90 else e)
+"""
+DF_RECV = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 9999)); s.settimeout(10)
+print("ready", flush=True)
+print(len(s.recvfrom(65535)[0]), flush=True)
+"""
+
+
+def test_mtu_df_bit_and_20mb_transfer_between_agents(session: Session, agents: t.Sequence[t.Mapping[str, t.Any]]) -> None:
+    src, dst = "main1", session.hosts[-1]
+    assert session.agent[src] != session.agent[dst]
+    namespaces = agent_ns(agents).values()
+    before = [frag_creates(ns) for ns in namespaces]
+    biggest = agents[0]["local"]["underlay_mtu"] - 50 - 28  # IPv4 20 + UDP 8 inside the overlay MTU
+    recv = subprocess.Popen(["nsenter", "-t", str(session.pid[dst]), "-n", "--", PY, "-c", DF_RECV],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert recv.stdout is not None and recv.stdout.readline().strip() == "ready"
+        sent = subprocess.run(["nsenter", "-t", str(session.pid[src]), "-n", "--", PY, "-c", DF_SEND,
+                               session.address[dst], str(biggest + 1), str(biggest)], capture_output=True, text=True)
+        assert sent.stdout.splitlines() == ["%d EMSGSIZE" % (biggest + 1), "%d sent" % biggest], sent.stderr
+        assert recv.stdout.readline().strip() == str(biggest), "a full-size datagram with DF set must cross agents"
+    finally:
+        recv.kill()
+        recv.wait()
+    blob = os.urandom(20 * 1000 * 1000)
+    p = session.ssh(src, "ssh %s 'sha256sum; echo'" % dst, stdin=blob)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().split()[0] == hashlib.sha256(blob).hexdigest()
+    assert [frag_creates(ns) for ns in namespaces] == before, "VXLAN packets were fragmented on the underlay"
+
+
+def test_the_other_session_is_unreachable(session: Session, other: Session, spec: t.Mapping[str, t.Any]) -> None:
+    port = spec["ssh"]["port"]
+    mine, theirs = list(session.address.values()), list(other.address.values())
+    assert all(other.probe("main1", [other.address[h] for h in other.hosts[1:]], port).values()), \
+        "the second session works across agents"
+    for src in (session.hosts[0], session.hosts[-1]):
+        assert not any(session.probe(src, theirs, port).values()), "%s reached the other session" % src
+    for src in other.hosts:
+        assert not any(other.probe(src, mine, port).values()), "the other session's %s reached this one" % src

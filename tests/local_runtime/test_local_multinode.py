@@ -1,0 +1,332 @@
+"""Multi-node sessions of the local runtime: containers behind local agents, joined by a VXLAN overlay.
+
+Three local agents (network namespaces on a private underlay of MTU 1400) carry a 6-container
+session that cannot fit on one of them, placed by the real planner through the local backend.
+Checked: the spread and per-agent LOCAL_RANK, ssh by hostname between every pair across agents,
+the overlay devices (VNI, flood entries, MTU 1350), the DF bit and a 20 MB transfer without any
+fragmentation on the underlay, isolation from a second session on the same agents, and that
+destroy (also after a creator killed half-way) leaves nothing on any agent.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import typing as t
+import uuid
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local as backend
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils._local_state import FAULT_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._overlay import derive_vni
+from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import build_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._placement import parse_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import SSHKeypair
+
+UNDERLAY_MTU = 1400
+OVERLAY_MTU = UNDERLAY_MTU - 50
+HOSTS = ["main1", "sub1", "sub2", "sub3", "sub4", "sub5"]
+AGENT_OF = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2", "sub4": "agent3", "sub5": "agent3"}
+
+
+def spec(name: str, size: int = 6, cpu: int = 1000, **extra: t.Any) -> dict[str, t.Any]:
+    out = {"name": name, "image": "local", "cluster_size": size, "cluster_mode": "multi-node",
+           "resources": {"cpu": cpu, "memory": 512}}
+    out.update(extra)
+    return out
+
+
+class Fabric:
+    def __init__(self, root: str, agents: list[dict[str, t.Any]]) -> None:
+        self.root = root
+        self.agents = agents
+        self.netns = {a["name"]: a["local"]["netns"] for a in agents}
+
+    def ip(self, agent: str, *args: str) -> t.Any:
+        out = subprocess.run(["ip", "-n", self.netns[agent], "-j", "-d"] + list(args), capture_output=True, text=True,
+                             check=True).stdout
+        return json.loads(out or "[]")
+
+    def links(self, agent: str) -> dict[str, dict[str, t.Any]]:
+        return {link["ifname"]: link for link in self.ip(agent, "link", "show")}
+
+    def flood(self, agent: str, vxlan: str) -> list[str]:
+        """Where the VXLAN device floods to (its all-zero-MAC FDB entries)."""
+        out = subprocess.run(["bridge", "-n", self.netns[agent], "-j", "fdb", "show", "dev", vxlan], capture_output=True,
+                             text=True, check=True).stdout
+        return sorted(e["dst"] for e in json.loads(out or "[]") if e["mac"] == "00:00:00:00:00:00")
+
+    def frag_creates(self, agent: str) -> int:
+        text = subprocess.run(["ip", "netns", "exec", self.netns[agent], "cat", "/proc/net/snmp"], capture_output=True,
+                              text=True, check=True).stdout
+        head, values = [line.split() for line in text.splitlines() if line.startswith("Ip:")][:2]
+        return int(dict(zip(head, values))["FragCreates"])
+
+    def conflists(self) -> list[str]:
+        return sorted(f for a in self.agents for f in os.listdir(a["local"]["cni_config_dir"]))
+
+    def snapshot(self) -> dict[str, t.Any]:
+        """The links of every agent, the CNI configs installed on them, the processes inside them."""
+        inodes = {os.stat("/run/netns/" + ns).st_ino for ns in self.netns.values()}
+        procs = []
+        for pid in os.listdir("/proc"):
+            try:
+                if pid.isdigit() and os.stat("/proc/%s/ns/net" % pid).st_ino in inodes:
+                    procs.append(pid)
+            except OSError:
+                pass
+        return {"links": {a: sorted(self.links(a)) for a in self.netns}, "conflists": self.conflists(), "processes": procs}
+
+    def assert_bare(self) -> None:
+        """No session left on any agent: only lo and eth0, no CNI config, no process inside."""
+        assert self.snapshot() == {"links": {a: ["eth0", "lo"] for a in self.netns}, "conflists": [], "processes": []}
+
+
+@pytest.fixture(scope="module")
+def fabric(run_dir: str) -> t.Iterator[Fabric]:
+    root = os.path.join(run_dir, "agents-" + uuid.uuid4().hex[:8])
+    agents = [{"name": "agent%d" % i, "cpu": 2000, "memory": 2048} for i in (1, 2, 3)]
+    made = local_agents.create_agents(agents, root, underlay_mtu=UNDERLAY_MTU)
+    assert made["changed"] is True
+    again = local_agents.create_agents(agents, root, underlay_mtu=UNDERLAY_MTU)
+    assert again["changed"] is False and again["agents"] == made["agents"]
+    f = Fabric(root, made["agents"])
+    yield f
+    f.assert_bare()
+    assert local_agents.destroy_agents(root)["changed"] is True
+    assert local_agents.destroy_agents(root)["changed"] is False
+    assert not [n for n in f.netns.values() if os.path.exists("/run/netns/" + n)]
+    assert not os.path.exists(os.path.join(root, "local"))
+
+
+class Live:
+    """A session made through the local backend, with what the tests need to look inside."""
+
+    def __init__(self, state_root: str, result: dict[str, t.Any]) -> None:
+        self.state_root = state_root
+        self.view = result["session"]
+        self.plan = result["plan"]
+        with open(os.path.join(state_root, self.view["name"], "session.json"), encoding="utf-8") as f:
+            self.info = json.load(f)
+        self.by_host = {c["hostname"]: c for c in self.info["containers"]}
+
+    def ssh(self, host: str, command: str, stdin: t.Optional[bytes] = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["ssh", "-F", self.info["ssh_config"], host, command], input=stdin, capture_output=True,
+                              timeout=timeout, check=False)
+
+    def python_in(self, host: str, code: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+        pid = self.by_host[host]["pid"]
+        return subprocess.run(["nsenter", "-t", str(pid), "-n", "--", sys.executable, "-c", code] + list(args),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def mn_root(run_dir: str) -> str:
+    return os.path.join(run_dir, uuid.uuid4().hex[:8])
+
+
+@pytest.fixture(scope="module")
+def mn(fabric: Fabric, mn_root: str) -> t.Iterator[Live]:
+    result = backend.local_present(spec("mn"), mn_root, agents=fabric.agents)
+    try:
+        yield Live(mn_root, result)
+    finally:
+        backend.local_absent("mn", mn_root)
+
+
+PROBE = """
+import socket, sys
+s = socket.socket(); s.settimeout(1.0)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
+except OSError as e:
+    print("closed", e)
+"""
+
+
+def test_spread_over_agents_with_per_agent_local_rank(mn: Live) -> None:
+    assert mn.plan["mode"] == "multi-node" and mn.plan["network_mode"].startswith("cni/")
+    assert {c["hostname"]: c["agent"] for c in mn.view["containers"]} == AGENT_OF
+    assert mn.view["state"] == "RUNNING" and mn.view["mode"] == "multi-node"
+    p = mn.ssh("main1", "for h in %s; do ssh $h 'env -0 | base64 -w0'; echo; done" % " ".join(HOSTS))
+    assert p.returncode == 0, p.stderr
+    envs = [base64.b64decode(line).decode() for line in p.stdout.decode().splitlines()]
+    assert len(envs) == len(HOSTS)
+    for rank, (host, text) in enumerate(zip(HOSTS, envs)):
+        env = dict(item.split("=", 1) for item in text.split("\0") if "=" in item)
+        assert env["BACKENDAI_CLUSTER_HOST"] == host and env["BACKENDAI_CLUSTER_MODE"] == "multi-node"
+        assert env["BACKENDAI_CLUSTER_HOSTS"] == ",".join(HOSTS) and env["WORLD_SIZE"] == "6"
+        assert (env["RANK"], env["WORLD_RANK"]) == (str(rank), str(rank))
+        assert env["LOCAL_RANK"] == str(rank % 2), "LOCAL_RANK counts per agent"
+
+
+def test_ssh_by_hostname_between_every_pair_across_agents(mn: Live) -> None:
+    loop = "for h in %s; do ssh $h hostname; done" % " ".join(HOSTS)
+    # every container runs its loop at the same time (the pairs are independent)
+    p = mn.ssh("main1", "for s in %s; do ssh $s '%s' > /tmp/pairs.$s & done; wait; for s in %s; do echo $s: "
+                        "$(cat /tmp/pairs.$s); done" % (" ".join(HOSTS), loop, " ".join(HOSTS)))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().splitlines() == ["%s: %s" % (h, " ".join(HOSTS)) for h in HOSTS]
+
+
+def test_overlay_devices_addresses_and_mtu(mn: Live, fabric: Fabric) -> None:
+    vxlan = mn.info["vxlan"]
+    underlay = {a["name"]: a["local"]["underlay_ip"] for a in fabric.agents}
+    for agent in fabric.netns:
+        links = fabric.links(agent)
+        vx = links[vxlan]
+        assert vx["linkinfo"]["info_data"]["id"] == derive_vni("bai-" + vxlan[4:])
+        assert vx["linkinfo"]["info_data"]["local"] == underlay[agent]
+        assert vx["mtu"] == OVERLAY_MTU and links[vx["master"]]["mtu"] == OVERLAY_MTU
+        assert fabric.flood(agent, vxlan) == sorted(ip for a, ip in underlay.items() if a != agent)
+        (conflist,) = os.listdir(os.path.join(fabric.root, "local", "cni", agent))
+        with open(os.path.join(fabric.root, "local", "cni", agent, conflist), encoding="utf-8") as f:
+            conf = json.load(f)
+        rng = conf["plugins"][1]["ipam"]["ranges"][0][0]
+        lo, hi = (int.from_bytes(bytes(map(int, rng[k].split("."))), "big") for k in ("rangeStart", "rangeEnd"))
+        for host, c in mn.by_host.items():
+            if AGENT_OF[host] == agent:
+                assert lo <= int.from_bytes(bytes(map(int, c["address"].split("."))), "big") <= hi
+    for host in HOSTS:
+        p = mn.python_in(host, "import socket, fcntl, struct; s = socket.socket();"
+                               "print(struct.unpack('16sI', fcntl.ioctl(s, 0x8921, struct.pack('16sI', b'eth0', 0)))[1])")
+        assert p.stdout.strip() == str(OVERLAY_MTU), p.stderr
+
+
+DF_SEND = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO: the DF bit, never fragment
+for size in map(int, sys.argv[2:]):
+    try:
+        s.sendto(bytes(size), (sys.argv[1], 9999)); print(size, "sent")
+    except OSError as e:
+        print(size, "EMSGSIZE" if e.errno == 90 else e)
+"""
+DF_RECV = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 9999)); s.settimeout(10)
+print("ready", flush=True)
+data, _ = s.recvfrom(65535); print(len(data), flush=True)
+"""
+
+
+def test_df_bit_and_20mb_transfer_cross_agents_without_fragmentation(mn: Live, fabric: Fabric) -> None:
+    before = {a: fabric.frag_creates(a) for a in fabric.netns}
+    recv = subprocess.Popen(["nsenter", "-t", str(mn.by_host["sub5"]["pid"]), "-n", "--", sys.executable, "-c", DF_RECV],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert recv.stdout is not None and recv.stdout.readline().strip() == "ready"
+        biggest = OVERLAY_MTU - 28  # IPv4 20 + UDP 8
+        sent = mn.python_in("main1", DF_SEND, mn.by_host["sub5"]["address"], str(biggest + 1), str(biggest))
+        assert sent.stdout.split("\n")[:2] == ["%d EMSGSIZE" % (biggest + 1), "%d sent" % biggest], sent.stderr
+        assert recv.stdout.readline().strip() == str(biggest), "a full-MTU DF datagram must cross agents"
+    finally:
+        recv.kill()
+        recv.wait()
+    blob = os.urandom(20 * 1000 * 1000)
+    p = mn.ssh("sub1", "ssh sub4 'cat > /tmp/blob && sha256sum /tmp/blob && wc -c < /tmp/blob'", stdin=blob)
+    assert p.returncode == 0, p.stderr
+    digest, _name, size = p.stdout.decode().split()
+    assert (digest, int(size)) == (hashlib.sha256(blob).hexdigest(), len(blob))
+    assert {a: fabric.frag_creates(a) for a in fabric.netns} == before, "VXLAN packets were fragmented on the underlay"
+
+
+def test_sessions_on_the_same_agents_are_isolated(mn: Live, fabric: Fabric, mn_root: str) -> None:
+    result = backend.local_present(spec("other", size=3, cpu=1500), mn_root, agents=fabric.agents)
+    try:
+        other = Live(mn_root, result)
+        assert sorted(c["agent"] for c in other.view["containers"]) == ["agent1", "agent2", "agent3"]
+        assert other.info["vxlan"] != mn.info["vxlan"]
+        port = str(mn.info["ssh_port"])
+        for src, dst in (("main1", "sub2"), ("sub1", "sub1")):  # same session across agents: open
+            assert other.python_in(src, PROBE, other.by_host[dst]["address"], port).stdout.startswith("open")
+        for host, c in other.by_host.items():  # another session, on the same and on other agents: closed
+            assert other.python_in("main1", PROBE, c["address"], port).stdout.startswith("open")
+            for src in ("main1", "sub3"):
+                assert mn.python_in(src, PROBE, c["address"], port).stdout.startswith("closed"), (src, host)
+        for c in mn.by_host.values():
+            assert other.python_in("sub1", PROBE, c["address"], port).stdout.startswith("closed")
+    finally:
+        assert backend.local_absent("other", mn_root)["changed"] is True
+
+
+def test_backend_is_idempotent_and_pending_says_why(mn: Live, fabric: Fabric, mn_root: str) -> None:
+    again = backend.local_present(spec("mn"), mn_root, agents=fabric.agents)
+    assert again["changed"] is False and again["session"]["session_id"] == mn.view["session_id"]
+    with pytest.raises(Exception, match="PENDING on the local agents: the eligible agents together can hold only 6 of 7"):
+        backend.local_present(spec("toobig", size=7), mn_root, agents=fabric.agents)
+    with pytest.raises(Exception, match="local agents"):
+        backend.local_present(spec("nolocal"), mn_root, agents=[{"name": "x", "cpu": 9000, "memory": 9000}])
+    assert not os.path.exists(os.path.join(mn_root, "toobig")) and not os.path.exists(os.path.join(mn_root, "nolocal"))
+
+
+def test_agents_are_not_removed_under_a_session(mn: Live, fabric: Fabric) -> None:
+    with pytest.raises(rt.LocalRuntimeError, match="still carry sessions"):
+        local_agents.destroy_agents(fabric.root)
+    assert mn.ssh("sub3", "hostname").stdout.decode().strip() == "sub3"
+
+
+# ------------------------------------------------------------------ destroy
+
+def _runtime_session(name: str, fabric: Fabric, keypair: tuple[str, str]) -> dict[str, t.Any]:
+    plan = build_plan(parse_spec(spec(name)), parse_agents(fabric.agents), str(uuid.uuid4()))
+    return backend.runtime_session(plan, SSHKeypair(keypair[0], keypair[1]), backend.local_agents(fabric.agents))
+
+
+def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:
+    on_agents = fabric.snapshot()
+    before = helpers.host_snapshot()
+    session = _runtime_session("gone", fabric, keypair)
+    r = rt.create_session(session, state_root)
+    assert r["state"] == "RUNNING" and r["vxlan"]
+    assert len(fabric.conflists()) == len(on_agents["conflists"]) + 3
+    assert all(r["vxlan"] in fabric.links(a) for a in fabric.netns)
+    assert rt.destroy_session("gone", state_root)["changed"] is True
+    assert rt.destroy_session("gone", state_root)["changed"] is False
+    assert fabric.snapshot() == on_agents
+    helpers.assert_clean(before, state_root, [session])
+
+
+_CREATOR = """
+import json, sys
+sys.path.insert(0, %r)
+from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime import create_session
+create_session(json.load(sys.stdin), %r)
+"""
+
+
+# journal records of a 3-agent session: begin, netns, overlay x3, agent_network, containers, relay, ready
+@pytest.mark.parametrize("kill", ["records:2", "records:4", "records:5", "records:7", "after:0.25"])
+def test_destroy_after_creator_killed(kill: str, fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:
+    on_agents = fabric.snapshot()
+    before = helpers.host_snapshot()
+    session = _runtime_session("killed", fabric, keypair)
+    env = dict(os.environ)
+    how, _, arg = kill.partition(":")
+    if how == "records":
+        env[FAULT_ENV] = "kill:" + arg
+    proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (helpers.collections, state_root)], stdin=subprocess.PIPE,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(session).encode())
+    proc.stdin.close()
+    if how == "after":
+        time.sleep(float(arg))
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    if how == "records":
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
+    existed = os.path.isdir(os.path.join(state_root, "killed"))
+    assert rt.destroy_session("killed", state_root)["changed"] is existed
+    assert fabric.snapshot() == on_agents
+    helpers.assert_clean(before, state_root, [session])

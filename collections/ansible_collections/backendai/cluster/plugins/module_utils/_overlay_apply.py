@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
 from ansible_collections.backendai.cluster.plugins.module_utils._overlay import (
     AgentOverlay,
     OverlayError,
@@ -79,28 +80,6 @@ class AgentHost:
     def iptables(self, args: t.Sequence[str], check: bool = True) -> bool:
         prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         return self.run(prefix + ["iptables", "-w"] + list(args), check=check).returncode == 0
-
-
-def _write_text(path: str, text: str) -> None:
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
-def ensure_file(path: str, text: str, check_mode: bool = False) -> bool:
-    """Write ``text`` to ``path`` unless it is there already; True if it changed (or would)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
-    if not check_mode:
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        _write_text(path, text)
-    return True
 
 
 def remove_path(path: str, check_mode: bool = False) -> bool:

@@ -161,33 +161,14 @@ files:
 """
 
 import os
-import tempfile
 import typing as t
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError
+from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
 from ansible_collections.backendai.cluster.plugins.module_utils._module_base import NOMAD, VAULT, ClusterModule
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary, render_session
-
-
-def _write_if_changed(module: AnsibleModule, path: str, content: str) -> bool:
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == content:
-                return False
-    except FileNotFoundError:
-        pass
-    if module.check_mode:
-        return True
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".backendai-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(content)
-    os.chmod(tmp, 0o644)
-    module.atomic_move(tmp, path)
-    return True
 
 
 def _read(path: str) -> str:
@@ -247,7 +228,7 @@ def main() -> None:
             suffix, content = contents[fmt]
             path = os.path.join(out, plan["name"] + suffix)
             before = _read(path) if fmt == "json" and module._diff else None
-            if _write_if_changed(module, path, content):
+            if ensure_file(path, content, check_mode=module.check_mode):
                 result["changed"] = True
                 if before is not None:
                     result["diff"] = dict(before=before, after=content, before_header=path, after_header=path)

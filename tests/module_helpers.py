@@ -58,3 +58,15 @@ def writes(double: t.Any) -> t.List[t.Tuple[str, str]]:
 def private_key_lines(private_key: str) -> t.List[str]:
     """The base64 body lines of a PEM key (what must never leak)."""
     return [line for line in private_key.strip().splitlines() if line and not line.startswith("-----")]
+
+
+@pytest.fixture(autouse=True)
+def clean_nomad_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No NOMAD_*/VAULT_* variable of the caller's shell leaks into a module under test."""
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture) -> "ModuleRun":
+    return ModuleRun(capsys)

@@ -11,20 +11,10 @@ import requests
 
 from ansible_collections.backendai.cluster.plugins.modules import session as session_module
 from ansible_collections.backendai.cluster.plugins.modules import session_info
-from module_helpers import ENV_VARS, NOMAD_TOKEN, ModuleRun, spec, writes
+from module_helpers import NOMAD_TOKEN, ModuleRun, spec, writes
+from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture) -> ModuleRun:
-    return ModuleRun(capsys)
 
 
 @pytest.fixture

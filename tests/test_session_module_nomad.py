@@ -12,7 +12,8 @@ import typing as t
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.modules import session as session_module
-from module_helpers import ENV_VARS, NOMAD_TOKEN, VAULT_TOKEN, ModuleRun, private_key_lines, spec, writes
+from module_helpers import NOMAD_TOKEN, VAULT_TOKEN, ModuleRun, private_key_lines, spec, writes
+from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import (  # noqa: F401 - pytest fixtures
     nomad_double_factory,
     test_pki,
@@ -22,17 +23,6 @@ from nomad_double.fixtures import (  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
 
 VAR_PATH = "^/v1/var/nomad/jobs/s1$"
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture) -> ModuleRun:
-    return ModuleRun(capsys)
 
 
 @pytest.fixture

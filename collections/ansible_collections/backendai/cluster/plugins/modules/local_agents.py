@@ -21,13 +21,12 @@ author:
   - backendai.cluster contributors (@backendai-cluster)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - backendai.cluster.attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
-  platform:
-    platforms: posix
 options:
   state:
     description: V(present) creates the agents (recreating them if their definition changed); V(absent) removes them.

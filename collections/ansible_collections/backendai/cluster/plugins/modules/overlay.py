@@ -25,14 +25,13 @@ author:
   - backendai.cluster contributors (@backendai-cluster)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - backendai.cluster.attributes
 attributes:
   check_mode:
     support: full
     details: Reads the agent's links and reports the commands that would run; runs none and writes nothing.
   diff_mode:
     support: none
-  platform:
-    platforms: posix
 options:
   state:
     description: Whether the session's overlay is on this agent.

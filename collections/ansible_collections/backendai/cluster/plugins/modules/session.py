@@ -27,6 +27,8 @@ author:
   - backendai.cluster contributors (@backendai-cluster)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - backendai.cluster.attributes
+  - backendai.cluster.attributes.actiongroup_nomad
   - backendai.cluster.nomad_connection
   - backendai.cluster.vault_connection
   - backendai.cluster.local_runtime
@@ -44,13 +46,6 @@ attributes:
       - New session - the rendered job (secret-free).
       - Changed session - the job fields that change, from Nomad's plan.
       - Removed session - the job and where its keypair was. Never key material.
-  platform:
-    platforms: posix
-  action_group:
-    description: Use C(group/backendai.cluster.nomad) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - backendai.cluster.nomad
 options:
   state:
     description:

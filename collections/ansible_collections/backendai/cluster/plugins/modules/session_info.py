@@ -22,6 +22,8 @@ author:
   - backendai.cluster contributors (@backendai-cluster)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - backendai.cluster.attributes
+  - backendai.cluster.attributes.actiongroup_nomad
   - backendai.cluster.nomad_connection
   - backendai.cluster.vault_connection
   - backendai.cluster.local_runtime
@@ -32,13 +34,6 @@ attributes:
   diff_mode:
     support: N/A
     details: The module changes nothing.
-  action_group:
-    description: Use C(group/backendai.cluster.nomad) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - backendai.cluster.nomad
-  platform:
-    platforms: posix
 options:
   name:
     description: The session to show. When omitted, every session made by this collection is shown.

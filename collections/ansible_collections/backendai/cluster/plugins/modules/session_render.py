@@ -22,6 +22,8 @@ author:
   - backendai.cluster contributors (@backendai-cluster)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - backendai.cluster.attributes
+  - backendai.cluster.attributes.actiongroup_nomad
   - backendai.cluster.nomad_connection
   - backendai.cluster.vault_connection
 attributes:
@@ -31,13 +33,6 @@ attributes:
   diff_mode:
     support: full
     details: Shows the change of the rendered job JSON file.
-  platform:
-    platforms: posix
-  action_group:
-    description: Use C(group/backendai.cluster.nomad) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - backendai.cluster.nomad
 options:
   spec:
     description:

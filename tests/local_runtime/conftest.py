@@ -8,9 +8,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import types
 import uuid
 from typing import Any, Callable, Iterator
@@ -26,6 +28,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils import _local_ag
 from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local_netns import NETNS_DIR  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local_state import (  # noqa: E402
+    FAULT_ENV,
     OWNER_ENV,
     SessionPaths,
 )
@@ -291,9 +294,38 @@ def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) ->
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout, check=False)
 
 
+_CREATOR = """
+import json, sys
+sys.path.insert(0, %r)
+from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime import create_session
+create_session(json.load(sys.stdin), %r)
+"""
+
+
+def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> subprocess.Popen[bytes]:
+    """create_session() in a process of its own, fed the session on stdin.
+
+    ``kill`` = ``records:N`` makes the runtime SIGKILL itself at journal record N (fault hook);
+    ``after:SECONDS`` SIGKILLs it from here after that delay. The caller waits for the process.
+    """
+    how, _sep, arg = kill.partition(":")
+    env = dict(os.environ)
+    if how == "records":
+        env[FAULT_ENV] = "kill:" + arg
+    proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (COLLECTIONS, state_root)], stdin=subprocess.PIPE,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(session).encode())
+    proc.stdin.close()
+    if how == "after":
+        time.sleep(float(arg))
+        proc.send_signal(signal.SIGKILL)
+    return proc
+
+
 @pytest.fixture(scope="session")
 def helpers() -> types.SimpleNamespace:
     """This file's helpers, for the tests (a second ``conftest`` module cannot be imported by name)."""
     return types.SimpleNamespace(collections=COLLECTIONS, make_session=make_session, host_snapshot=host_snapshot,
-                                 assert_clean=assert_clean, ssh=ssh, netns_names=netns_names,
+                                 assert_clean=assert_clean, ssh=ssh, netns_names=netns_names, start_creator=start_creator,
                                  live_processes=live_processes, iptables_rules=iptables_rules)

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import typing as t
 import uuid
 
@@ -25,7 +24,6 @@ import pytest
 from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local as backend
 from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils._local_state import FAULT_ENV
 from ansible_collections.backendai.cluster.plugins.module_utils._overlay import derive_vni
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._placement import parse_agents
@@ -297,34 +295,15 @@ def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: st
     helpers.assert_clean(before, state_root, [session])
 
 
-_CREATOR = """
-import json, sys
-sys.path.insert(0, %r)
-from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime import create_session
-create_session(json.load(sys.stdin), %r)
-"""
-
-
 # journal records of a 3-agent session: begin, netns, overlay x3, agent_network, containers, relay, ready
 @pytest.mark.parametrize("kill", ["records:2", "records:4", "records:5", "records:7", "after:0.25"])
 def test_destroy_after_creator_killed(kill: str, fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:
     on_agents = fabric.snapshot()
     before = helpers.host_snapshot()
     session = _runtime_session("killed", fabric, keypair)
-    env = dict(os.environ)
-    how, _, arg = kill.partition(":")
-    if how == "records":
-        env[FAULT_ENV] = "kill:" + arg
-    proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (helpers.collections, state_root)], stdin=subprocess.PIPE,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdin is not None
-    proc.stdin.write(json.dumps(session).encode())
-    proc.stdin.close()
-    if how == "after":
-        time.sleep(float(arg))
-        proc.send_signal(signal.SIGKILL)
+    proc = helpers.start_creator(session, state_root, kill)
     proc.wait(timeout=60)
-    if how == "records":
+    if kill.startswith("records:"):
         assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
     existed = os.path.isdir(os.path.join(state_root, "killed"))
     assert rt.destroy_session("killed", state_root)["changed"] is existed

@@ -254,14 +254,6 @@ def test_real_start_failure_rolls_back_with_log(state_root: str, keypair: Any, t
     helpers.assert_clean(before, state_root, [session])
 
 
-_CREATOR = """
-import json, sys
-sys.path.insert(0, %r)
-from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime import create_session
-create_session(json.load(sys.stdin), %r)
-"""
-
-
 @pytest.mark.parametrize("kill", ["records:0", "records:1", "records:2", "records:3", "records:4", "records:5",
                                   "after:0.15", "after:0.3", "after:0.45", "after:0.6"])
 def test_destroy_after_creator_killed(kill: str, state_root: str, keypair: Any, tmp_path: Any, helpers: Any) -> None:
@@ -272,20 +264,9 @@ def test_destroy_after_creator_killed(kill: str, state_root: str, keypair: Any, 
     top = "/srv/bai-test-%s" % uuid.uuid4().hex[:8]
     session = helpers.make_session("killed", keypair, size=4, command=["sleep", "600"],
                            mounts=[{"source": str(tmp_path / "src"), "target": top + "/x"}])
-    env = dict(os.environ)
-    how, _, arg = kill.partition(":")
-    if how == "records":
-        env[FAULT_ENV] = "kill:" + arg
-    proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (helpers.collections, state_root)], stdin=subprocess.PIPE,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdin is not None
-    proc.stdin.write(json.dumps(session).encode())
-    proc.stdin.close()
-    if how == "after":
-        time.sleep(float(arg))
-        proc.send_signal(signal.SIGKILL)
+    proc = helpers.start_creator(session, state_root, kill)
     proc.wait(timeout=60)
-    if how == "records":
+    if kill.startswith("records:"):
         assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
     st = rt.session_status("killed", state_root)
     assert st["state"] in ("DEGRADED", "RUNNING", "TERMINATED", "missing")
@@ -303,12 +284,7 @@ def test_concurrent_creates_and_destroys(state_root: str, keypair: Any, helpers:
     specs = [helpers.make_session(name, keypair, size=3) for name in names]
     procs = []
     for spec in specs:
-        proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (helpers.collections, state_root)],
-                                stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(spec).encode())
-        proc.stdin.close()
-        procs.append(proc)
+        procs.append(helpers.start_creator(spec, state_root))
     for proc in procs:
         assert proc.wait(timeout=60) == 0, proc.stderr.read().decode() if proc.stderr else ""
     listed = rt.list_sessions(state_root)

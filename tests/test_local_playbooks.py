@@ -23,7 +23,7 @@ from repo_helpers import play_stats, run_playbook, task_results
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
                                 reason="the local backend needs root and the CNI plugins (scripts/setup)")
 
-CREATE_TASK = "Create the session and wait until every container is up"
+CREATE_TASK = "Submit the session (the next task waits for its containers and shows what is pending)"
 
 
 def spec_vars(name: str, **extra: t.Any) -> str:

@@ -184,7 +184,7 @@ def test_destroy_after_a_create_whose_submission_failed(agents: Agents, nomad: N
     nomad.fail_next("POST", "^/v1/jobs$", status=400, body="injected: job rejected", times=None)
     created = play(agents, nomad, "create_session.yml")
     assert created.returncode != 0
-    assert "register job" in json.dumps(task_results(created)["Create the session and wait until every container is up"])
+    assert "register job" in json.dumps(task_results(created)["Submit the session (the next task waits for its containers and shows what is pending)"])
     assert nomad.stored_job("ovl") is None
     assert all(device_names(NETWORK)[1] in agents.links(a) for a in AGENTS), "the overlay was set up before submitting"
     nomad.clear_faults()

@@ -13,7 +13,7 @@ modules only dispatch to these functions:
 
 A session view: ``{name, backend: "local", session_id, state, mode, network_mode, containers:
 [{hostname, role, idx, agent, address, status, exit_code, restarts, log_tail}], main1: {address,
-ssh_port, ssh_command}}`` with ``state`` one of PENDING, SCHEDULED, RUNNING, DEGRADED, TERMINATED,
+ssh_port, ssh_command}, progress}`` (``_session_view.wait_progress``) with ``state`` one of PENDING, SCHEDULED, RUNNING, DEGRADED, TERMINATED,
 ERROR. Nothing secret is ever in it.
 
 The machine is one agent, ``local``, with its CPU (cores × MHz) and memory as capacity, so the
@@ -46,6 +46,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime i
 from ansible_collections.backendai.cluster.plugins.module_utils._placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import SessionPlan, build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary
+from ansible_collections.backendai.cluster.plugins.module_utils._session_view import wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import SessionSpec, parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import (
     SSHKeypair,
@@ -186,12 +187,13 @@ def _view(status: t.Mapping[str, t.Any], record: t.Optional[t.Mapping[str, t.Any
         "state_dir": status.get("state_dir", ""), "containers": containers,
         "main1": {"address": host, "ssh_port": int(port) if port.isdigit() else None,
                   "ssh_command": "ssh -F %s main1" % ssh_config if ssh_config else ""},
+        "progress": wait_progress(containers),
     }
 
 
 def _planned_view(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     """What check mode shows for a session that does not exist yet: the plan, nothing running."""
-    return {
+    view: t.Dict[str, t.Any] = {
         "name": summary["name"], "backend": "local", "session_id": summary["session_id"], "state": "PENDING",
         "mode": summary["mode"], "network_mode": summary["network_mode"], "state_dir": "",
         "containers": [{"hostname": c["hostname"], "role": c["role"], "idx": c["idx"], "agent": c["agent"] or LOCAL_AGENT,
@@ -199,6 +201,8 @@ def _planned_view(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
                         "log_tail": [], "log": ""} for c in summary["containers"]],
         "main1": {"address": "", "ssh_port": None, "ssh_command": ""},
     }
+    view["progress"] = wait_progress(view["containers"])
+    return view
 
 
 def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: bool = False, wait: bool = True,
@@ -213,7 +217,8 @@ def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: 
     digest = _digest(spec, agents)
     exists = status.get("exists", False)
     if exists and record and record.get("digest") == digest and status["state"] == "RUNNING":
-        return {"changed": False, "session": _view(session_status(spec.name, root), record), "plan": record["plan"]}
+        return {"changed": False, "created": False, "session": _view(session_status(spec.name, root), record),
+                "plan": record["plan"]}
 
     keys = _stored_keys(root, spec.name, record) if exists else None
     if keys is None and not check_mode:
@@ -228,15 +233,15 @@ def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: 
     diff = {"before": before, "after": _spec_text(spec), "before_header": "%s (local)" % spec.name,
             "after_header": "%s (local)" % spec.name}
     if check_mode or keys is None:
-        return {"changed": True, "session": _view(status, record) if exists else _planned_view(summary),
+        return {"changed": True, "created": False, "session": _view(status, record) if exists else _planned_view(summary),
                 "plan": summary, "diff": diff}
     if exists:  # a changed spec, or a session that is not fully running: recreate it with the same keys
         destroy_session(spec.name, root)
     create_session(runtime_session(plan, keys, behind), root)
     new_record = {"digest": digest, "public_key": keys.public_key, "plan": summary, "spec_text": _spec_text(spec)}
     _write_record(root, spec.name, new_record)
-    return {"changed": True, "session": _view(session_status(spec.name, root), new_record), "plan": summary,
-            "diff": diff}
+    return {"changed": True, "created": not exists, "session": _view(session_status(spec.name, root), new_record),
+            "plan": summary, "diff": diff}
 
 
 def local_absent(name: str, state_root: str, check_mode: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:

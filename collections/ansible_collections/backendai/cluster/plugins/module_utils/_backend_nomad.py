@@ -45,7 +45,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._secret_store im
     location_of_plan,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import RenderedSession, plan_session, plan_summary, render_session
-from ansible_collections.backendai.cluster.plugins.module_utils._session_view import build_view, container_status, current_allocations, is_managed
+from ansible_collections.backendai.cluster.plugins.module_utils._session_view import (
+    build_view,
+    container_status,
+    current_allocations,
+    is_managed,
+    wait_progress,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import SessionSpec, parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import derive_session_id, generate_keypair
 from ansible_collections.backendai.cluster.plugins.module_utils._vault_api import VaultClient, VaultError
@@ -179,9 +185,10 @@ class NomadBackend:
                 return
             remaining = deadline - self._clock()
             if remaining <= 0:
-                text = ", ".join("%s %s" % (g, s) for g, s in status.items())
+                progress = wait_progress([{"hostname": g, "status": s, "agent": (current.get(g) or {}).get("NodeName")}
+                                          for g, s in status.items()], batch=batch)
                 hint = " (unplaced: Nomad could not place the allocation)" if "unplaced" in status.values() else ""
-                raise WaitFailed("containers not all running after %gs: %s%s" % (timeout, text, hint))
+                raise WaitFailed("containers not all running after %gs: %s%s" % (timeout, progress["summary"], hint))
             self._sleep(min(delay, remaining))
             delay = min(delay * 2, self.poll_interval)
 
@@ -197,12 +204,14 @@ class NomadBackend:
                                 "no %s); choose another session name" % (spec.name, namespace, MANAGED_META_KEY))
         try:
             if existing is None:
-                return self._create(spec_raw, spec, agents, check_mode, diff, wait, wait_timeout, wait_for_resources)
-            return self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout, wait_for_resources)
+                made = self._create(spec_raw, spec, agents, check_mode, diff, wait, wait_timeout, wait_for_resources)
+                return dict(made, created=not check_mode)
+            return dict(self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
+                                     wait_for_resources), created=False)
         except _CheckModePending as pending:
             self._warn("session %s cannot be placed now (PENDING: %s); a real run waits up to %gs for resources"
                        % (spec.name, pending.summary["reason"], wait_for_resources))
-            return {"changed": True, "plan": pending.summary, "job": None, "session": None}
+            return {"changed": True, "created": False, "plan": pending.summary, "job": None, "session": None}
 
     def _create(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool,
                 diff: bool, wait: bool, wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:

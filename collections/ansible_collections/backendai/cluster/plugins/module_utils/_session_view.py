@@ -4,7 +4,7 @@
 
 Same shape as the local backend's (see ``_backend_local``): ``{name, backend, session_id, state,
 mode, network_mode, containers: [{hostname, role, idx, agent, address, status, exit_code,
-restarts, log_tail}], main1: {address, ssh_port, ssh_command}}`` plus a few Nomad details
+restarts, log_tail}], main1: {address, ssh_port, ssh_command}, progress}`` (see ``wait_progress``) plus a few Nomad details
 (``job_id``, ``namespace``, ``alloc_id``, the secret's location). Nothing secret is in it.
 
 States: PENDING (some container has no allocation: Nomad could not place it yet), SCHEDULED
@@ -114,6 +114,40 @@ def session_state(statuses: t.Sequence[str], stopped: bool = False) -> str:
     return SCHEDULED
 
 
+def wait_progress(containers: t.Sequence[t.Mapping[str, t.Any]], batch: bool = False) -> t.Dict[str, t.Any]:
+    """Where a wait for the containers stands, for people watching it: ``done`` once every container
+    runs (a batch session's may also have completed), ``failed`` names the containers that stopped
+    for good (failed, lost, or a local container that exited), ``waiting`` the rest that do not run
+    yet, and ``summary`` says it in one line, e.g. ``1 of 3 containers running; waiting for sub1
+    (pending on n1), sub2 (unplaced)``."""
+    running: t.List[str] = []
+    waiting: t.List[str] = []
+    failed: t.List[str] = []
+    notes: t.Dict[str, str] = {}
+    for c in containers:
+        name = str(c.get("hostname") or "")
+        status = str(c.get("status") or "pending")
+        code = c.get("exit_code")
+        if status == "running" or (batch and (status == "complete" or (status == "exited" and code == 0))):
+            running.append(name)
+            continue
+        where = " on %s" % c["agent"] if c.get("agent") and status != UNPLACED else ""
+        extra = ""
+        if code is not None and status in ("failed", "exited", "complete", RESTARTING):
+            extra = ", exit code %s" % code
+        if status == RESTARTING and c.get("restarts"):
+            extra += ", %s restarts" % c["restarts"]
+        notes[name] = "%s (%s%s%s)" % (name, status, where, extra)
+        (failed if status in ("failed", "lost", "exited", "complete") else waiting).append(name)
+    parts = ["%d of %d containers running" % (len(running), len(containers))]
+    if failed:
+        parts.append("stopped: " + ", ".join(notes[n] for n in failed))
+    if waiting:
+        parts.append("waiting for " + ", ".join(notes[n] for n in waiting))
+    return {"total": len(containers), "running": len(running), "waiting": waiting, "failed": failed,
+            "done": bool(containers) and not waiting and not failed, "summary": "; ".join(parts)}
+
+
 def _shared_network(full: t.Optional[t.Mapping[str, t.Any]]) -> t.Mapping[str, t.Any]:
     resources = (full or {}).get("AllocatedResources") or {}
     networks = ((resources.get("Shared") or {}).get("Networks")) or []
@@ -185,6 +219,7 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
         "network_mode": network_mode,
         "containers": containers,
         "main1": _main1(job, current, full),
+        "progress": wait_progress(containers, batch=job.get("Type") == "batch"),
     }
     if secret is not None:
         view["secret"] = dict(secret)

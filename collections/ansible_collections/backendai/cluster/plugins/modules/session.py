@@ -208,6 +208,22 @@ session:
           C(ports) (every published port by label). Log in with the session's private key, kept in the secret backend.
       type: dict
       sample: {address: 10.0.0.10, ssh_port: 23456, ssh_command: ssh -p 23456 root@10.0.0.10}
+    progress:
+      description:
+        - Where a wait for the containers stands - C(done) (every container runs; a finished batch container counts),
+          C(running) and C(total) (counts), C(waiting) (hostnames not running yet), C(failed) (hostnames that stopped
+          for good), and C(summary), one line such as C(1 of 3 containers running; waiting for sub1 (pending on n1)).
+        - playbooks/create_session.yml prints C(summary) at each poll while it waits.
+      type: dict
+      sample: {done: false, running: 1, total: 2, waiting: [sub1], failed: [],
+               summary: "1 of 2 containers running; waiting for sub1 (pending on n1)"}
+created:
+  description:
+    - Whether this run made a new session (false for an update, an unchanged session, check mode and O(state=absent)).
+    - With O(wait=false) a playbook that then waits itself can tell whether a failed wait should remove the session
+      (as playbooks/create_session.yml does - a session it created is rolled back, an existing one is left as it is).
+  returned: success and O(state=present)
+  type: bool
 plan:
   description: The placement plan (secret-free), as M(backendai.cluster.session_render) returns it.
   returned: success and O(state=present)

@@ -62,3 +62,41 @@ def test_plan_diff_changes_and_texts() -> None:
                                    "TaskGroups[sub2]: <unset>"]
     assert after.splitlines() == ["Priority: 60", "TaskGroups[main1].Tasks[kernel].Env[FOO]: bar", "TaskGroups[sub2]: <added>"]
     assert jd.changes({"Type": "None"}) == [] and jd.changes(None) == []
+
+
+def _containers(*items: tuple) -> list:
+    return [{"hostname": h, "status": s, "agent": a, "exit_code": code, "restarts": r} for h, s, a, code, r in items]
+
+
+@pytest.mark.parametrize("items, batch, expected", [
+    ((("main1", "running", "n1", None, 0), ("sub1", "running", "n2", None, 0)), False,
+     (True, 2, [], [], "2 of 2 containers running")),
+    ((("main1", "running", "n1", None, 0), ("sub1", "pending", "n2", None, 0), ("sub2", "unplaced", "", None, 0)), False,
+     (False, 1, ["sub1", "sub2"], [], "1 of 3 containers running; waiting for sub1 (pending on n2), sub2 (unplaced)")),
+    ((("main1", "running", "n1", None, 0), ("sub1", "restarting", "n1", 1, 2)), False,
+     (False, 1, ["sub1"], [], "1 of 2 containers running; waiting for sub1 (restarting on n1, exit code 1, 2 restarts)")),
+    ((("main1", "running", "n1", None, 0), ("sub1", "failed", "n1", 137, 0), ("sub2", "lost", "n3", None, 0)), False,
+     (False, 1, [], ["sub1", "sub2"],
+      "1 of 3 containers running; stopped: sub1 (failed on n1, exit code 137), sub2 (lost on n3)")),
+    ((("main1", "complete", "n1", 0, 0), ("sub1", "running", "n1", None, 0)), True,
+     (True, 2, [], [], "2 of 2 containers running")),
+    ((("main1", "complete", "n1", 0, 0), ("sub1", "running", "n1", None, 0)), False,
+     (False, 1, [], ["main1"], "1 of 2 containers running; stopped: main1 (complete on n1, exit code 0)")),
+    ((("main1", "running", "local", None, 0), ("sub1", "exited", "local", 3, 0)), False,
+     (False, 1, [], ["sub1"], "1 of 2 containers running; stopped: sub1 (exited on local, exit code 3)")),
+    ((), False, (False, 0, [], [], "0 of 0 containers running")),
+], ids=["all-running", "pending-and-unplaced", "restarting", "failed-and-lost", "batch-complete", "service-complete",
+        "local-exited", "none"])
+def test_wait_progress(items: tuple, batch: bool, expected: tuple) -> None:
+    progress = sv.wait_progress(_containers(*items), batch=batch)
+    done, running, waiting, failed, summary = expected
+    assert progress == {"total": len(items), "running": running, "waiting": waiting, "failed": failed, "done": done,
+                        "summary": summary}
+
+
+def test_the_session_view_carries_its_progress() -> None:
+    job = {"ID": "s1", "Type": "service", "Meta": {}, "TaskGroups": [{"Name": "main1"}, {"Name": "sub1"}]}
+    stubs = [{"ID": "a1", "TaskGroup": "main1", "ClientStatus": "running", "DesiredStatus": "run", "NodeName": "n1"}]
+    view = sv.build_view(job, stubs, {})
+    assert view["progress"]["summary"] == "1 of 2 containers running; waiting for sub1 (unplaced)"
+    assert view["progress"]["done"] is False

@@ -153,3 +153,35 @@ def test_an_unreadable_state_is_shown_and_polled_again(nomad: NomadAPIDouble) ->
     lines = poll_lines(out)
     assert any(line.startswith("cannot read the session state: ") and "leader lost" in line for line in lines), lines
     assert lines[-1] == "2 of 2 containers running", lines
+
+
+def test_waiting_for_free_capacity_prints_why_it_does_not_fit(nomad: NomadAPIDouble) -> None:
+    big = spec(size=2, resources={"cpu": 6000, "memory": 1024})  # 12000 MHz on one node (single-node): n1 has 8000
+    # a bigger node joins the cluster once the playbook has tried twice
+    when(lambda: len(nomad.find("GET", "^/v1/nodes$")) >= 3, lambda: nomad.add_node("n2", cpu=16000, memory=16384))
+    code, out = create(nomad, "-e", "wait_for_resources=60", session=big)
+    assert code == 0, out[-4000:]
+    lines = poll_lines(out)
+    pending = [line for line in lines if line.startswith("PENDING: ")]
+    assert pending and "n1" in pending[0], lines
+    assert lines[-1] == "placed on n2" and "placed on n2" not in lines[:-1], lines
+    assert "Session s1 is RUNNING: main1, sub1" in out
+    assert nomad.stored_job("s1") is not None
+
+
+def test_no_free_capacity_in_time_fails_with_the_reason_and_makes_nothing(nomad: NomadAPIDouble) -> None:
+    big = spec(size=2, resources={"cpu": 6000, "memory": 1024})
+    code, out = create(nomad, "-e", "wait_for_resources=3", session=big)
+    assert code != 0
+    lines = poll_lines(out)
+    assert len(lines) >= 2 and all(line.startswith("PENDING: ") for line in lines), lines
+    assert "Session s1 still cannot be placed after waiting 3s for free capacity: " in out, out[-3000:]
+    assert [(r.method, r.path) for r in nomad.requests if r.method != "GET"] == []  # only reads
+    assert nomad.stored_job("s1") is None and nomad.stored_variable("nomad/jobs/s1") is None
+
+
+def test_without_wait_for_resources_a_session_that_does_not_fit_fails_at_once(nomad: NomadAPIDouble) -> None:
+    code, out = create(nomad, session=spec(size=2, resources={"cpu": 6000, "memory": 1024}))
+    assert code != 0 and poll_lines(out) == [], out[-3000:]
+    assert "session s1 is PENDING: no single agent can hold all 2 containers" in out, out[-3000:]
+    assert nomad.stored_job("s1") is None and nomad.stored_variable("nomad/jobs/s1") is None

@@ -189,6 +189,19 @@ def test_mounts_private_tmp_and_hostname(sessions: Any, tmp_path: Any, helpers: 
         os.unlink(host_marker)
 
 
+def test_each_container_has_its_own_home(sessions: Any, helpers: Any) -> None:
+    r = sessions("homes")
+    marker = "bai-home-marker-%s" % uuid.uuid4().hex[:8]
+    p = helpers.ssh(r, "main1", "echo $HOME; echo ~/*; ls -A ~; ls ~/.ssh | tr '\\n' ' '; echo; touch ~/%s; "
+                    "ssh sub1 'ls -A ~; test -e ~/%s || echo not-shared'" % (marker, marker))
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert p.stdout.split("\n")[:3] == ["/root", "/root/*", ".ssh"], p.stdout
+    assert "id_cluster" in p.stdout.split("\n")[3].split()
+    assert p.stdout.split("\n")[4:6] == [".ssh", "not-shared"], p.stdout
+    assert not os.path.exists("/root/" + marker), "a container wrote to the host's /root"
+    assert os.path.exists(os.path.join(r["state_dir"], "containers", "main1", "home", marker))
+
+
 def test_destroy_is_idempotent_and_create_refuses_existing(sessions: Any, state_root: str,
                                                            keypair: Any, helpers: Any) -> None:
     sessions("dup", size=2)

@@ -3,8 +3,8 @@
 """Namespaces and the processes in them: what makes a local "container".
 
 A container is a process tree in its own network namespace (a named ``ip netns``), UTS
-namespace (its hostname) and mount namespace (private /run and /tmp, its own /etc/hosts
-and ssh client config, the session's mounts).  Its first process is a small ``sh``
+namespace (its hostname) and mount namespace (private /run and /tmp, its own home as /root,
+/etc/hosts and ssh client config, the session's mounts).  Its first process is a small ``sh``
 supervisor (``init.sh``) that sets the namespaces up, starts sshd, runs the user
 command with exactly its environment, records the command's exit code and then waits
 for sshd.  The supervisor is started through ``setsid -f`` so that it is never a child
@@ -155,9 +155,10 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> dict[str, st
     if os.path.isfile("/etc/resolv.conf") and not os.path.islink("/etc/resolv.conf"):
         # (a symlink into /run dangles under the private /run: lookups fail fast anyway)
         final.append((paths.in_container(paths.resolv_conf), "/etc/resolv.conf", "none", "bind"))
-    if os.path.isdir("/root/.ssh"):
-        # Hide the host root's keys and config (which would win over ssh_config).
-        final.append((paths.in_container(paths.ssh_dir), "/root/.ssh", "none", "bind"))
+    # The container's own home, as a container has: the host root's dotfiles (shell start-up files, keys,
+    # ssh config that would win over ssh_config) stay out, and what is written to ~ goes with the session.
+    final.append((paths.in_container(paths.home_dir(setup.hostname)), "/root", "none", "bind"))
+    final.append((paths.in_container(paths.ssh_dir), "/root/.ssh", "none", "bind"))
     final += [("/dev/null", f, "none", "bind") for f in LOGIN_RECORDS if os.path.isfile(f)]
     for i, mount in enumerate(setup.mounts):
         # Sources are bound before /tmp is covered, targets after: both may live under /tmp.

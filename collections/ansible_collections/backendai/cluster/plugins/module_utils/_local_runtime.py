@@ -398,6 +398,7 @@ def _write_files(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any
         host = c["hostname"]
         cdir = paths.container_dir(host)
         os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
+        os.makedirs(os.path.join(paths.home_dir(host), ".ssh"), mode=0o700, exist_ok=True)
         write_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"]), mode=0o600)
         setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"])
         for fname, text in render_container(paths, setup).items():

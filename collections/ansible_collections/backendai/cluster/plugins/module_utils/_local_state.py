@@ -110,6 +110,10 @@ class SessionPaths:
     def container_dir(self, host: str) -> str:
         return self._p("containers", host)
 
+    def home_dir(self, host: str) -> str:
+        """The container's own home (its /root): removed with the session, never the host's /root."""
+        return self._p("containers", host, "home")
+
     def log(self, host: str) -> str:
         return self._p("logs", host + ".log")
 

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from ansible_collections.backendai.cluster.plugins.modules import session as session_module
-from ansible_collections.backendai.cluster.plugins.modules import session_info
+from ansible_collections.backendai.cluster.plugins.modules import session_info, session_render
 from module_helpers import NOMAD_TOKEN, ModuleRun, spec, writes
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
@@ -132,3 +132,29 @@ def test_stopped_job_is_terminated(nomad: NomadAPIDouble, run: ModuleRun) -> Non
     create(run, nomad)
     requests.delete(nomad.url + "/v1/job/s1", headers={"X-Nomad-Token": NOMAD_TOKEN}, timeout=5)  # stop, no purge
     assert info(run, nomad, name="s1")[0]["state"] == "TERMINATED"
+
+
+def test_namespace_wildcard_shows_the_sessions_of_every_namespace(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    create(run, nomad)  # s1 in default
+    create(run, nomad, spec=spec(name="s1", size=1), namespace="team-a")  # the same name in another namespace
+    create(run, nomad, spec=spec(name="s2", size=1), namespace="team-a")
+    assert [s["name"] for s in info(run, nomad)] == ["s1"]  # one namespace: default
+    everywhere = info(run, nomad, namespace="*", log_lines=1)
+    assert sorted((s["namespace"], s["name"], len(s["containers"])) for s in everywhere) == [
+        ("default", "s1", 3), ("team-a", "s1", 1), ("team-a", "s2", 1)]
+    assert all(s["state"] == "RUNNING" and s["progress"]["done"] for s in everywhere)
+    named = info(run, nomad, namespace="*", name="s1")
+    assert sorted(s["namespace"] for s in named) == ["default", "team-a"]
+    assert info(run, nomad, namespace="*", name="s") == []  # a name, not a prefix
+
+
+@pytest.mark.parametrize("module, args", [
+    (session_module, {"spec": spec()}),
+    (session_module, {"name": "s1", "state": "absent"}),
+    (session_render, {"spec": spec()}),
+], ids=["present", "absent", "render"])
+def test_the_wildcard_namespace_is_refused_for_changes(nomad: NomadAPIDouble, run: ModuleRun, module: t.Any,
+                                                       args: t.Dict[str, t.Any]) -> None:
+    result = run(module, conn(nomad, namespace="*", **args))
+    assert result.get("failed") and result["msg"].startswith("namespace: '*' (every namespace) is only for"), result
+    assert writes(nomad) == []

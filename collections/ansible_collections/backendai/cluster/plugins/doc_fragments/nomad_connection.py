@@ -29,6 +29,7 @@ options:
     description:
       - Nomad namespace of the session's job and variable.
       - If not set, the value of the E(NOMAD_NAMESPACE) environment variable is used, else C(default).
+      - V(*) (every namespace) is only for reading - M(backendai.cluster.session_info); the other modules refuse it.
     type: str
   region:
     description:

@@ -62,6 +62,17 @@ STEP_REGISTER = "register job"
 STEP_WAIT = "wait for containers"
 
 
+#: The namespace that means every namespace (Nomad's wildcard); only for reading sessions.
+ALL_NAMESPACES = "*"
+
+
+def refuse_all_namespaces(namespace: t.Optional[str], module: str) -> None:
+    """A session is created, changed or rendered in one namespace: ``*`` is for reading only."""
+    if namespace == ALL_NAMESPACES:
+        raise ModuleFailure("namespace: '*' (every namespace) is only for backendai.cluster.session_info; %s needs the "
+                            "session's own namespace (a name, or omit it for 'default')" % module)
+
+
 class WaitFailed(BackendAIClusterError):
     """The containers did not all reach running (a container failed, or the time ran out)."""
 
@@ -402,6 +413,18 @@ class NomadBackend:
 
     # info ---------------------------------------------------------------------------------------
     def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
+        """One session (``name``) or all made by this collection; namespace ``*`` looks in every namespace."""
+        if self.namespace == ALL_NAMESPACES:
+            views = []
+            for stub in self.nomad.list_jobs(prefix=name, meta=True):
+                if (stub.get("Meta") or {}).get(MANAGED_META_KEY) != stub.get("ID") or (name and stub.get("ID") != name):
+                    continue
+                there = self.nomad.in_namespace(str(stub.get("Namespace") or "default"))
+                backend = NomadBackend(there, self._vault, self._hide, self._warn)
+                job = there.get_job(stub["ID"])
+                if job is not None and is_managed(job):
+                    views.append(backend.view(job, log_lines))
+            return views
         if name:
             job = self.nomad.get_job(name)
             return [self.view(job, log_lines)] if job is not None and is_managed(job) else []

@@ -306,6 +306,10 @@ class NomadClient:
     def __repr__(self) -> str:
         return "NomadClient(%r)" % (self.connection,)
 
+    def in_namespace(self, namespace: str) -> "NomadClient":
+        """A client of the same cluster for another namespace (sharing this one's HTTP session)."""
+        return NomadClient(self.connection.with_options(namespace=namespace), session=self._session)
+
     def close(self) -> None:
         if self._own_session:
             self._session.close()

@@ -261,7 +261,7 @@ rollback:
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend, refuse_all_namespaces
 from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NOMAD, VAULT, ClusterModule, ModuleFailure
 
 
@@ -286,6 +286,7 @@ def run(module: ClusterModule) -> t.Dict[str, t.Any]:
             raise ModuleFailure("state=absent needs the session name (name, or spec with a name)")
         return _backend_local.local_absent(name, p["state_dir"], check_mode=module.check_mode, keep_logs=p["keep_logs"])
 
+    refuse_all_namespaces(p["namespace"], "backendai.cluster.session")
     if p["state"] == "present" and not module.check_mode:
         module.require("cryptography")
     secrets = (p["spec"] or {}).get("secrets") if isinstance(p["spec"], dict) else None

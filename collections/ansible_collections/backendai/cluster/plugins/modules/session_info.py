@@ -17,6 +17,8 @@ description:
     or is restarting while others are up), C(TERMINATED) (stopped, or every container completed), C(ERROR) (every
     container is down and at least one failed)."
   - Per container - allocation status, node, address, restarts, exit code, and with O(log_lines) the end of its logs.
+  - With O(namespace=*) (or E(NOMAD_NAMESPACE=*)) the sessions of every namespace are shown (each view names its
+    C(namespace)); with O(name) as well, the sessions of that name in every namespace.
   - Read-only.
 author:
   - backendai.cluster contributors (@backendai-cluster)
@@ -64,6 +66,11 @@ EXAMPLES = r"""
   backendai.cluster.session_info:
     nomad_addr: https://nomad.example.com:4646
   register: all_sessions
+
+- name: The sessions of every namespace
+  backendai.cluster.session_info:
+    namespace: "*"
+  register: everywhere
 
 - name: One session with the last 20 log lines of each container
   backendai.cluster.session_info:

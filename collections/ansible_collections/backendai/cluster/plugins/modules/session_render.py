@@ -158,6 +158,7 @@ files:
 import os
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import refuse_all_namespaces
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
 from ansible_collections.backendai.cluster.plugins.module_utils._module_base import NOMAD, VAULT, ClusterModule
@@ -189,6 +190,10 @@ def main() -> None:
     )
     module = base.module
     p = module.params
+    try:
+        refuse_all_namespaces(p["namespace"], "backendai.cluster.session_render")
+    except BackendAIClusterError as exc:
+        module.fail_json(msg=str(exc))
     agents = p["agents"]
     if agents is None:
         if not base.nomad_address_given():

@@ -15,7 +15,7 @@ import typing as t
 
 import pytest
 
-from module_helpers import ENV_VARS, NOMAD_TOKEN, spec
+from module_helpers import ENV_VARS, NOMAD_TOKEN, private_key_lines, spec
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
 from repo_helpers import run_playbook
@@ -39,7 +39,7 @@ def create(nomad: NomadAPIDouble, *extra: str, session: t.Optional[t.Dict[str, t
 
 def poll_lines(out: str) -> t.List[str]:
     """The item labels the wait printed, one per poll."""
-    return re.findall(r"^ok: \[localhost\] => \(item=(.*)\)$", out, flags=re.MULTILINE)
+    return re.findall(r"^ok: \[localhost\] => \(item=(.*)\)(?: =>.*)?$", out, flags=re.MULTILINE)  # (-v adds "=> result")
 
 
 def when(condition: t.Callable[[], bool], then: t.Callable[[], None], within: float = 60.0) -> threading.Thread:
@@ -97,9 +97,11 @@ def test_each_poll_prints_what_is_pending_until_all_run(nomad: NomadAPIDouble) -
 def test_a_created_session_that_does_not_come_up_is_removed(nomad: NomadAPIDouble) -> None:
     nomad.alloc_start_delay = None
     started = time.monotonic()
-    code, out = create(nomad, "-e", "wait_timeout=3")
+    code, out = create(nomad, "-e", "wait_timeout=3", "-vvv")
     assert code != 0
     assert time.monotonic() - started < 60, "the wait ends at wait_timeout"
+    private = nomad.find("PUT", "^/v1/var/nomad/jobs/s1$")[0].json["Items"]["ssh_private_key"]
+    assert not [line for line in private_key_lines(private) if line in out], "a private key line in -vvv output"
     lines = poll_lines(out)
     assert 2 <= len(lines) <= 6 and set(lines) == {
         "0 of 2 containers running; waiting for main1 (pending on n1), sub1 (pending on n1)"}, lines

@@ -116,13 +116,9 @@ sessions:
       type: dict
     progress:
       description:
-        - Where a wait for the containers stands - C(done) (every container runs; a finished batch container counts),
-          C(running) and C(total) (counts), C(waiting) (hostnames not running yet), C(failed) (hostnames that stopped
-          for good), and C(summary), one line such as C(1 of 3 containers running; waiting for sub1 (pending on n1)).
-        - playbooks/create_session.yml prints C(summary) at each poll while it waits.
+        - Where a wait for the containers stands, as in RV(backendai.cluster.session#module:session.progress) - C(done),
+          C(running), C(total), C(waiting), C(failed) and a one-line C(summary).
       type: dict
-      sample: {done: false, running: 1, total: 2, waiting: [sub1], failed: [],
-               summary: "1 of 2 containers running; waiting for sub1 (pending on n1)"}
 """
 
 import typing as t

@@ -101,11 +101,14 @@ def test_status_shows_logs_and_a_dead_container_as_degraded(session: Session) ->
     os.kill(sub1["sshd_pid"], signal.SIGKILL)  # the container's long-running process dies
     deadline = time.monotonic() + 10
     while True:
-        (view,) = task_results(session.play("session_status.yml"))["Read the session state"]["sessions"]
+        status = session.play("session_status.yml")
+        (view,) = task_results(status)["Read the session state"]["sessions"]
         if view["state"] == "DEGRADED" or time.monotonic() > deadline:
             break
         time.sleep(0.3)
     assert view["state"] == "DEGRADED"
+    shown = task_results(status)["Show each session's state and which containers run"]["msg"]
+    assert shown == ["%s: DEGRADED - 2 of 3 containers running; stopped: sub1 (exited on local, exit code 0)" % session.name]
     assert {c["hostname"]: c["status"] for c in view["containers"]}["sub1"] == "exited"
     # present again repairs it, keeping the keys and so the session ID
     before = view["session_id"]

@@ -10,9 +10,8 @@ live tests against the Nomad API double are in the repository's ``tests/``.
 from __future__ import annotations
 
 import json
-import os
 import typing as t
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -20,80 +19,29 @@ requests = pytest.importorskip("requests")
 pytest.importorskip("nomad")
 
 from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_api as na  # noqa: E402
+from recorded_http import RecordedHTTP, load  # noqa: E402
 
-FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "fixtures", "nomad")
 TOKEN = "0b8a7c6d-unit-test-token"
+NOT_FOUND = {"status": 404, "headers": {"Content-Type": "text/plain"}, "body": "404 page not found\n"}
 
 
 def fixture(name: str) -> t.Dict[str, t.Any]:
-    with open(os.path.join(FIXTURES, name + ".json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
-class FixtureAdapter(requests.adapters.BaseAdapter):
-    """Answers (method, path) from fixtures; records every PreparedRequest and the send() kwargs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.routes: t.Dict[t.Tuple[str, str], t.Any] = {}
-        self.sent: t.List[t.Tuple[t.Any, t.Dict[str, t.Any]]] = []
-
-    def add(self, name: str, method: t.Optional[str] = None, path: t.Optional[str] = None) -> t.Dict[str, t.Any]:
-        doc = fixture(name)
-        self.routes[(method or doc["request"]["method"], path or doc["request"]["path"])] = doc["response"]
-        return doc["response"]
-
-    def fail(self, method: str, path: str, exc: BaseException) -> None:
-        self.routes[(method, path)] = exc
-
-    def send(self, request: t.Any, **kwargs: t.Any) -> t.Any:
-        self.sent.append((request, kwargs))
-        parts = urlsplit(request.url)
-        answer = self.routes.get((request.method, parts.path))
-        if answer is None:
-            answer = {"status": 404, "headers": {"Content-Type": "text/plain"}, "body": "404 page not found\n"}
-        if isinstance(answer, BaseException):
-            raise answer
-        resp = requests.Response()
-        resp.status_code = answer["status"]
-        resp.reason = {200: "OK", 204: "No Content", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-                       409: "Conflict", 500: "Internal Server Error"}.get(answer["status"], "")
-        resp.headers.update(answer.get("headers") or {})
-        body = answer.get("body")
-        resp._content = (json.dumps(body) if not isinstance(body, str) else body).encode("utf-8") if body is not None else b""
-        resp.url = request.url
-        resp.request = request
-        resp.encoding = "utf-8"
-        return resp
-
-    def close(self) -> None:
-        pass
-
-    @property
-    def last(self) -> t.Any:
-        return self.sent[-1][0]
-
-    @property
-    def last_query(self) -> t.Dict[str, str]:
-        return {k: v[0] for k, v in parse_qs(urlsplit(self.last.url).query).items()}
+    return load("nomad", name)
 
 
 @pytest.fixture
-def adapter() -> FixtureAdapter:
-    return FixtureAdapter()
+def adapter() -> RecordedHTTP:
+    return RecordedHTTP("nomad", NOT_FOUND)
 
 
-def make_client(adapter: FixtureAdapter, **options: t.Any) -> na.NomadClient:
-    session = requests.Session()
-    session.trust_env = False
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
+def make_client(adapter: RecordedHTTP, **options: t.Any) -> na.NomadClient:
+    session = adapter.session()
     params = {"nomad_addr": "http://nomad.test:4646", "token": TOKEN}
     params.update(options)
     return na.NomadClient(na.NomadConnection.from_params(params), session=session)
 
 
-def test_headers_tls_and_timeout_settings(adapter: FixtureAdapter) -> None:
+def test_headers_tls_and_timeout_settings(adapter: RecordedHTTP) -> None:
     adapter.add("jobs_list_meta", path="/v1/jobs")
     client = make_client(adapter, nomad_addr="https://nomad.test:4646", ca_cert="/etc/nomad/ca.pem",
                          client_cert="/etc/nomad/cli.pem", client_key="/etc/nomad/cli-key.pem", timeout=7)
@@ -111,21 +59,21 @@ def test_headers_tls_and_timeout_settings(adapter: FixtureAdapter) -> None:
     assert "X-Nomad-Token" not in adapter.last.headers
 
 
-def test_list_jobs_with_meta_namespace_and_region(adapter: FixtureAdapter) -> None:
+def test_list_jobs_with_meta_namespace_and_region(adapter: RecordedHTTP) -> None:
     expected = adapter.add("jobs_list_meta")
     jobs = make_client(adapter, namespace="team-a", region="eu").list_jobs(prefix="we", meta=True)
     assert jobs == expected["body"] and jobs[0]["Meta"] == {"backendai_cluster_session": "web"}
     assert adapter.last_query == {"prefix": "we", "meta": "True", "namespace": "team-a", "region": "eu"}
 
 
-def test_get_job_and_404(adapter: FixtureAdapter) -> None:
+def test_get_job_and_404(adapter: RecordedHTTP) -> None:
     assert make_client(adapter).get_job("web") is None  # no route yet: 404
     adapter.add("job_get")
     job = make_client(adapter).get_job("web")
     assert job["ID"] == "web" and job["Version"] == 0 and job["Status"] in ("running", "pending")
 
 
-def test_register_plan_deregister(adapter: FixtureAdapter) -> None:
+def test_register_plan_deregister(adapter: RecordedHTTP) -> None:
     adapter.add("jobs_register", method="POST")
     adapter.add("job_plan_none")
     adapter.add("job_deregister_purge")
@@ -145,7 +93,7 @@ def test_register_plan_deregister(adapter: FixtureAdapter) -> None:
         client.register_job(job)
 
 
-def test_plan_added_diff_shape(adapter: FixtureAdapter) -> None:
+def test_plan_added_diff_shape(adapter: RecordedHTTP) -> None:
     adapter.add("job_plan_added")
     plan = make_client(adapter).plan_job(fixture("job_get")["response"]["body"])
     assert plan["Diff"]["Type"] == "Added"
@@ -153,14 +101,14 @@ def test_plan_added_diff_shape(adapter: FixtureAdapter) -> None:
     assert plan["Annotations"]["DesiredTGUpdates"]["main1"]["Place"] == 1
 
 
-def test_invalid_job_is_a_500_with_nomads_text(adapter: FixtureAdapter) -> None:
+def test_invalid_job_is_a_500_with_nomads_text(adapter: RecordedHTTP) -> None:
     adapter.add("jobs_register_invalid_count", method="POST")
     with pytest.raises(na.NomadError) as err:
         make_client(adapter).register_job({"Job": {"ID": "web"}})
     assert err.value.status == 500 and "Task group count can't be negative" in str(err.value)
 
 
-def test_allocations_and_logs_tail(adapter: FixtureAdapter) -> None:
+def test_allocations_and_logs_tail(adapter: RecordedHTTP) -> None:
     allocs = adapter.add("job_allocations")["body"]
     alloc_id = allocs[0]["ID"]
     adapter.add("allocation_get")
@@ -181,7 +129,7 @@ def test_tail_lines(text: str, lines: int, expected: str) -> None:
     assert na.tail_lines(text, lines) == expected
 
 
-def test_nodes_and_capacity_summary(adapter: FixtureAdapter) -> None:
+def test_nodes_and_capacity_summary(adapter: RecordedHTTP) -> None:
     node = adapter.add("node_get")["body"]
     adapter.add("nodes_list")
     adapter.add("node_allocations")
@@ -209,7 +157,7 @@ def test_summarize_node_ignores_terminal_allocations() -> None:
     assert na.summarize_node(node, legacy)["allocated"] == {"cpu": 100, "memory": 10, "disk": 1, "devices": {}}
 
 
-def test_variables_and_cas_conflict(adapter: FixtureAdapter) -> None:
+def test_variables_and_cas_conflict(adapter: RecordedHTTP) -> None:
     assert make_client(adapter).get_variable("nomad/jobs/web") is None
     adapter.add("variable_get")
     put = adapter.add("variable_put")
@@ -237,7 +185,7 @@ def test_variables_and_cas_conflict(adapter: FixtureAdapter) -> None:
     ("acl_permission_denied", 403, "Permission denied"),
     ("acl_token_not_found", 403, "ACL token not found"),
 ])
-def test_acl_errors(adapter: FixtureAdapter, name: str, status: int, text: str) -> None:
+def test_acl_errors(adapter: RecordedHTTP, name: str, status: int, text: str) -> None:
     adapter.add(name)
     with pytest.raises(na.NomadError) as err:
         make_client(adapter).list_jobs()
@@ -245,7 +193,7 @@ def test_acl_errors(adapter: FixtureAdapter, name: str, status: int, text: str) 
     assert TOKEN not in str(err.value) and err.value.__context__ is None
 
 
-def test_server_text_echoing_the_token_is_redacted(adapter: FixtureAdapter) -> None:
+def test_server_text_echoing_the_token_is_redacted(adapter: RecordedHTTP) -> None:
     adapter.routes[("GET", "/v1/jobs")] = {"status": 500, "headers": {}, "body": "token %s rejected" % TOKEN}
     with pytest.raises(na.NomadError) as err:
         make_client(adapter).list_jobs()
@@ -258,14 +206,14 @@ def test_server_text_echoing_the_token_is_redacted(adapter: FixtureAdapter) -> N
     (requests.exceptions.SSLError("certificate verify failed"), na.NomadError, "TLS error"),
     (requests.exceptions.ConnectionError("refused"), na.NomadError, "cannot connect"),
 ])
-def test_transport_errors(adapter: FixtureAdapter, exc: BaseException, cls: t.Any, fragment: str) -> None:
+def test_transport_errors(adapter: RecordedHTTP, exc: BaseException, cls: t.Any, fragment: str) -> None:
     adapter.fail("GET", "/v1/nodes", exc)
     with pytest.raises(cls) as err:
         make_client(adapter).list_nodes()
     assert err.value.status is None and fragment in str(err.value)
 
 
-def test_ids_are_quoted(adapter: FixtureAdapter) -> None:
+def test_ids_are_quoted(adapter: RecordedHTTP) -> None:
     make_client(adapter).get_job("a/b?c")
     assert urlsplit(adapter.last.url).path == "/v1/job/a%2Fb%3Fc"
 

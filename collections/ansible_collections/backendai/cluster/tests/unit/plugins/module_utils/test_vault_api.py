@@ -5,9 +5,7 @@
 from __future__ import annotations
 
 import json
-import os
 import typing as t
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -15,62 +13,29 @@ requests = pytest.importorskip("requests")
 pytest.importorskip("hvac")
 
 from ansible_collections.backendai.cluster.plugins.module_utils import _vault_api as va  # noqa: E402
+from recorded_http import RecordedHTTP, load  # noqa: E402
 
-FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "fixtures", "vault")
 TOKEN = "hvs.unit-test-vault-token"
+NOT_FOUND = {"status": 404, "headers": {"Content-Type": "application/json"}, "body": {"errors": []}}
 
 
 def fixture(name: str) -> t.Dict[str, t.Any]:
-    with open(os.path.join(FIXTURES, name + ".json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
-class FixtureAdapter(requests.adapters.BaseAdapter):
-    def __init__(self) -> None:
-        super().__init__()
-        self.routes: t.Dict[t.Tuple[str, str], t.Any] = {}
-        self.sent: t.List[t.Tuple[t.Any, t.Dict[str, t.Any]]] = []
-
-    def add(self, name: str) -> t.Dict[str, t.Any]:
-        doc = fixture(name)
-        self.routes[(doc["request"]["method"], doc["request"]["path"])] = doc["response"]
-        return doc["response"]
-
-    def send(self, request: t.Any, **kwargs: t.Any) -> t.Any:
-        self.sent.append((request, kwargs))
-        answer = self.routes.get((request.method, urlsplit(request.url).path))
-        if answer is None:
-            answer = {"status": 404, "headers": {"Content-Type": "application/json"}, "body": {"errors": []}}
-        if isinstance(answer, BaseException):
-            raise answer
-        resp = requests.Response()
-        resp.status_code = answer["status"]
-        resp.headers.update(answer.get("headers") or {})
-        body = answer.get("body")
-        resp._content = b"" if body in (None, "") else (body if isinstance(body, str) else json.dumps(body)).encode("utf-8")
-        resp.url, resp.request, resp.encoding = request.url, request, "utf-8"
-        return resp
-
-    def close(self) -> None:
-        pass
+    return load("vault", name)
 
 
 @pytest.fixture
-def adapter() -> FixtureAdapter:
-    return FixtureAdapter()
+def adapter() -> RecordedHTTP:
+    return RecordedHTTP("vault", NOT_FOUND)
 
 
-def make_client(adapter: FixtureAdapter, **options: t.Any) -> va.VaultClient:
-    session = requests.Session()
-    session.trust_env = False
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
+def make_client(adapter: RecordedHTTP, **options: t.Any) -> va.VaultClient:
+    session = adapter.session()
     params = {"vault_addr": "https://vault.test:8200", "vault_token": TOKEN}
     params.update(options)
     return va.VaultClient(va.VaultConnection.from_params(params), session=session)
 
 
-def test_write_read_delete(adapter: FixtureAdapter) -> None:
+def test_write_read_delete(adapter: RecordedHTTP) -> None:
     adapter.add("kv2_write")
     adapter.add("kv2_read")
     adapter.add("kv2_delete_metadata")
@@ -89,7 +54,7 @@ def test_write_read_delete(adapter: FixtureAdapter) -> None:
     assert "cas" not in json.loads(adapter.sent[-1][0].body)["options"]
 
 
-def test_tls_settings(adapter: FixtureAdapter) -> None:
+def test_tls_settings(adapter: RecordedHTTP) -> None:
     adapter.add("kv2_read")
     make_client(adapter).read_secret("secret", "backendai/web")
     assert adapter.sent[-1][1]["verify"] is True
@@ -98,7 +63,7 @@ def test_tls_settings(adapter: FixtureAdapter) -> None:
     assert adapter.sent[-1][1]["verify"] is False
 
 
-def test_not_found_is_none(adapter: FixtureAdapter) -> None:
+def test_not_found_is_none(adapter: RecordedHTTP) -> None:
     adapter.add("kv2_read_not_found")
     assert make_client(adapter).read_secret("secret", "backendai/web") is None
 
@@ -107,7 +72,7 @@ def test_not_found_is_none(adapter: FixtureAdapter) -> None:
     ("kv2_write_cas_mismatch", "write", va.VaultCASConflict, 400, "check-and-set parameter did not match"),
     ("kv2_permission_denied", "read", va.VaultError, 403, "permission denied"),
 ])
-def test_errors(adapter: FixtureAdapter, name: str, call: str, cls: t.Any, status: int, text: str) -> None:
+def test_errors(adapter: RecordedHTTP, name: str, call: str, cls: t.Any, status: int, text: str) -> None:
     adapter.add(name)
     client = make_client(adapter)
     with pytest.raises(cls) as err:
@@ -119,7 +84,7 @@ def test_errors(adapter: FixtureAdapter, name: str, call: str, cls: t.Any, statu
     assert TOKEN not in str(err.value) and err.value.__context__ is None
 
 
-def test_unknown_mount_is_an_error_not_absent(adapter: FixtureAdapter) -> None:
+def test_unknown_mount_is_an_error_not_absent(adapter: RecordedHTTP) -> None:
     adapter.add("kv2_no_route")
     with pytest.raises(va.VaultError) as err:
         make_client(adapter).read_secret("kv", "backendai/web")
@@ -131,7 +96,7 @@ def test_unknown_mount_is_an_error_not_absent(adapter: FixtureAdapter) -> None:
     (requests.exceptions.SSLError("certificate verify failed"), "TLS error"),
     (requests.exceptions.ConnectionError("refused"), "cannot talk"),
 ])
-def test_transport_errors(adapter: FixtureAdapter, exc: BaseException, fragment: str) -> None:
+def test_transport_errors(adapter: RecordedHTTP, exc: BaseException, fragment: str) -> None:
     adapter.routes[("GET", "/v1/secret/data/x")] = exc
     with pytest.raises(va.VaultError) as err:
         make_client(adapter).read_secret("secret", "x")
@@ -147,7 +112,7 @@ def test_connection_options(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError):
         va.VaultConnection(vault_addr="vault:8200")
     monkeypatch.setenv("VAULT_TOKEN", "from-env")  # hvac would pick it up when the token is None
-    adapter = FixtureAdapter()
+    adapter = RecordedHTTP("vault", NOT_FOUND)
     adapter.add("kv2_read")
     make_client(adapter, vault_token=None).read_secret("secret", "backendai/web")
     assert "X-Vault-Token" not in adapter.sent[-1][0].headers

@@ -187,3 +187,12 @@ def test_without_wait_for_resources_a_session_that_does_not_fit_fails_at_once(no
     assert code != 0 and poll_lines(out) == [], out[-3000:]
     assert "session s1 is PENDING: no single agent can hold all 2 containers" in out, out[-3000:]
     assert nomad.stored_job("s1") is None and nomad.stored_variable("nomad/jobs/s1") is None
+
+
+@pytest.mark.parametrize("option, value", [("wait_timeout", "5m"), ("wait_poll_interval", "0"),
+                                           ("wait_for_resources", "-1")])
+def test_bad_wait_options_fail_before_anything_is_made(nomad: NomadAPIDouble, option: str, value: str) -> None:
+    code, out = create(nomad, "-e", "%s=%s" % (option, value))
+    assert code != 0 and "must be whole numbers of seconds" in out, out[-3000:]
+    assert "wrong: %s=%s" % (option, json.dumps(value)) in out, out[-3000:]
+    assert [(r.method, r.path) for r in nomad.requests] == []

@@ -13,8 +13,8 @@ modules only dispatch to these functions:
 
 A session view: ``{name, backend: "local", session_id, state, mode, network_mode, containers:
 [{hostname, role, idx, agent, address, status, exit_code, restarts, log_tail}], main1: {address,
-ssh_port, ssh_command}, progress}`` (``_session_view.wait_progress``) with ``state`` one of PENDING, SCHEDULED, RUNNING, DEGRADED, TERMINATED,
-ERROR. Nothing secret is ever in it.
+ssh_port, ssh_command}, progress}`` (``progress``: ``_session_view.wait_progress``) with ``state``
+one of PENDING, SCHEDULED, RUNNING, DEGRADED, TERMINATED, ERROR. Nothing secret is ever in it.
 
 The machine is one agent, ``local``, with its CPU (cores × MHz) and memory as capacity, so the
 same placement rules apply (a session larger than the machine is PENDING). With ``agents`` (local

@@ -414,28 +414,23 @@ class NomadBackend:
     # info ---------------------------------------------------------------------------------------
     def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
         """One session (``name``) or all made by this collection; namespace ``*`` looks in every namespace."""
-        if self.namespace == ALL_NAMESPACES:
-            views = []
-            for stub in self.nomad.list_jobs(prefix=name, meta=True):
-                if (stub.get("Meta") or {}).get(MANAGED_META_KEY) != stub.get("ID") or (name and stub.get("ID") != name):
-                    continue
-                there = self.nomad.in_namespace(str(stub.get("Namespace") or "default"))
-                backend = NomadBackend(there, self._vault, self._hide, self._warn)
-                job = there.get_job(stub["ID"])
-                if job is not None and is_managed(job):
-                    views.append(backend.view(job, log_lines))
-            return views
-        if name:
+        everywhere = self.namespace == ALL_NAMESPACES
+        if name and not everywhere:
             job = self.nomad.get_job(name)
             return [self.view(job, log_lines)] if job is not None and is_managed(job) else []
         views = []
-        for stub in self.nomad.list_jobs(meta=True):
-            if (stub.get("Meta") or {}).get(MANAGED_META_KEY) != stub.get("ID"):
+        for stub in self.nomad.list_jobs(prefix=name, meta=True):
+            if (stub.get("Meta") or {}).get(MANAGED_META_KEY) != stub.get("ID") or (name and stub.get("ID") != name):
                 continue
-            job = self.nomad.get_job(stub["ID"])
+            # with '*', each job is read where it lives (Nomad refuses reads in the wildcard namespace)
+            backend = self._in_namespace(str(stub.get("Namespace") or "default")) if everywhere else self
+            job = backend.nomad.get_job(stub["ID"])
             if job is not None and is_managed(job):
-                views.append(self.view(job, log_lines))
+                views.append(backend.view(job, log_lines))
         return views
+
+    def _in_namespace(self, namespace: str) -> "NomadBackend":
+        return NomadBackend(self.nomad.in_namespace(namespace), self._vault, self._hide, self._warn)
 
 
 class _CheckModePending(Exception):

@@ -4,8 +4,9 @@
 
 Same shape as the local backend's (see ``_backend_local``): ``{name, backend, session_id, state,
 mode, network_mode, containers: [{hostname, role, idx, agent, address, status, exit_code,
-restarts, log_tail}], main1: {address, ssh_port, ssh_command}, progress}`` (see ``wait_progress``) plus a few Nomad details
-(``job_id``, ``namespace``, ``alloc_id``, the secret's location). Nothing secret is in it.
+restarts, log_tail}], main1: {address, ssh_port, ssh_command}, progress}`` (see ``wait_progress``)
+plus a few Nomad details (``job_id``, ``namespace``, ``alloc_id``, the secret's location). Nothing
+secret is in it.
 
 States: PENDING (some container has no allocation: Nomad could not place it yet), SCHEDULED
 (allocations pending), RUNNING (all running), DEGRADED (some container failed, was lost or is

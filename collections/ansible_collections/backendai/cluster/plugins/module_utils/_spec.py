@@ -40,13 +40,88 @@ RESERVED_ENV = frozenset((
 ))
 
 
+# --- the one schema ---------------------------------------------------------------------------
+# Keys, types, defaults and choices of the spec, in the form of Ansible's option documentation.
+# The validator below takes its allowed keys, choices and defaults from here, and the modules'
+# documentation of ``spec`` (plugins/doc_fragments/session_spec.py) is checked against it by a test,
+# so the two cannot drift. Types are what the documentation says; the checks themselves (ranges,
+# patterns, cross-field rules) are in the code, which reports every problem at once.
+
+SCHEMA: t.Dict[str, t.Dict[str, t.Any]] = {
+    "name": {"type": "str", "required": True},
+    "image": {"type": "str", "required": True},
+    "driver": {"type": "str", "choices": list(DRIVERS), "default": "docker"},
+    "command": {"type": "list", "elements": "str"},
+    "cluster_size": {"type": "int", "default": 1},
+    "cluster_mode": {"type": "str", "choices": list(CLUSTER_MODES), "default": "single-node"},
+    "resources": {"type": "dict", "suboptions": {
+        "cpu": {"type": "int", "default": 1000},
+        "memory": {"type": "int", "default": 1024},
+        "gpu": {"type": "int", "default": 0}}},
+    "mounts": {"type": "list", "elements": "dict", "suboptions": {
+        "source": {"type": "str", "required": True},
+        "target": {"type": "str", "required": True},
+        "read_only": {"type": "bool", "default": False}}},
+    "ssh": {"type": "dict", "suboptions": {
+        "key_type": {"type": "str", "choices": list(KEY_TYPES), "default": "ed25519"},
+        "key_bits": {"type": "int", "default": 3072},
+        "port": {"type": "int", "default": 2200}}},
+    "secrets": {"type": "dict", "suboptions": {
+        "backend": {"type": "str", "choices": list(SECRET_BACKENDS), "default": "nomad-variables"},
+        "mount": {"type": "str", "default": "secret"},
+        "path": {"type": "str"},
+        "role": {"type": "str"}}},
+    "network": {"type": "dict", "suboptions": {
+        "mode": {"type": "str", "default": "auto"}}},
+    "master_port": {"type": "int", "default": 12345},
+    "env": {"type": "dict"},
+    "roles": {"type": "list", "elements": "dict", "suboptions": {
+        "name": {"type": "str", "required": True},
+        "replicas": {"type": "int", "default": 1},
+        "image": {"type": "str"},
+        "command": {"type": "list", "elements": "str"},
+        "resources": {"type": "dict", "suboptions": {  # defaults: the session's resources
+            "cpu": {"type": "int"}, "memory": {"type": "int"}, "gpu": {"type": "int"}}},
+        "env": {"type": "dict"}}},
+    "placement": {"type": "dict", "suboptions": {
+        "strategy": {"type": "str", "choices": list(STRATEGIES), "default": "concentrated"}}},
+    "datacenters": {"type": "list", "elements": "str"},
+    "ports": {"type": "list", "elements": "dict", "suboptions": {
+        "label": {"type": "str", "required": True},
+        "port": {"type": "int", "required": True}}},
+    "mpi": {"type": "dict", "suboptions": {
+        "slots": {"type": "int", "default": 1}}},
+}
+
+
+def _sub(*path: str) -> t.Dict[str, t.Any]:
+    """The schema of the mapping at ``path`` (top level when empty)."""
+    node = SCHEMA
+    for key in path:
+        node = node[key]["suboptions"]
+    return node
+
+
+def _keys(*path: str) -> t.Tuple[str, ...]:
+    return tuple(_sub(*path))
+
+
+def _default(*path: str) -> t.Any:
+    return _sub(*path[:-1])[path[-1]].get("default")
+
+
+def _choices(*path: str) -> t.Tuple[t.Sequence[str], str]:
+    entry = _sub(*path[:-1])[path[-1]]
+    return entry["choices"], entry["default"]
+
+
 @dataclass(frozen=True)
 class Resources:
     """Resources of ONE container: CPU in MHz, memory in MB, GPU devices."""
 
-    cpu: int = 1000
-    memory: int = 1024
-    gpu: int = 0
+    cpu: int = _default("resources", "cpu")
+    memory: int = _default("resources", "memory")
+    gpu: int = _default("resources", "gpu")
 
 
 @dataclass(frozen=True)
@@ -58,15 +133,15 @@ class Mount:
 
 @dataclass(frozen=True)
 class SSHSpec:
-    key_type: str = "ed25519"
+    key_type: str = _default("ssh", "key_type")
     key_bits: int = 0  # rsa only; 0 for ed25519
-    port: int = 2200
+    port: int = _default("ssh", "port")
 
 
 @dataclass(frozen=True)
 class SecretsSpec:
-    backend: str = "nomad-variables"
-    mount: str = "secret"  # vault KV v2 mount
+    backend: str = _default("secrets", "backend")
+    mount: str = _default("secrets", "mount")  # vault KV v2 mount
     path: str = ""  # vault: path under the mount; nomad-variables: always nomad/jobs/<job>
     role: str = ""  # vault: workload identity role (empty = Nomad's default role)
 
@@ -241,7 +316,7 @@ class _Checker:
         return out
 
     def resources(self, raw: t.Any, path: str, base: Resources) -> Resources:
-        res = self.mapping(raw, path, ("cpu", "memory", "gpu"))
+        res = self.mapping(raw, path, _keys("resources"))
         return Resources(
             cpu=self.integer(res, "cpu", path, base.cpu, 1, unit="MHz per container"),
             memory=self.integer(res, "memory", path, base.memory, 1, unit="MB per container"),
@@ -249,9 +324,7 @@ class _Checker:
         )
 
 
-TOP_KEYS = ("name", "image", "driver", "command", "cluster_size", "cluster_mode", "resources", "mounts",
-            "ssh", "secrets", "network", "master_port", "env", "roles", "placement", "datacenters",
-            "ports", "mpi")
+TOP_KEYS = _keys()
 
 
 def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
@@ -267,48 +340,48 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
     name = c.string(top, "name", path, pattern=NAME_RE, required=True,
                     allowed="1 to 64 letters, digits, '-' or '_' (it is the Nomad job ID)")
     image = c.string(top, "image", path, required=True, allowed="the container image, e.g. python:3.11-slim")
-    driver = c.choice(top, "driver", path, DRIVERS, "docker")
+    driver = c.choice(top, "driver", path, *_choices("driver"))
     command = c.command(top, "command", path) or ()
-    cluster_mode = c.choice(top, "cluster_mode", path, CLUSTER_MODES, "single-node")
+    cluster_mode = c.choice(top, "cluster_mode", path, *_choices("cluster_mode"))
     resources = c.resources(top.get("resources"), path + ".resources", Resources())
     mounts = _parse_mounts(c, top.get("mounts"), path + ".mounts")
 
-    ssh_raw = c.mapping(top.get("ssh"), path + ".ssh", ("key_type", "key_bits", "port"))
-    key_type = c.choice(ssh_raw, "key_type", path + ".ssh", KEY_TYPES, "ed25519")
+    ssh_raw = c.mapping(top.get("ssh"), path + ".ssh", _keys("ssh"))
+    key_type = c.choice(ssh_raw, "key_type", path + ".ssh", *_choices("ssh", "key_type"))
     if key_type == "rsa":
-        key_bits = c.integer(ssh_raw, "key_bits", path + ".ssh", 3072, 2048, 16384, unit="RSA key size in bits")
+        key_bits = c.integer(ssh_raw, "key_bits", path + ".ssh", _default("ssh", "key_bits"), 2048, 16384, unit="RSA key size in bits")
     else:
         key_bits = 0
         if ssh_raw.get("key_bits") is not None:
             c.bad(path + ".ssh.key_bits", "is only allowed with key_type rsa (ed25519 keys have a fixed size)",
                   ssh_raw.get("key_bits"))
-    ssh_port = c.integer(ssh_raw, "port", path + ".ssh", 2200, 1, 65535, unit="sshd port in every container")
+    ssh_port = c.integer(ssh_raw, "port", path + ".ssh", _default("ssh", "port"), 1, 65535, unit="sshd port in every container")
     ssh = SSHSpec(key_type=key_type, key_bits=key_bits, port=ssh_port)
 
     secrets = _parse_secrets(c, top.get("secrets"), path + ".secrets")
 
-    net_raw = c.mapping(top.get("network"), path + ".network", ("mode",))
-    network_mode = net_raw.get("mode", "auto") if net_raw.get("mode") is not None else "auto"
+    net_raw = c.mapping(top.get("network"), path + ".network", _keys("network"))
+    network_mode = net_raw.get("mode") if net_raw.get("mode") is not None else _default("network", "mode")
     if network_mode not in ("auto", "bridge") and not (
             isinstance(network_mode, str) and network_mode.startswith("cni/")
             and CNI_NETWORK_RE.match(network_mode[4:])):
         c.bad(path + ".network.mode", "must be auto, bridge or cni/<network name>", network_mode)
-        network_mode = "auto"
+        network_mode = _default("network", "mode")
 
-    master_port = c.integer(top, "master_port", path, 12345, 1, 65535, unit="MASTER_PORT")
+    master_port = c.integer(top, "master_port", path, _default("master_port"), 1, 65535, unit="MASTER_PORT")
     if master_port == ssh_port:
         c.bad(path + ".master_port", "must differ from ssh.port (%d)" % ssh_port, master_port)
     env = c.env(top, "env", path)
 
-    placement = c.mapping(top.get("placement"), path + ".placement", ("strategy",))
-    strategy = c.choice(placement, "strategy", path + ".placement", STRATEGIES, "concentrated")
+    placement = c.mapping(top.get("placement"), path + ".placement", _keys("placement"))
+    strategy = c.choice(placement, "strategy", path + ".placement", *_choices("placement", "strategy"))
     datacenters = _parse_string_list(c, top.get("datacenters"), path + ".datacenters")
     ports = _parse_ports(c, top.get("ports"), path + ".ports", (ssh_port, master_port))
-    mpi = c.mapping(top.get("mpi"), path + ".mpi", ("slots",))
-    mpi_slots = c.integer(mpi, "slots", path + ".mpi", 1, 1, 4096, unit="OpenMPI slots per container")
+    mpi = c.mapping(top.get("mpi"), path + ".mpi", _keys("mpi"))
+    mpi_slots = c.integer(mpi, "slots", path + ".mpi", _default("mpi", "slots"), 1, 4096, unit="OpenMPI slots per container")
 
     size_given = top.get("cluster_size") is not None
-    cluster_size = c.integer(top, "cluster_size", path, 1, 1, MAX_CLUSTER_SIZE,
+    cluster_size = c.integer(top, "cluster_size", path, _default("cluster_size"), 1, MAX_CLUSTER_SIZE,
                              unit="containers in total, main included")
     base = Role("main", 1, image, command, resources, tuple(sorted(env.items())))
     if top.get("roles") is not None:
@@ -347,7 +420,7 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
     targets = set()
     for i, item in enumerate(raw):
         where = "%s[%d]" % (path, i)
-        m = c.mapping(item, where, ("source", "target", "read_only"))
+        m = c.mapping(item, where, _keys("mounts"))
         if not m:
             if not isinstance(item, dict):
                 continue
@@ -359,13 +432,13 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
         if dst in targets:
             c.bad(where + ".target", "is mounted twice", dst)
         targets.add(dst)
-        out.append(Mount(src, dst, c.boolean(m, "read_only", where, False)))
+        out.append(Mount(src, dst, c.boolean(m, "read_only", where, _default("mounts", "read_only"))))
     return tuple(out)
 
 
 def _parse_secrets(c: _Checker, raw: t.Any, path: str) -> SecretsSpec:
-    s = c.mapping(raw, path, ("backend", "mount", "path", "role"))
-    backend = c.choice(s, "backend", path, SECRET_BACKENDS, "nomad-variables")
+    s = c.mapping(raw, path, _keys("secrets"))
+    backend = c.choice(s, "backend", path, *_choices("secrets", "backend"))
     if backend == "nomad-variables":
         for key in ("mount", "path", "role"):
             if s.get(key) is not None:
@@ -376,7 +449,7 @@ def _parse_secrets(c: _Checker, raw: t.Any, path: str) -> SecretsSpec:
     seg = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
     return SecretsSpec(
         backend=backend,
-        mount=c.string(s, "mount", path, default="secret", pattern=seg, allowed="a Vault KV v2 mount, e.g. secret"),
+        mount=c.string(s, "mount", path, default=_default("secrets", "mount"), pattern=seg, allowed="a Vault KV v2 mount, e.g. secret"),
         path=c.string(s, "path", path, default="", pattern=seg, allowed="a KV path such as backendai/sessions"),
         role=c.string(s, "role", path, default="", pattern=re.compile(r"^[A-Za-z0-9_.-]+$"),
                       allowed="a Vault role name"),
@@ -402,11 +475,13 @@ def _parse_ports(c: _Checker, raw: t.Any, path: str, taken: t.Tuple[int, ...]) -
     labels = {"ssh"}
     for i, item in enumerate(raw):
         where = "%s[%d]" % (path, i)
-        p = c.mapping(item, where, ("label", "port"))
+        p = c.mapping(item, where, _keys("ports"))
         if not p:
             continue
         label = c.string(p, "label", where, required=True, pattern=PORT_LABEL_RE,
                          allowed="a lowercase port label ([a-z][a-z0-9_]*), not ssh")
+        if p.get("port") is None:
+            c.bad(where + ".port", "is required: the container port main1 publishes")
         port = c.integer(p, "port", where, 0, 1, 65535, unit="container port")
         if label in labels:
             c.bad(where + ".label", "is used twice (ssh is reserved for the session's sshd)", label)
@@ -426,7 +501,7 @@ def _parse_roles(c: _Checker, raw: t.Any, path: str, base: Role) -> t.List[Role]
     base_env = dict(base.env)
     for i, item in enumerate(raw):
         where = "%s[%d]" % (path, i)
-        r = c.mapping(item, where, ("name", "replicas", "image", "command", "resources", "env"))
+        r = c.mapping(item, where, _keys("roles"))
         if not r:
             continue
         name = c.string(r, "name", where, required=True, pattern=ROLE_RE,
@@ -435,7 +510,7 @@ def _parse_roles(c: _Checker, raw: t.Any, path: str, base: Role) -> t.List[Role]
         if name in seen:
             c.bad(where + ".name", "is used by two roles", name)
         seen.add(name)
-        replicas = c.integer(r, "replicas", where, 1, 1, MAX_CLUSTER_SIZE, unit="containers of this role")
+        replicas = c.integer(r, "replicas", where, _default("roles", "replicas"), 1, MAX_CLUSTER_SIZE, unit="containers of this role")
         if name == "main" and replicas != 1:
             c.bad(where + ".replicas", "must be 1 for role main (there is exactly one main1)", replicas)
         env = dict(base_env)

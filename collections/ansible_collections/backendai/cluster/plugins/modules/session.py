@@ -32,6 +32,7 @@ extends_documentation_fragment:
   - backendai.cluster.nomad_connection
   - backendai.cluster.vault_connection
   - backendai.cluster.local_runtime
+  - backendai.cluster.session_spec
 attributes:
   check_mode:
     support: full
@@ -61,8 +62,11 @@ options:
     choices: [nomad, local]
   spec:
     description:
-      - The session spec (what playbooks pass as the variable C(session)). See the repository README for every key;
-        unknown keys are rejected and every problem is reported at once.
+      - The session spec (what the collection's playbooks take as the variable C(session)); every key is below.
+      - Validation rejects unknown keys and reports every problem at once, each naming its field path (for example
+        C(session.resources.cpu)), the value given and what is allowed.
+      - Without O(spec.roles) the session is C(main) x1 and C(sub) x(O(spec.cluster_size) - 1); hostnames are
+        C(<role><idx>) (C(main1), C(sub1), C(sub2), ...), main1 always first.
       - Required with O(state=present). With O(state=absent), O(spec) or O(name) names the session.
     type: dict
     aliases: [session]

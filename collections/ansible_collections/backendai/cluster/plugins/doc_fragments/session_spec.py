@@ -1,0 +1,232 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Documentation of the session spec: the suboptions of the modules' option ``spec``.
+
+Keys, types, defaults and choices must equal ``SCHEMA`` in plugins/module_utils/_spec.py, the schema
+the validator reads; tests/unit/plugins/doc_fragments/test_session_spec_doc.py fails when they drift.
+"""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  spec:
+    suboptions:
+      name:
+        description:
+          - Session name, also the Nomad job ID - 1 to 64 letters, digits, C(-) or C(_).
+        type: str
+        required: true
+      image:
+        description:
+          - Container image of every container (of every role that does not set its own). The image needs OpenSSH's
+            C(sshd).
+          - The local backend does not pull it (there is no container engine); it runs the host's binaries.
+        type: str
+        required: true
+      driver:
+        description: Nomad task driver of every container.
+        type: str
+        choices: [docker, podman]
+        default: docker
+      command:
+        description:
+          - Argv run in every container (for example V([python, train.py])), after sshd is started.
+          - Omitted, the session is interactive - the containers run sshd only.
+        type: list
+        elements: str
+      cluster_size:
+        description:
+          - Containers in total, main1 included, 1 to 4096. V(1) is a normal (non-cluster) session.
+          - With O(spec.roles) it may be omitted; given, it must equal the sum of the roles' replicas.
+        type: int
+        default: 1
+      cluster_mode:
+        description:
+          - V(single-node) puts every container on one agent (the plan is C(PENDING) when none can hold them all).
+          - V(multi-node) puts them on one agent if one can hold them all, else spreads them over agents, all or
+            nothing; the containers are then joined by a private network across agents.
+        type: str
+        choices: [single-node, multi-node]
+        default: single-node
+      resources:
+        description: Resources of B(each) container (not of the session).
+        type: dict
+        suboptions:
+          cpu:
+            description: CPU in MHz, at least 1.
+            type: int
+            default: 1000
+          memory:
+            description: Memory in MB, at least 1.
+            type: int
+            default: 1024
+          gpu:
+            description: GPU devices (Nomad C(device "nvidia/gpu")), at least 0.
+            type: int
+            default: 0
+      mounts:
+        description:
+          - Host paths mounted in every container. On Nomad the docker driver needs C(volumes { enabled = true }).
+        type: list
+        elements: dict
+        suboptions:
+          source:
+            description: Absolute host path, without C(..).
+            type: str
+            required: true
+          target:
+            description: Absolute path in the container, without C(..); each target at most once.
+            type: str
+            required: true
+          read_only:
+            description: Mount read-only.
+            type: bool
+            default: false
+      ssh:
+        description:
+          - The session's SSH keypair and the sshd of every container. The keypair is made once per session, kept in
+            the secret backend (O(spec.secrets)) and never appears in a job, its Env or Meta, or a result.
+        type: dict
+        suboptions:
+          key_type:
+            description: Key type of the session keypair.
+            type: str
+            choices: [ed25519, rsa]
+            default: ed25519
+          key_bits:
+            description: RSA key size, 2048 to 16384. Only with O(spec.ssh.key_type=rsa).
+            type: int
+            default: 3072
+          port:
+            description: Port sshd listens on in every container, 1 to 65535; must differ from O(spec.master_port).
+            type: int
+            default: 2200
+      secrets:
+        description: Where the session keypair is kept; the job's tasks read it at runtime.
+        type: dict
+        suboptions:
+          backend:
+            description:
+              - V(nomad-variables) - the Nomad variable C(nomad/jobs/<name>), read by a C(nomadVar) template.
+              - V(vault) - Vault KV v2 at O(spec.secrets.mount)/O(spec.secrets.path), read with the job's workload
+                identity (a C(vault) block).
+            type: str
+            choices: [nomad-variables, vault]
+            default: nomad-variables
+          mount:
+            description: Vault KV v2 mount. Only with O(spec.secrets.backend=vault).
+            type: str
+            default: secret
+          path:
+            description:
+              - Vault KV path under the mount (the secret is C(<path>/<name>)). Only with
+                O(spec.secrets.backend=vault).
+            type: str
+          role:
+            description: Vault role of the job's workload identity (Nomad's default role when omitted). Only with
+              O(spec.secrets.backend=vault).
+            type: str
+      network:
+        description: Network of the containers.
+        type: dict
+        suboptions:
+          mode:
+            description:
+              - V(auto) - bridge when the plan uses one agent, the session's private network across agents otherwise.
+              - V(bridge) - Nomad's bridge network (one agent only).
+              - V(cni/<name>) - a CNI network the Nomad clients already have.
+            type: str
+            default: auto
+      master_port:
+        description: C(MASTER_PORT) of every container (torch's rendezvous port), 1 to 65535.
+        type: int
+        default: 12345
+      env:
+        description:
+          - Extra environment variables of every container (names C([A-Za-z_][A-Za-z0-9_]*); values strings,
+            numbers or booleans).
+          - The cluster variables (C(BACKENDAI_CLUSTER_*), C(BACKENDAI_KERNEL_ID), C(BACKENDAI_SESSION_ID),
+            C(WORLD_SIZE), C(WORLD_RANK), C(RANK), C(LOCAL_RANK), C(MASTER_ADDR), C(MASTER_PORT), C(TF_CONFIG))
+            cannot be overridden.
+        type: dict
+      roles:
+        description:
+          - A heterogeneous cluster - roles with their own replicas, image, command, resources and env.
+          - Exactly one role is named C(main), with one replica; main1 comes first, then the roles in spec order.
+        type: list
+        elements: dict
+        suboptions:
+          name:
+            description:
+              - Role name, the hostname prefix - a lowercase DNS label of at most 32 characters that does not end in
+                a digit.
+            type: str
+            required: true
+          replicas:
+            description: Containers of this role (V(1) for C(main)).
+            type: int
+            default: 1
+          image:
+            description: Image of this role's containers (default O(spec.image)).
+            type: str
+          command:
+            description: Argv of this role's containers (default O(spec.command)).
+            type: list
+            elements: str
+          resources:
+            description: Resources of each of this role's containers.
+            type: dict
+            suboptions:
+              cpu:
+                description: CPU in MHz (default O(spec.resources.cpu)).
+                type: int
+              memory:
+                description: Memory in MB (default O(spec.resources.memory)).
+                type: int
+              gpu:
+                description: GPU devices (default O(spec.resources.gpu)).
+                type: int
+          env:
+            description: Variables added to (or replacing those of) O(spec.env) for this role.
+            type: dict
+      placement:
+        description: How containers are spread when they do not all fit on one agent.
+        type: dict
+        suboptions:
+          strategy:
+            description:
+              - V(concentrated) uses as few agents as possible, V(dispersed) as many. Ties are broken by agent name;
+                the same input always gives the same plan.
+            type: str
+            choices: [concentrated, dispersed]
+            default: concentrated
+      datacenters:
+        description: Only agents in these datacenters (default - any).
+        type: list
+        elements: str
+      ports:
+        description:
+          - Extra ports main1 publishes on its agent (sshd's port is always published, with label C(ssh)).
+        type: list
+        elements: dict
+        suboptions:
+          label:
+            description: Port label, C([a-z][a-z0-9_]*), unique, not C(ssh).
+            type: str
+            required: true
+          port:
+            description: Container port, 1 to 65535, not the ssh port or O(spec.master_port).
+            type: int
+            required: true
+      mpi:
+        description: The session's OpenMPI hostfile.
+        type: dict
+        suboptions:
+          slots:
+            description: Slots per container (C(main1 slots=N) lines), 1 to 4096.
+            type: int
+            default: 1
+"""

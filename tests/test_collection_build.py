@@ -1,6 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The collection builds into a tarball that installs and whose plugins load from the install."""
+"""The collection tarball stands on its own: it builds, installs into an empty tree, documents itself
+with ansible-doc, and an execution environment built from it gets its Python and system requirements."""
 
 from __future__ import annotations
 
@@ -9,32 +10,118 @@ import os
 import subprocess
 import typing as t
 
+import pytest
+import yaml
+
 from repo_helpers import REPO, VENV_BIN
 
 COLLECTION = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster")
 
 
-def run(*cmd: str, cwd: str, env: t.Optional[t.Dict[str, str]] = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+def run(*cmd: str, cwd: str, env: t.Optional[t.Dict[str, str]] = None,
+        timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_build_install_and_load(tmp_path: t.Any) -> None:
-    out, dest = str(tmp_path / "dist"), str(tmp_path / "installed")
-    # Away from the repository's ansible.cfg, whose collections path already holds this collection
-    # (ansible-galaxy would then report it as installed and do nothing).
-    cfg = tmp_path / "ansible.cfg"
-    cfg.write_text("[defaults]\n")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=dest, ANSIBLE_CONFIG=str(cfg))
-    built = run(os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "build", "--output-path", out, COLLECTION,
-                cwd=str(tmp_path), env=env)
-    assert built.returncode == 0, built.stdout + built.stderr
-    (tarball,) = glob.glob(os.path.join(out, "backendai-cluster-*.tar.gz"))
-    listing = run("tar", "tzf", tarball, cwd=str(tmp_path)).stdout.splitlines()
+class Installed:
+    """A tarball built from the repository and installed into an empty collections tree, with an
+    environment that sees only that tree (no repository ansible.cfg, no repository collections path)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.dist = os.path.join(base, "dist")
+        self.dest = os.path.join(base, "installed")
+        self.outside = os.path.join(base, "elsewhere")  # the user's working directory
+        os.makedirs(self.outside)
+        cfg = os.path.join(base, "ansible.cfg")
+        with open(cfg, "w", encoding="utf-8") as f:
+            f.write("[defaults]\n")
+        self.env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=self.dest, ANSIBLE_CONFIG=cfg, ANSIBLE_NOCOLOR="1",
+                        PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
+        built = run(os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "build", "--output-path", self.dist,
+                    COLLECTION, cwd=base, env=self.env)
+        assert built.returncode == 0, built.stdout + built.stderr
+        (self.tarball,) = glob.glob(os.path.join(self.dist, "backendai-cluster-*.tar.gz"))
+        installed = run(os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "--offline", "-p",
+                        self.dest, self.tarball, cwd=base, env=self.env)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        self.root = os.path.join(self.dest, "ansible_collections", "backendai", "cluster")
+
+    def listing(self) -> t.List[str]:
+        return run("tar", "tzf", self.tarball, cwd=self.base).stdout.splitlines()
+
+    def tool(self, name: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+        return run(os.path.join(VENV_BIN, name), *args, cwd=self.outside, env=self.env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    return Installed(str(tmp_path_factory.mktemp("collection")))
+
+
+def test_build_install_and_load(installed: Installed) -> None:
+    listing = installed.listing()
     assert "plugins/modules/session.py" in listing and "meta/runtime.yml" in listing
+    assert {"meta/execution-environment.yml", "requirements.txt", "bindep.txt", "CHANGELOG.rst"} <= set(listing)
     assert not [n for n in listing if n.startswith("tests/output") or "__pycache__" in n]
-    installed = run(os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "--offline", "-p", dest, tarball,
-                    cwd=str(tmp_path), env=env)
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    assert os.path.isfile(os.path.join(dest, "ansible_collections", "backendai", "cluster", "MANIFEST.json"))
-    doc = run(os.path.join(VENV_BIN, "ansible-doc"), "-t", "module", "backendai.cluster.session", cwd=str(tmp_path), env=env)
-    assert doc.returncode == 0 and dest in doc.stdout, doc.stderr
+    assert os.path.isfile(os.path.join(installed.root, "MANIFEST.json"))
+    doc = installed.tool("ansible-doc", "-t", "module", "backendai.cluster.session")
+    assert doc.returncode == 0 and installed.dest in doc.stdout, doc.stderr
+
+
+def spec_keys(schema: t.Mapping[str, t.Any]) -> t.Iterator[str]:
+    for key, entry in schema.items():
+        yield key
+        yield from spec_keys(entry.get("suboptions", {}))
+
+
+def test_ansible_doc_shows_every_spec_key_from_the_install(installed: Installed) -> None:
+    from ansible_collections.backendai.cluster.plugins.module_utils._spec import SCHEMA
+
+    doc = installed.tool("ansible-doc", "backendai.cluster.session")
+    assert doc.returncode == 0 and "WARNING" not in doc.stderr, doc.stderr
+    assert "repository README" not in doc.stdout
+    shown = set(word.rstrip(":") for line in doc.stdout.splitlines() for word in line.split()[:2])
+    assert set(spec_keys(SCHEMA)) <= shown, set(spec_keys(SCHEMA)) - shown
+
+
+def test_execution_environment_build_context_gets_the_requirements(installed: Installed) -> None:
+    """ansible-builder create (no container engine runs) makes a context whose build installs the tarball,
+    and the introspection that context runs in its builder stage finds the collection's requirements."""
+    tarball = os.path.basename(installed.tarball)
+    ee_dir = os.path.join(installed.base, "ee")
+    os.makedirs(ee_dir)
+    os.link(installed.tarball, os.path.join(ee_dir, tarball))
+    definition = {
+        "version": 3,
+        "images": {"base_image": {"name": "quay.io/ansible/awx-ee:latest"}},
+        "dependencies": {"galaxy": {"collections": [{"name": "collections/" + tarball, "type": "file"}]}},
+        "additional_build_files": [{"src": tarball, "dest": "collections"}],
+    }
+    with open(os.path.join(ee_dir, "execution-environment.yml"), "w", encoding="utf-8") as f:
+        yaml.safe_dump(definition, f)
+    created = run(os.path.join(VENV_BIN, "ansible-builder"), "create", "-f", "execution-environment.yml",
+                  "-c", "context", cwd=ee_dir, env=installed.env)
+    assert created.returncode == 0, created.stdout + created.stderr
+    build = os.path.join(ee_dir, "context", "_build")
+    with open(os.path.join(build, "requirements.yml"), encoding="utf-8") as f:
+        assert yaml.safe_load(f)["collections"][0]["name"] == "collections/" + tarball
+    assert os.path.isfile(os.path.join(build, "collections", tarball))
+    with open(os.path.join(ee_dir, "context", "Dockerfile"), encoding="utf-8") as f:
+        dockerfile = f.read()
+    assert "introspect.py introspect" in dockerfile and "collection install" in dockerfile
+    # What the builder stage does after installing the tarball, run on the same install here.
+    pip, bindep = os.path.join(ee_dir, "pip.txt"), os.path.join(ee_dir, "bindep.txt")
+    found = run(os.path.join(VENV_BIN, "python"), os.path.join(build, "scripts", "introspect.py"), "introspect",
+                "--write-pip", pip, "--write-bindep", bindep, installed.dest, cwd=ee_dir, env=installed.env)
+    assert found.returncode == 0, found.stdout + found.stderr
+    with open(pip, encoding="utf-8") as f:
+        python = [line.split()[0] for line in f if line.strip()]
+    assert [p.split(">")[0] for p in python] == ["python-nomad", "hvac", "cryptography"], python
+    assert not [p for p in python if "jsonschema" in p]
+    with open(bindep, encoding="utf-8") as f:
+        system = f.read()
+    assert "containernetworking-plugins [local]" in system and "openssh-server [local]" in system
+    # The default profile (what an EE installs) holds none of them: local sessions do not run in an EE.
+    listed = run(os.path.join(VENV_BIN, "bindep"), "-f", bindep, "-l", "newline", cwd=ee_dir)
+    assert listed.stdout.strip() == "", listed.stdout + listed.stderr

@@ -12,6 +12,7 @@ import typing as t
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.normpath(os.path.join(REPO, os.pardir, "shared"))
+EXAMPLES = os.path.join(REPO, "examples")
 NOMAD_JOB_LINT = os.path.join(SHARED, "tools", "nomad-job-lint")
 VENV_BIN = os.path.dirname(sys.executable)
 

@@ -42,6 +42,7 @@ MAP = "map"  # map[string]string (meta, env): a block, or map assignment for non
 BLOCK = "block"  # one nested struct, as a block
 BLOCKS = "blocks"  # a list of structs, as repeated blocks (labelled when the struct has a LABEL)
 CONFIG = "config"  # free-form driver config
+MAP_ASSIGN = "map_assign"  # map[string]string written as `name = { "k" = "v" }` (cni args)
 
 
 class Field(t.NamedTuple):
@@ -66,6 +67,7 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
         "AllAtOnce": Field("all_at_once", ATTR),
         "NodePool": Field("node_pool", ATTR),
         "Datacenters": Field("datacenters", LIST),
+        "UI": Field("ui", BLOCK, "JobUIConfig"),
         "Meta": Field("meta", MAP),
         "Constraints": Field("constraint", BLOCKS, "Constraint"),
         "Reschedule": Field("reschedule", BLOCK, "ReschedulePolicy"),
@@ -83,6 +85,14 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
         "ReschedulePolicy": Field("reschedule", BLOCK, "ReschedulePolicy"),
         "Tasks": Field("task", BLOCKS, "Task"),
     },
+    "JobUIConfig": {
+        "Description": Field("description", ATTR),
+        "Links": Field("link", BLOCKS, "JobUILink"),
+    },
+    "JobUILink": {
+        "Label": Field("label", ATTR),
+        "URL": Field("url", ATTR),
+    },
     "Constraint": {
         "LTarget": Field("attribute", ATTR),
         "Operand": Field("operator", ATTR),
@@ -92,6 +102,10 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
         "Mode": Field("mode", ATTR),
         "Hostname": Field("hostname", ATTR),
         "DynamicPorts": Field("port", BLOCKS, "Port"),
+        "CNI": Field("cni", BLOCK, "CNIConfig"),
+    },
+    "CNIConfig": {
+        "Args": Field("args", MAP_ASSIGN),
     },
     "Port": {
         "Label": Field("port", LABEL),
@@ -317,14 +331,14 @@ def _attribute(lines: t.List[str], depth: int, name: str, value: str) -> None:
     lines.append("%s%s = %s" % (INDENT * depth, name, value))
 
 
-def _map(lines: t.List[str], depth: int, name: str, value: t.Any, where: str) -> None:
+def _map(lines: t.List[str], depth: int, name: str, value: t.Any, where: str, assign: bool = False) -> None:
     if not isinstance(value, dict):
         raise ValueError("%s: expected a map of strings, got %r" % (where, value))
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise ValueError("%s: expected a map of strings, got %r = %r" % (where, k, v))
     pad = INDENT * depth
-    if all(is_plain_name(k) for k in value):
+    if not assign and all(is_plain_name(k) for k in value):
         lines.append("%s%s {" % (pad, name))
         for k, v in value.items():
             _attribute(lines, depth + 1, k, string(v))
@@ -413,8 +427,8 @@ def _body(lines: t.List[str], depth: int, struct: str, value: t.Mapping[str, t.A
             _attribute(lines, depth, field.hcl, expression(item, at))
         elif field.kind == DURATION:
             _attribute(lines, depth, field.hcl, go_duration(item, at))
-        elif field.kind == MAP:
-            _map(lines, depth, field.hcl, item, at)
+        elif field.kind in (MAP, MAP_ASSIGN):
+            _map(lines, depth, field.hcl, item, at, assign=field.kind == MAP_ASSIGN)
         elif field.kind == BLOCK:
             if not isinstance(item, dict):
                 raise ValueError("%s: expected a %s object, got %r" % (at, field.struct, item))
@@ -449,6 +463,70 @@ def _plain_block(lines: t.List[str], depth: int, field: Field, value: t.Mapping[
     lines.append(pad + "}")
 
 
+# --- nomad fmt layout ----------------------------------------------------------------------------
+
+def _heredoc_end(line: str) -> str:
+    """The closing delimiter when ``line`` is an attribute whose value opens a heredoc, else ''."""
+    match = re.search(r" = <<([A-Za-z0-9_]+)$", line)
+    return match.group(1) if match else ""
+
+
+def nomad_fmt(lines: t.Sequence[str]) -> t.List[str]:
+    """Lay out the renderer's lines as ``nomad fmt`` (hclwrite) leaves them, plus Nomad's blank lines.
+
+    hclwrite aligns the ``=`` of consecutive one-line attributes (a heredoc counts as one line; a
+    line that opens a block or a multi-line map ends the run) one space after the longest name.
+    The blank lines follow Nomad's own jobspecs (``nomad job init``): one between two blocks and
+    between a block's attributes and its nested blocks, none after ``{`` or before ``}``;
+    ``nomad fmt`` keeps them. Heredoc bodies and their closing delimiter stay as they are.
+    """
+    out: t.List[str] = []
+    run: t.List[t.Tuple[str, str, t.List[str]]] = []  # (indent+name, value, heredoc lines)
+    last: t.Dict[int, str] = {}  # depth -> "attr" / "block" of the previous item in that body
+
+    def flush() -> None:
+        width = max((len(lead) for lead, _, _ in run), default=0)
+        for lead, value, tail in run:
+            out.append("%s = %s" % (lead.ljust(width), value))
+            out.extend(tail)
+        del run[:]
+
+    def item(depth: int, kind: str) -> None:
+        previous = last.get(depth)
+        if previous and (previous == "block" or kind == "block"):
+            flush()
+            out.append("")
+        last[depth] = kind
+
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        depth = (len(line) - len(line.lstrip(" "))) // len(INDENT)
+        stripped = line.strip()
+        i += 1
+        if stripped == "}":
+            flush()
+            last.pop(depth + 1, None)
+            out.append(line)
+        elif stripped.endswith("{"):
+            item(depth, "block")
+            flush()
+            out.append(line)
+        else:
+            item(depth, "attr")
+            lead, value = line.split(" = ", 1)
+            tail: t.List[str] = []
+            end = _heredoc_end(line)
+            while end:
+                tail.append(lines[i])
+                i += 1
+                if tail[-1] == end:
+                    break
+            run.append((lead, value, tail))
+    flush()
+    return out
+
+
 def render_hcl(job: t.Mapping[str, t.Any]) -> str:
     """The HCL2 jobspec of ``job`` (a bare job in Nomad API JSON, as ``render_job`` returns).
 
@@ -461,4 +539,4 @@ def render_hcl(job: t.Mapping[str, t.Any]) -> str:
         raise ValueError("job: this is a register request; pass its 'Job' value to render_hcl")
     lines: t.List[str] = []
     _struct(lines, 0, "Job", job, "job")
-    return "\n".join(lines) + "\n"
+    return "\n".join(nomad_fmt(lines)) + "\n"

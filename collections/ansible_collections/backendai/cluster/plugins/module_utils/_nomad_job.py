@@ -181,6 +181,25 @@ def _group(plan: SessionPlan, container: Container) -> t.Dict[str, t.Any]:
     }
 
 
+#: Where the job's page in the Nomad UI points for what the cluster variables mean.
+UI_LINK = {"Label": "Backend.AI cluster sessions", "URL": "https://docs.backend.ai/en/latest/concepts/networking.html"}
+
+
+def job_ui(plan: SessionPlan) -> t.Dict[str, t.Any]:
+    """The job's ``ui`` block: what the Nomad UI shows above the job (Markdown), and a link."""
+    spec = plan.spec
+    hosts = [c.hostname for c in plan.containers]
+    shown = ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+    agents = len({c.agent for c in plan.containers})
+    where = ("the Nomad variable `nomad/jobs/%s`" % spec.name if spec.secrets.backend == "nomad-variables"
+             else "Vault KV v2")
+    text = ("Backend.AI cluster session: %d container%s (%s), %s on %d node%s, image `%s`. One task group per "
+            "container, named by its hostname; `ssh sub1` works from main1 with the session keypair from %s."
+            % (len(hosts), "" if len(hosts) == 1 else "s", shown, spec.cluster_mode, agents,
+               "" if agents == 1 else "s", spec.image, where))
+    return {"Description": text, "Links": [dict(UI_LINK)]}
+
+
 def render_job(plan: SessionPlan, namespace: str = "", region: str = "") -> t.Dict[str, t.Any]:
     """The bare Nomad job (the value of ``Job`` in a register request) for a PLACED plan."""
     if not plan.placed:
@@ -199,6 +218,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "") -> t.Di
         "Name": spec.name,
         "Type": "batch" if spec.command or any(r.command for r in spec.roles) else "service",
         "Datacenters": datacenters,
+        "UI": job_ui(plan),
         "Meta": dict(sorted(meta.items())),
         "TaskGroups": [_group(plan, c) for c in plan.containers],
     }

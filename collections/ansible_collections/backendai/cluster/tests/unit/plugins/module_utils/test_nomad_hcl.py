@@ -102,7 +102,9 @@ INVERSE: t.Dict[str, t.Dict[str, t.Tuple[str, str, str]]] = {
     "job": {"name": ("Name", "value", ""), "type": ("Type", "value", ""),
             "namespace": ("Namespace", "value", ""), "region": ("Region", "value", ""),
             "datacenters": ("Datacenters", "list", ""), "meta": ("Meta", "map", ""),
-            "group": ("TaskGroups", "labelled", "group")},
+            "ui": ("UI", "block", "ui"), "group": ("TaskGroups", "labelled", "group")},
+    "ui": {"description": ("Description", "value", ""), "link": ("Links", "blocks", "link")},
+    "link": {"label": ("Label", "value", ""), "url": ("URL", "value", "")},
     "group": {"count": ("Count", "value", ""), "meta": ("Meta", "map", ""),
               "constraint": ("Constraints", "blocks", "constraint"),
               "network": ("Networks", "blocks", "network"), "service": ("Services", "blocks", "service"),
@@ -112,7 +114,8 @@ INVERSE: t.Dict[str, t.Dict[str, t.Tuple[str, str, str]]] = {
     "constraint": {"attribute": ("LTarget", "value", ""), "value": ("RTarget", "value", ""),
                    "operator": ("Operand", "value", "")},
     "network": {"mode": ("Mode", "value", ""), "hostname": ("Hostname", "value", ""),
-                "port": ("DynamicPorts", "labelled", "port")},
+                "port": ("DynamicPorts", "labelled", "port"), "cni": ("CNI", "block", "cni")},
+    "cni": {"args": ("Args", "map", "")},
     "port": {"to": ("To", "value", ""), "static": ("Value", "value", "")},
     "service": {"name": ("Name", "value", ""), "provider": ("Provider", "value", ""),
                 "address_mode": ("AddressMode", "value", ""), "port": ("PortLabel", "value", ""),
@@ -203,6 +206,11 @@ def to_api(block_type: str, body: t.Dict[str, t.Any], label: t.Optional[str] = N
     return out
 
 
+def flat(text: str) -> str:
+    """``text`` with the alignment padding before ``=`` taken out (nomad fmt style aligns it)."""
+    return re.sub(r"(?m)^( *\S+?) +=", r"\1 =", text)
+
+
 def parse_job(text: str) -> t.Dict[str, t.Any]:
     parsed = hcl2.loads(text, serialization_options=HCL_OPTIONS)
     assert list(parsed) == ["job"] and len(parsed["job"]) == 1
@@ -241,9 +249,9 @@ def test_single_node_three_containers(single_node_job: t.Dict[str, t.Any]) -> No
     assert job["TaskGroups"][0]["Networks"][0]["Mode"] == "bridge"
     text = render_hcl(job)
     assert text.startswith('job "sn-3" {\n')
-    assert 'attribute = "$${node.unique.name}"' in text
-    assert 'interval = "5m"' in text and 'delay = "5s"' in text and 'kill_timeout = "10s"' in text
-    assert "BACKENDAI_ENTRYPOINT = <<EOT\n#!/bin/sh\n" in text
+    assert 'attribute = "$${node.unique.name}"' in flat(text)
+    assert 'interval = "5m"' in flat(text) and 'delay = "5s"' in flat(text) and 'kill_timeout = "10s"' in flat(text)
+    assert "BACKENDAI_ENTRYPOINT = <<EOT\n#!/bin/sh\n" in flat(text)
     assert_same_job(job, text)
 
 
@@ -262,9 +270,9 @@ def test_multi_node_gpu_mounts_ports() -> None:
     assert main["Tasks"][0]["Resources"]["Devices"] == [{"Name": "nvidia/gpu", "Count": 2}]
     assert [p["Label"] for p in main["Networks"][0]["DynamicPorts"]] == ["ssh", "jupyter", "tensorboard"]
     text = render_hcl(job)
-    assert 'namespace = "research"' in text and 'region = "eu"' in text
-    assert 'device "nvidia/gpu" {\n          count = 2\n        }' in text
-    assert 'port "tensorboard" {\n        to = 6006\n      }' in text
+    assert 'namespace = "research"' in flat(text) and 'region = "eu"' in flat(text)
+    assert 'device "nvidia/gpu" {\n          count = 2\n        }' in flat(text)
+    assert 'port "tensorboard" {\n        to = 6006\n      }' in flat(text)
     assert text.count("mount {") == 2 * 4 and "readonly = true" in text
     assert_same_job(job, text)
 
@@ -277,8 +285,8 @@ def test_vault_backed_spec() -> None:
     task = job["TaskGroups"][0]["Tasks"][0]
     assert task["Vault"] == {"ChangeMode": "noop", "Role": "bai-sessions"}
     text = render_hcl(job)
-    assert 'vault {\n        role = "bai-sessions"\n        change_mode = "noop"\n      }' in text
-    assert "{{ .Data.data.ssh_private_key }}" in text
+    assert 'vault {\n        role = "bai-sessions"\n        change_mode = "noop"\n      }' in flat(text)
+    assert "{{ .Data.data.ssh_private_key }}" in flat(text)
     assert_same_job(job, text)
 
 
@@ -294,7 +302,7 @@ def test_heterogeneous_roles_spec() -> None:
     worker = job["TaskGroups"][1]["Tasks"][0]
     assert worker["Config"]["image"] == "python:3.12-slim" and worker["Env"]["ROLE_ONLY"] == "yes"
     text = render_hcl(job)
-    assert 'group "worker2" {' in text
+    assert 'group "worker2" {' in flat(text)
     assert_same_job(job, text)
 
 
@@ -350,18 +358,18 @@ def test_escaping_round_trips() -> None:
 
 def test_escaping_text_forms() -> None:
     text = render_hcl(tricky_job())
-    assert 'interp = "$${NOMAD_META_X} and $${node.unique.name}"' in text
-    assert 'directive = "%%{ if true }yes%%{ endif }"' in text
-    assert 'already_escaped = "$$${literal} %%%{literal}"' in text
-    assert 'quotes_backslashes = "a \\"quoted\\" C:\\\\path\\\\ and \\\\n literally"' in text
-    assert 'newline_no_trailing = "line1\\nline2"' in text
-    assert 'tabs_controls = "tab\\there\\rcr\\u0001ctl\\u007f"' in text
+    assert 'interp = "$${NOMAD_META_X} and $${node.unique.name}"' in flat(text)
+    assert 'directive = "%%{ if true }yes%%{ endif }"' in flat(text)
+    assert 'already_escaped = "$$${literal} %%%{literal}"' in flat(text)
+    assert 'quotes_backslashes = "a \\"quoted\\" C:\\\\path\\\\ and \\\\n literally"' in flat(text)
+    assert 'newline_no_trailing = "line1\\nline2"' in flat(text)
+    assert 'tabs_controls = "tab\\there\\rcr\\u0001ctl\\u007f"' in flat(text)
     # heredoc body: template escapes only, backslashes and quotes literal
-    assert 'heredoc = <<EOT1\nline1 $${x} %%{y}\n  "q" \\n \\\\ \nEOT is not alone\nEOT1\n' in text
+    assert 'heredoc = <<EOT1\nline1 $${x} %%{y}\n  "q" \\n \\\\ \nEOT is not alone\nEOT1\n' in flat(text)
     # every candidate delimiter occurs in the text: the first free one is used
-    assert "heredoc_delims = <<EOT3\nEOT\nEOT1\n  EOT2\nend\nEOT3\n" in text
+    assert "heredoc_delims = <<EOT3\nEOT\nEOT1\n  EOT2\nend\nEOT3\n" in flat(text)
     # keys that are not identifiers use map assignment
-    assert 'meta = {\n      "dotted.key" = "v"\n      "dash-key" = "$${x}"\n' in text
+    assert 'meta = {\n      "dotted.key" = "v"\n      "dash-key" = "$${x}"\n' in flat(text)
     # no unescaped template sequence anywhere
     assert not re.search(r"(?<![$])\$\{", text.replace("$${", ""))
 
@@ -370,7 +378,7 @@ def test_unclosed_interpolation_is_escaped() -> None:
     # "$${" with no closing brace is valid HCL but python-hcl2 cannot lex it: check the text.
     job = {"ID": "x", "Type": "batch", "Meta": {"K": "a ${ b", "L": "c %{ d"}, "TaskGroups": []}
     text = render_hcl(job)
-    assert 'K = "a $${ b"' in text and 'L = "c %%{ d"' in text
+    assert 'K = "a $${ b"' in flat(text) and 'L = "c %%{ d"' in flat(text)
 
 
 @pytest.mark.parametrize("ns, text", [

@@ -60,3 +60,70 @@ def test_bad_spec_names_every_field_without_traceback(tmp_path: str) -> None:
         "session.cluster_size: must be an integer from 1 to 4096 (containers in total, main included) (got -1)"]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert os.listdir(tmp_path) == []
+
+
+def read_var_file(path: str) -> dict:
+    import hcl2
+
+    with open(path, encoding="utf-8") as f:
+        parsed = hcl2.loads(f.read())
+    items = parsed["items"][0]
+    heredoc = items["ssh_private_key"]
+    assert heredoc.startswith('"<<EOT\n') and heredoc.endswith('\nEOT"')
+    return {"path": parsed["path"].strip('"'), "private": heredoc[len('"<<EOT\n'):-len('EOT"')],
+            "public": items["ssh_public_key"].strip('"')}
+
+
+def test_nomad_cli_path_writes_the_keypair_as_a_variable_spec_and_prints_the_commands(tmp_path: str) -> None:
+    from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import derive_session_id
+    from hclfmt_check import problems
+
+    out = os.path.join(str(tmp_path), "out")
+    args = ["-e", "@examples/single-node.yml", "-e", "@examples/agents.yml", "-e", "output_dir=%s" % out,
+            "-e", "write_secret=true"]
+    first = run_playbook("render_session.yml", *args)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    var_file = os.path.join(out, "example-single.var.hcl")
+    assert os.stat(var_file).st_mode & 0o777 == 0o600
+    var = read_var_file(var_file)
+    assert var["path"] == "nomad/jobs/example-single"
+    assert var["private"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n") and var["public"].startswith("ssh-ed25519 ")
+    for line in var["private"].splitlines()[1:-1]:
+        assert line not in first.stdout + first.stderr
+    commands = task_results(first)["Show how to run it with the Nomad CLI"]["msg"]
+    assert commands == ["nomad var put @%s" % var_file, "nomad job run %s" % os.path.join(out, "example-single.nomad.hcl")]
+    with open(os.path.join(out, "example-single.nomad.hcl"), encoding="utf-8") as f:
+        jobspec = f.read()
+    assert 'nomadVar \\"nomad/jobs/example-single\\"' in jobspec  # where the tasks read the variable
+    assert derive_session_id("example-single", var["public"]) in jobspec
+    with open(var_file, encoding="utf-8") as f:
+        assert problems(f.read()) == []
+    again = run_playbook("render_session.yml", *args)
+    assert again.returncode == 0 and play_stats(again)["changed"] == 0
+    assert read_var_file(var_file) == var  # same keys, same session ID
+    as_json = run_playbook("render_session.yml", *args, "-e", "secret_format=json")
+    assert as_json.returncode == 0, as_json.stdout[-2000:]
+    with open(os.path.join(out, "example-single.var.json"), encoding="utf-8") as f:
+        body = json.load(f)
+    assert body["Path"] == "nomad/jobs/example-single" and set(body["Items"]) == {"ssh_private_key", "ssh_public_key"}
+    assert os.stat(os.path.join(out, "example-single.var.json")).st_mode & 0o777 == 0o600
+
+
+def test_without_write_secret_it_says_what_is_missing(tmp_path: str) -> None:
+    proc = run_playbook("render_session.yml", "-e", "@examples/single-node.yml", "-e", "@examples/agents.yml",
+                        "-e", "output_dir=%s" % tmp_path)
+    assert proc.returncode == 0
+    msg = " ".join(task_results(proc)["Show how to run it with the Nomad CLI"]["msg"])
+    assert "nomad/jobs/example-single, which nothing has written yet" in msg and "-e write_secret=true" in msg
+    assert not [n for n in os.listdir(tmp_path) if ".var." in n]
+
+
+def test_write_secret_refuses_a_vault_spec_clearly(tmp_path: str) -> None:
+    spec = {"session": {"name": "v1", "image": "i", "secrets": {"backend": "vault", "path": "bai"}}}
+    proc = run_playbook("render_session.yml", "-e", json.dumps(spec), "-e", "@examples/agents.yml",
+                        "-e", "output_dir=%s" % tmp_path, "-e", "write_secret=true")
+    assert proc.returncode != 0
+    result = task_results(proc)["Place the session and render its Nomad job"]
+    assert result["problems"] == ['session.secrets.backend: write_secret writes a Nomad variable file, so it needs '
+                                  'nomad-variables (the session module stores Vault keypairs) (got "vault")']
+    assert os.listdir(tmp_path) == []

@@ -73,6 +73,22 @@ options:
     description: Fail when the session cannot be placed (C(PENDING)); the message gives the reason per agent.
     type: bool
     default: true
+  write_secret:
+    description:
+      - For the Nomad CLI path - also make the session keypair and write it into O(output_dir) as a Nomad variable
+        specification file, C(<name>.var.hcl) (what C(nomad var put -in hcl) reads) or C(<name>.var.json)
+        (O(secret_format=json)), mode 0600; RV(commands) are then the two commands that run the session.
+      - Without it the job's C(nomadVar) template finds no keypair at C(nomad/jobs/<name>) and C(nomad job run)
+        waits for it; the M(backendai.cluster.session) module writes the variable itself.
+      - An existing file is kept (same keys, same session ID); delete it to make new keys. The key is never in a
+        result. Needs O(output_dir), the C(nomad-variables) secret backend and the cryptography library.
+    type: bool
+    default: false
+  secret_format:
+    description: Format of the variable specification file of O(write_secret).
+    type: str
+    choices: [hcl, json]
+    default: hcl
 notes:
   - Placement follows Backend.AI's rules; see the README section on placement.
   - O(namespace) and O(region) go into the rendered job.
@@ -82,6 +98,9 @@ seealso:
   - name: Nomad job HTTP API
     description: The register request body this module renders.
     link: https://developer.hashicorp.com/nomad/api-docs/jobs#create-job
+  - name: nomad var put
+    description: The command that stores the variable specification file of O(write_secret).
+    link: https://developer.hashicorp.com/nomad/docs/commands/var/put
 """
 
 EXAMPLES = r"""
@@ -104,6 +123,18 @@ EXAMPLES = r"""
     spec: "{{ session }}"
     nomad_addr: https://nomad.example.com:4646
     output_dir: ./out
+
+- name: Render for the Nomad CLI, with the keypair as a variable spec file (0600)
+  backendai.cluster.session_render:
+    spec: "{{ session }}"
+    agents: "{{ agents }}"
+    output_dir: ./out
+    write_secret: true
+  register: rendered
+
+- name: Print the two commands (nomad var put, nomad job run)
+  ansible.builtin.debug:
+    msg: "{{ rendered.commands }}"
 
 - name: Only compute the plan
   backendai.cluster.session_render:
@@ -157,18 +188,39 @@ files:
   returned: when O(output_dir) is set
   type: list
   elements: str
+secret_file:
+  description: Path of the variable specification file holding the keypair (its content is never returned).
+  returned: when O(write_secret=true) and the session is placed
+  type: str
+  sample: out/train-42.var.hcl
+commands:
+  description: The Nomad CLI commands that run the rendered session - C(nomad var put) of RV(secret_file), then
+    C(nomad job run) of the HCL jobspec.
+  returned: when O(write_secret=true) and the session is placed
+  type: list
+  elements: str
+  sample: ["nomad var put @out/train-42.var.hcl", "nomad job run out/train-42.nomad.hcl"]
+secret_path:
+  description: The Nomad variable path the job reads its keypair from (C(nomad/jobs/<name>)).
+  returned: when the session is placed and uses the nomad-variables secret backend
+  type: str
+  sample: nomad/jobs/train-42
 """
 
 import os
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import refuse_all_namespaces
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
 from ansible_collections.backendai.cluster.plugins.module_utils._module_base import NOMAD, VAULT, ClusterModule
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_var_file
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import secret_path
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary, render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import SSHKeypair, generate_keypair
 
 
 def _read(path: str) -> str:
@@ -177,6 +229,22 @@ def _read(path: str) -> str:
             return f.read()
     except FileNotFoundError:
         return ""
+
+
+def _secret_keypair(base: ClusterModule, p: t.Dict[str, t.Any]) -> t.Tuple[SSHKeypair, str]:
+    """The keypair of O(write_secret): the one in an existing variable file, else a new one."""
+    spec = parse_spec(p["spec"])
+    if spec.secrets.backend != "nomad-variables":
+        raise InputError("write_secret", [Problem(
+            "session.secrets.backend", "write_secret writes a Nomad variable file, so it needs nomad-variables (the "
+            "session module stores Vault keypairs)", spec.secrets.backend, True)])
+    path = os.path.join(p["output_dir"], _nomad_var_file.file_name(spec.name, p["secret_format"]))
+    found = _nomad_var_file.read_keypair(_read(path), p["secret_format"])
+    if found is not None and found[0] == "nomad/jobs/%s" % spec.name:
+        base.hide(found[1])
+        return SSHKeypair(found[1], found[2]), path
+    base.require("cryptography")
+    return generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072), path
 
 
 def main() -> None:
@@ -189,8 +257,11 @@ def main() -> None:
                          default=["json", "hcl", "hostfile"]),
             session_id=dict(type="str"),
             fail_on_pending=dict(type="bool", default=True),
+            write_secret=dict(type="bool", default=False),
+            secret_format=dict(type="str", choices=["hcl", "json"], default="hcl"),
         ),
         shared=(NOMAD, VAULT),
+        required_if=[("write_secret", True, ["output_dir"])],
     )
     module = base.module
     p = module.params
@@ -208,7 +279,9 @@ def main() -> None:
         except NomadError as exc:
             module.fail_json(msg="reading the agents from Nomad: %s" % exc, exception="")
     try:
-        rendered = render_session(p["spec"], agents, session_id=p["session_id"] or "",
+        keypair, secret_file = _secret_keypair(base, p) if p["write_secret"] else (None, "")
+        rendered = render_session(p["spec"], agents, public_key=keypair.public_key if keypair else "",
+                                  session_id=p["session_id"] or "",
                                   namespace=p["namespace"] or "", region=p["region"] or "")
     except InputError as exc:
         module.fail_json(msg=str(exc), problems=[str(x) for x in exc.problems])
@@ -221,6 +294,8 @@ def main() -> None:
             module.fail_json(msg="session %s is PENDING: %s" % (plan["name"], plan["reason"]), **result)
         module.exit_json(**result)
     result["job"] = {"Job": rendered.job}
+    if rendered.plan.spec.secrets.backend == "nomad-variables":
+        result["secret_path"] = secret_path(rendered.plan)
     if p["output_dir"]:
         out = p["output_dir"]
         if not module.check_mode:
@@ -238,6 +313,16 @@ def main() -> None:
                     result["diff"] = dict(before=before, after=content, before_header=path, after_header=path)
             files.append(path)
         result["files"] = files
+    if keypair is not None:
+        text = _nomad_var_file.render(result["secret_path"], p["namespace"] or "", keypair.private_key,
+                                      keypair.public_key, p["secret_format"])
+        base.hide(keypair.private_key)
+        if ensure_file(secret_file, text, check_mode=module.check_mode, mode=0o600):
+            result["changed"] = True
+        result["secret_file"] = secret_file
+        job_file = os.path.join(p["output_dir"], plan["name"] + (".nomad.hcl" if "hcl" in p["formats"] else ".json"))
+        result["commands"] = ["nomad var put @%s" % secret_file,
+                              "nomad job run %s%s" % ("" if job_file.endswith(".hcl") else "-json ", job_file)]
     module.exit_json(**result)
 
 

@@ -175,7 +175,10 @@ EXAMPLES = r"""
 RETURN = r"""
 session:
   description:
-    - The session view (same shape for both backends); null in check mode for a new session and after O(state=absent).
+    - The session view, the same shape for both backends (keys marked as one backend's are only in its views).
+    - After O(state=absent), the view of the removed session (nomad - C(TERMINATED) or null when there was none;
+      local - its last status). In check mode for a new session, the planned view (state C(PENDING)) on the local
+      backend and null on the nomad backend.
   returned: success
   type: dict
   contains:
@@ -187,37 +190,121 @@ session:
       description: V(nomad) or V(local).
       type: str
       sample: nomad
+    job_id:
+      description: The Nomad job ID (equal to RV(session.name)).
+      type: str
+      returned: nomad backend
+    namespace:
+      description: The Nomad namespace of the job.
+      type: str
+      returned: nomad backend
+      sample: default
     session_id:
       description: C(BACKENDAI_SESSION_ID), also main1's kernel ID.
       type: str
+      sample: 7bafe703-36bd-5351-a57d-5ce79d8bb7b2
     state:
       description: One of C(PENDING), C(SCHEDULED), C(RUNNING), C(DEGRADED), C(TERMINATED), C(ERROR).
       type: str
       sample: RUNNING
     mode:
-      description: C(single-node) or C(multi-node).
+      description: C(single-node) (one agent) or C(multi-node).
       type: str
+      sample: single-node
     network_mode:
-      description: C(bridge) or C(cni/<network>).
+      description: Network of the containers - C(bridge) or C(cni/<network>).
       type: str
+      sample: bridge
+    state_dir:
+      description: The local session's state directory (logs, C(ssh_config)); empty before it exists.
+      type: str
+      returned: local backend
+    secret:
+      description: Where the keypair lives (backend, path, item names); never the key.
+      type: dict
+      returned: nomad backend, when the secret was looked up
     containers:
-      description:
-        - One entry per container, main1 first - C(hostname), C(role), C(idx), C(agent) (node name), C(address),
-          C(status), C(exit_code), C(restarts); nomad adds C(alloc_id) and C(node_id).
+      description: One entry per container, main1 first.
       type: list
       elements: dict
+      contains:
+        hostname:
+          description: The container's hostname (C(main1), C(sub1), ...), also its task group name on Nomad.
+          type: str
+        role:
+          description: Its cluster role (C(main), C(sub), or a role of the spec).
+          type: str
+        idx:
+          description: Its one-based index within the role.
+          type: int
+        agent:
+          description: The agent (Nomad node name, or C(local) / a local agent) it runs on.
+          type: str
+        address:
+          description: Its address on the session network (empty until known).
+          type: str
+        status:
+          description:
+            - Nomad's client status (C(pending), C(running), C(complete), C(failed), C(lost)), C(restarting) or
+              C(unplaced); the local backend's C(running), C(exited), C(dead) or C(planned) (check mode).
+          type: str
+        exit_code:
+          description: Exit code of its command once it ended, else null.
+          type: int
+        restarts:
+          description: How often Nomad restarted its task (always 0 locally).
+          type: int
+        alloc_id:
+          description: Its current Nomad allocation ID.
+          type: str
+          returned: nomad backend
+        node_id:
+          description: The Nomad node ID of its allocation.
+          type: str
+          returned: nomad backend
+        command:
+          description: The command line it runs, as one string.
+          type: str
+          returned: local backend
+        log:
+          description: Path of its log file.
+          type: str
+          returned: local backend
+        log_tail:
+          description: The last lines of its log (with O(backendai.cluster.session_info#module:log_lines); the local
+            backend always returns the list).
+          type: list
+          elements: str
+          returned: when logs were read
     main1:
-      description:
-        - How to reach main1 - C(address) and C(ssh_port) (the published sshd port on the node), C(ssh_command),
-          C(ports) (every published port by label). Log in with the session's private key, kept in the secret backend.
+      description: How to reach main1. Log in with the session's private key (kept in the secret backend, or in the
+        local state directory).
       type: dict
       sample: {address: 10.0.0.10, ssh_port: 23456, ssh_command: ssh -p 23456 root@10.0.0.10}
+      contains:
+        hostname:
+          description: main1's hostname.
+          type: str
+          returned: nomad backend
+        address:
+          description: Address main1's published ports are on (the node's on Nomad, C(127.0.0.1) locally).
+          type: str
+        ssh_port:
+          description: The published sshd port (null until known).
+          type: int
+        ssh_command:
+          description: The command that opens a shell in main1 (C(ssh -F <state_dir>/ssh_config main1) locally).
+          type: str
+        ports:
+          description: Every published port by label - C({address, port, to}).
+          type: dict
+          returned: nomad backend
     progress:
       description:
         - Where a wait for the containers stands - C(done) (every container runs; a finished batch container counts),
           C(running) and C(total) (counts), C(waiting) (hostnames not running yet), C(failed) (hostnames that stopped
           for good), and C(summary), one line such as C(1 of 3 containers running; waiting for sub1 (pending on n1)).
-        - playbooks/create_session.yml prints C(summary) at each poll while it waits.
+        - The collection's create_session playbook prints C(summary) at each poll while it waits.
       type: dict
       sample: {done: false, running: 1, total: 2, waiting: [sub1], failed: [],
                summary: "1 of 2 containers running; waiting for sub1 (pending on n1)"}
@@ -232,6 +319,49 @@ plan:
   description: The placement plan (secret-free), as M(backendai.cluster.session_render) returns it.
   returned: success and O(state=present)
   type: dict
+  contains:
+    name:
+      description: Session name.
+      type: str
+      sample: train-42
+    status:
+      description: C(PLACED) or C(PENDING).
+      type: str
+      sample: PLACED
+    reason:
+      description: Why the plan is C(PENDING), per agent; empty when placed.
+      type: str
+      sample: ""
+    session_id:
+      description: C(BACKENDAI_SESSION_ID) the job carries.
+      type: str
+    mode:
+      description: C(single-node) when every container is on one agent, else C(multi-node).
+      type: str
+      sample: single-node
+    network_mode:
+      description: Network mode of every group, C(bridge) or C(cni/<network>).
+      type: str
+      sample: bridge
+    cluster_size:
+      description: Number of containers.
+      type: int
+      sample: 3
+    replicas:
+      description: C(role:count) pairs (C(BACKENDAI_CLUSTER_REPLICAS)).
+      type: str
+      sample: main:1,sub:2
+    agents:
+      description: The agents the plan uses, in plan order.
+      type: list
+      elements: str
+      sample: [agent-a]
+    containers:
+      description:
+        - One entry per container in global order - C(hostname), C(role), C(idx), C(rank), C(local_rank), C(agent),
+          C(datacenter), C(kernel_id), C(image), C(resources) (C(cpu), C(memory), C(gpu)).
+      type: list
+      elements: dict
 job:
   description: 'The register request body (C({"Job": ...})) of the rendered job; it holds no secret.'
   returned: success, O(state=present), nomad backend

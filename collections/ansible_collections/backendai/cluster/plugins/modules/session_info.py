@@ -95,30 +95,129 @@ sessions:
     name:
       description: Session name (the Nomad job ID).
       type: str
+      sample: train-42
     backend:
       description: V(nomad) or V(local).
       type: str
-    session_id:
-      description: C(BACKENDAI_SESSION_ID).
+      sample: nomad
+    job_id:
+      description: The Nomad job ID (equal to RV(sessions.name)).
       type: str
+      returned: nomad backend
+    namespace:
+      description: The Nomad namespace of the job.
+      type: str
+      returned: nomad backend
+      sample: default
+    session_id:
+      description: C(BACKENDAI_SESSION_ID), also main1's kernel ID.
+      type: str
+      sample: 7bafe703-36bd-5351-a57d-5ce79d8bb7b2
     state:
-      description: C(PENDING), C(SCHEDULED), C(RUNNING), C(DEGRADED), C(TERMINATED) or C(ERROR).
+      description: One of C(PENDING), C(SCHEDULED), C(RUNNING), C(DEGRADED), C(TERMINATED), C(ERROR).
       type: str
       sample: RUNNING
+    mode:
+      description: C(single-node) (one agent) or C(multi-node).
+      type: str
+      sample: single-node
+    network_mode:
+      description: Network of the containers - C(bridge) or C(cni/<network>).
+      type: str
+      sample: bridge
+    state_dir:
+      description: The local session's state directory (logs, C(ssh_config)); empty before it exists.
+      type: str
+      returned: local backend
+    secret:
+      description: Where the keypair lives (backend, path, item names); never the key.
+      type: dict
+      returned: nomad backend, when the secret was looked up
     containers:
-      description:
-        - Per container - C(hostname), C(role), C(idx), C(agent), C(address), C(status) (Nomad's client status, or
-          C(restarting), or C(unplaced)), C(exit_code), C(restarts), C(log_tail) (with O(log_lines)).
+      description: One entry per container, main1 first.
       type: list
       elements: dict
+      contains:
+        hostname:
+          description: The container's hostname (C(main1), C(sub1), ...), also its task group name on Nomad.
+          type: str
+        role:
+          description: Its cluster role (C(main), C(sub), or a role of the spec).
+          type: str
+        idx:
+          description: Its one-based index within the role.
+          type: int
+        agent:
+          description: The agent (Nomad node name, or C(local) / a local agent) it runs on.
+          type: str
+        address:
+          description: Its address on the session network (empty until known).
+          type: str
+        status:
+          description:
+            - Nomad's client status (C(pending), C(running), C(complete), C(failed), C(lost)), C(restarting) or
+              C(unplaced); the local backend's C(running), C(exited), C(dead) or C(planned) (check mode).
+          type: str
+        exit_code:
+          description: Exit code of its command once it ended, else null.
+          type: int
+        restarts:
+          description: How often Nomad restarted its task (always 0 locally).
+          type: int
+        alloc_id:
+          description: Its current Nomad allocation ID.
+          type: str
+          returned: nomad backend
+        node_id:
+          description: The Nomad node ID of its allocation.
+          type: str
+          returned: nomad backend
+        command:
+          description: The command line it runs, as one string.
+          type: str
+          returned: local backend
+        log:
+          description: Path of its log file.
+          type: str
+          returned: local backend
+        log_tail:
+          description: The last lines of its log (with O(backendai.cluster.session_info#module:log_lines); the local
+            backend always returns the list).
+          type: list
+          elements: str
+          returned: when logs were read
     main1:
-      description: C(address), C(ssh_port), C(ssh_command) and published C(ports) of main1.
+      description: How to reach main1. Log in with the session's private key (kept in the secret backend, or in the
+        local state directory).
       type: dict
+      sample: {address: 10.0.0.10, ssh_port: 23456, ssh_command: ssh -p 23456 root@10.0.0.10}
+      contains:
+        hostname:
+          description: main1's hostname.
+          type: str
+          returned: nomad backend
+        address:
+          description: Address main1's published ports are on (the node's on Nomad, C(127.0.0.1) locally).
+          type: str
+        ssh_port:
+          description: The published sshd port (null until known).
+          type: int
+        ssh_command:
+          description: The command that opens a shell in main1 (C(ssh -F <state_dir>/ssh_config main1) locally).
+          type: str
+        ports:
+          description: Every published port by label - C({address, port, to}).
+          type: dict
+          returned: nomad backend
     progress:
       description:
-        - Where a wait for the containers stands, as in RV(backendai.cluster.session#module:session.progress) - C(done),
-          C(running), C(total), C(waiting), C(failed) and a one-line C(summary).
+        - Where a wait for the containers stands - C(done) (every container runs; a finished batch container counts),
+          C(running) and C(total) (counts), C(waiting) (hostnames not running yet), C(failed) (hostnames that stopped
+          for good), and C(summary), one line such as C(1 of 3 containers running; waiting for sub1 (pending on n1)).
+        - The collection's create_session playbook prints C(summary) at each poll while it waits.
       type: dict
+      sample: {done: false, running: 1, total: 2, waiting: [sub1], failed: [],
+               summary: "1 of 2 containers running; waiting for sub1 (pending on n1)"}
 """
 
 import typing as t

@@ -150,6 +150,10 @@ plan:
   returned: always
   type: dict
   contains:
+    name:
+      description: Session name.
+      type: str
+      sample: train-42
     status:
       description: C(PLACED) or C(PENDING).
       type: str
@@ -158,16 +162,34 @@ plan:
       description: Why the plan is C(PENDING), per agent; empty when placed.
       type: str
       sample: ""
+    session_id:
+      description: C(BACKENDAI_SESSION_ID) the job carries.
+      type: str
     mode:
       description: C(single-node) when every container is on one agent, else C(multi-node).
       type: str
       sample: single-node
     network_mode:
-      description: Nomad network mode of every group, C(bridge) or C(cni/<overlay>).
+      description: Network mode of every group, C(bridge) or C(cni/<network>).
       type: str
       sample: bridge
+    cluster_size:
+      description: Number of containers.
+      type: int
+      sample: 3
+    replicas:
+      description: C(role:count) pairs (C(BACKENDAI_CLUSTER_REPLICAS)).
+      type: str
+      sample: main:1,sub:2
+    agents:
+      description: The agents the plan uses, in plan order.
+      type: list
+      elements: str
+      sample: [agent-a]
     containers:
-      description: One entry per container in global order (hostname, role, idx, rank, local_rank, agent, kernel_id).
+      description:
+        - One entry per container in global order - C(hostname), C(role), C(idx), C(rank), C(local_rank), C(agent),
+          C(datacenter), C(kernel_id), C(image), C(resources) (C(cpu), C(memory), C(gpu)).
       type: list
       elements: dict
 job:

@@ -12,15 +12,17 @@ import typing as t
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.normpath(os.path.join(REPO, os.pardir, "shared"))
-EXAMPLES = os.path.join(REPO, "examples")
+EXAMPLES = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster", "examples")
 NOMAD_JOB_LINT = os.path.join(SHARED, "tools", "nomad-job-lint")
 VENV_BIN = os.path.dirname(sys.executable)
 
 
 def run_playbook(playbook: str, *extra: str, env: t.Optional[t.Dict[str, str]] = None,
                  check: bool = False) -> subprocess.CompletedProcess:
-    """Run ``ansible-playbook`` from the repository top, as a user would, with JSON results on stdout."""
-    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), os.path.join("playbooks", playbook)] + list(extra)
+    """Run ``ansible-playbook backendai.cluster.<playbook>`` from the repository top, as a user would, with JSON
+    results on stdout (the collection's playbook, found through ansible.cfg's collections path)."""
+    name = playbook[:-len(".yml")] if playbook.endswith(".yml") else playbook
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "backendai.cluster." + name] + list(extra)
     if check:
         cmd.append("--check")
     full_env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="results_json", ANSIBLE_NOCOLOR="1",

@@ -6,9 +6,11 @@ with ansible-doc, and an execution environment built from it gets its Python and
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import typing as t
+import uuid
 
 import pytest
 import yaml
@@ -125,3 +127,43 @@ def test_execution_environment_build_context_gets_the_requirements(installed: In
     # The default profile (what an EE installs) holds none of them: local sessions do not run in an EE.
     listed = run(os.path.join(VENV_BIN, "bindep"), "-f", bindep, "-l", "newline", cwd=ee_dir)
     assert listed.stdout.strip() == "", listed.stdout + listed.stderr
+
+
+def _local_reason() -> t.Optional[str]:
+    if os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"):
+        return "the local backend needs root and the CNI plugins (scripts/setup)"
+    return None
+
+
+@pytest.mark.skipif(_local_reason() is not None, reason=str(_local_reason()))
+def test_the_walk_through_runs_from_the_install_outside_the_repository(installed: Installed) -> None:
+    """ansible-playbook backendai.cluster.create_session with an example from the installed collection,
+    from a directory that is not the repository (local backend), then session_status and destroy."""
+    example = os.path.join(installed.root, "examples", "single-node.yml")
+    assert os.path.isfile(example) and os.path.isfile(os.path.join(installed.root, "examples", "agents.yml"))
+    state = os.path.join(installed.base, "state")
+    name = "tarball-" + uuid.uuid4().hex[:6]
+    spec = "{\"session\": %s}" % json.dumps(dict(_example_session(example), name=name))
+    common = ["-e", "session_state_dir=" + state]
+    try:
+        created = installed.tool("ansible-playbook", "backendai.cluster.create_session", "-e", "@" + example,
+                                 "-e", spec, *common, timeout=600)
+        assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-2000:]
+        status = installed.tool("ansible-playbook", "backendai.cluster.session_status", "-e", "session_name=" + name,
+                                *common)
+        assert status.returncode == 0 and "RUNNING" in status.stdout, status.stdout[-2000:]
+        rendered = installed.tool("ansible-playbook", "backendai.cluster.render_session", "-e", "@" + example,
+                                  "-e", "@" + os.path.join(installed.root, "examples", "agents.yml"))
+        assert rendered.returncode == 0, rendered.stdout[-2000:]
+        assert os.path.isfile(os.path.join(installed.outside, "out", "example-single.nomad.hcl"))
+    finally:
+        destroyed = installed.tool("ansible-playbook", "backendai.cluster.destroy_session", "-e", "session_name=" + name,
+                                   *common, timeout=600)
+    assert destroyed.returncode == 0, destroyed.stdout[-3000:]
+    assert not os.path.exists(os.path.join(state, name))
+    assert not os.path.exists(os.path.join(installed.root, "out"))  # nothing written into the collection
+
+
+def _example_session(path: str) -> t.Dict[str, t.Any]:
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)["session"]

@@ -20,6 +20,7 @@ from module_helpers import NOMAD_TOKEN, ModuleRun, spec
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
+from test_session_info_nomad import conn, nomad  # noqa: F401 - a one-node double and its connection options
 
 #: Keys Ansible itself adds to every result (not the module's to document).
 COMMON = {"changed", "failed", "msg", "invocation", "diff", "warnings", "deprecations", "exception"}
@@ -102,19 +103,6 @@ def test_compare_reports_undocumented_keys_and_wrong_types() -> None:
 
 
 # --- nomad backend (against the Nomad API double) ---------------------------------------------------
-
-@pytest.fixture
-def nomad(nomad_double_factory: t.Any) -> NomadAPIDouble:
-    double = nomad_double_factory(token=NOMAD_TOKEN)
-    double.add_node("n1", cpu=8000, memory=16384)
-    return double
-
-
-def conn(double: NomadAPIDouble, **extra: t.Any) -> t.Dict[str, t.Any]:
-    out: t.Dict[str, t.Any] = {"nomad_addr": double.url, "token": NOMAD_TOKEN}
-    out.update(extra)
-    return out
-
 
 def test_nomad_backend_results_match_return(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:
     sessions, infos, renders = Results(session_module), Results(session_info), Results(session_render)

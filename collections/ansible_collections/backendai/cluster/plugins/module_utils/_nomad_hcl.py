@@ -485,7 +485,7 @@ def nomad_fmt(lines: t.Sequence[str]) -> t.List[str]:
     last: t.Dict[int, str] = {}  # depth -> "attr" / "block" of the previous item in that body
 
     def flush() -> None:
-        width = max((len(lead) for lead, _, _ in run), default=0)
+        width = max((len(item[0]) for item in run), default=0)
         for lead, value, tail in run:
             out.append("%s = %s" % (lead.ljust(width), value))
             out.extend(tail)

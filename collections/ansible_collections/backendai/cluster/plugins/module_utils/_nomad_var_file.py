@@ -41,7 +41,7 @@ def render(path: str, namespace: str, private_key: str, public_key: str, fmt: st
     if not private_key.endswith("\n"):
         private_key += "\n"
     head = [("path", quote(path))] + ([("namespace", quote(namespace))] if namespace else [])
-    width = max(len(k) for k, _ in head)
+    width = max(len(item[0]) for item in head)
     lines = ["%s = %s" % (k.ljust(width), v) for k, v in head]
     delimiter = heredoc_delimiter(private_key)
     width = max(len(PRIVATE_KEY_ITEM), len(PUBLIC_KEY_ITEM))

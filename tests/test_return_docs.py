@@ -151,3 +151,12 @@ def test_local_backend_results_match_return(run: ModuleRun, tmp_path: t.Any) -> 
     assert not problems, "\n" + "\n".join(sorted(set(p.split(": ", 1)[1] for p in problems)))
     assert sessions.never_returned("nomad") == []
     assert infos.never_returned("nomad") == []
+
+
+def test_the_view_and_the_plan_are_documented_alike_in_every_module() -> None:
+    """RETURN cannot use doc fragments, so session and session_info each describe the session view, and
+    session and session_render the plan: the copies must stay equal."""
+    view = returns(session_module)["session"]["contains"]
+    listed = returns(session_info)["sessions"]["contains"]
+    assert yaml.safe_dump(view).replace("RV(session.name)", "RV(sessions.name)") == yaml.safe_dump(listed)
+    assert returns(session_module)["plan"]["contains"] == returns(session_render)["plan"]["contains"]

@@ -20,7 +20,7 @@ The machine is one agent, ``local``, with its CPU (cores × MHz) and memory as c
 same placement rules apply (a session larger than the machine is PENDING). With ``agents`` (local
 agents made by ``_local_agents``: network-namespace "hosts" of this machine, each with its
 capacity and a ``local`` mapping) the session is placed on those instead, and a multi-node plan
-spreads its containers over them, joined by a VXLAN overlay (see ``_local_overlay``). The same plan, the
+spreads its containers over them, joined by a VXLAN segment (see ``_local_network``). The same plan, the
 same environment (``container_env``) and the same kind of keypair as the Nomad backend are used.
 A record next to the runtime's state (``backend.json``: the normalised spec, its digest and the
 public key) makes ``present`` idempotent: the same spec on a running session changes nothing; a

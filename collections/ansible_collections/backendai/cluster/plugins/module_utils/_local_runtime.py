@@ -16,10 +16,11 @@ modules).  Each side effect is journaled before it is made; a failed create is r
 and destroy replays the journal backwards, so a creator killed at any point leaves
 nothing that destroy cannot remove.
 
-Multi-node: with ``agents`` (local agents made by ``_local_agents``, each container placed on
-one of them) the containers sit behind those agents instead of this host, joined across agents
-by the session's VXLAN overlay (``_local_overlay``), and main1 is published by a relay
-(``_local_publish``).
+The network is the one every backend uses: the ``backendai`` CNI plugin with the agent's one
+static config, admitted by signed parameters (``_local_network``). Without ``agents`` this
+machine is the agent; with ``agents`` (local agents made by ``_local_agents``, each container
+placed on one of them) the containers sit behind those agents, joined across agents by the
+session's VXLAN segment, and main1 is published by a relay (``_local_publish``).
 """
 from __future__ import annotations
 
@@ -35,30 +36,20 @@ import socket
 import subprocess
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_overlay
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_network
+from ansible_collections.backendai.cluster.plugins.module_utils._local_agents import validate_session_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import (
     CNI_PATH,
     REQUIRED_PLUGINS,
-    Attachment,
-    add_phase,
-    cni_add,
-    cni_del,
-    forwarding_off,
-    isolate_bridge,
-    network_config,
     prune_shared_chains,
-    remove_bridge_rules,
-    result_ipv4,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local_netns import (
     PRIVATE_DIRS,
     SSHD,
     ContainerSetup,
     add_netns,
-    delete_link,
     delete_netns,
     is_alive,
     kill_session_processes,
@@ -83,7 +74,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_state imp
     Journal,
     LocalRuntimeError,
     SessionPaths,
-    allocate_subnet,
     flocked,
     read_json,
     read_text,
@@ -101,7 +91,6 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _HOST_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_CONTAINERS = 250            # hosts of the session's /24, minus gateway
-CNI_WORKERS = 8
 
 # executable -> Debian package that provides it
 _TOOLS = {
@@ -226,8 +215,8 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
         mounts.append({"source": os.path.realpath(src), "target": os.path.normpath(dst),
                        "read_only": bool(m.get("read_only", False))})
     agents = {}
-    if with_agents:  # containers behind local agents (multi-node): see _local_overlay
-        agents = _local_overlay.validate_agents(session["agents"], list(dict.fromkeys(c["agent"] for c in out)))
+    if with_agents:  # containers behind local agents (multi-node): see _local_network
+        agents = validate_session_agents(session["agents"], list(dict.fromkeys(c["agent"] for c in out)))
     return {"name": name, "session_id": session_id, "containers": out, "mounts": mounts, "agents": agents,
             "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}}
 
@@ -237,11 +226,11 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
 def _names(paths: SessionPaths, spec: dict[str, Any]) -> dict[str, Any]:
     digest = hashlib.sha256(("%s\0%s\0%s" % (paths.state_root, spec["name"], spec["session_id"])).encode()
                             ).hexdigest()[:8]
+    bridge, vxlan = _local_network.net.link_names(spec["session_id"])
     return {
         "digest": digest,
-        "bridge": "bai" + digest,                  # interface names: <= 15 chars
-        "vxlan": "baiv" + digest,                  # (in the agents' namespaces; multi-node only)
-        "network": "bai-" + digest,
+        "bridge": bridge,                          # made by the session network plugin
+        "vxlan": vxlan,                            # (only when the session spans agents)
         "netns": {c["hostname"]: "bai-%s-%s" % (digest, c["hostname"]) for c in spec["containers"]},
     }
 
@@ -314,7 +303,7 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
     netns = [names["netns"][h] for h in hosts]
     targets = [m["target"] for m in spec["mounts"]]
     journal.record("begin", name=spec["name"], session_id=spec["session_id"], bridge=names["bridge"],
-                   network=names["network"], netns=netns, hosts=hosts, targets=targets)
+                   netns=netns, hosts=hosts, targets=targets)
     # Never journal (hence never undo) something that is not ours.
     if link_exists(names["bridge"]):
         raise LocalRuntimeError("bridge %s already exists (left over by another session?)" % names["bridge"])
@@ -322,8 +311,6 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
     if taken:
         raise LocalRuntimeError("network namespace %s already exists (left over by another session?)"
                                 % ", ".join(taken))
-    with flocked(paths.state_root):
-        subnet = allocate_subnet(paths, _host_networks())
     published = _write_files(spec, paths, names)
 
     missing = _missing_dirs(targets)
@@ -336,10 +323,11 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
     add_netns(netns, owner=paths.root)
 
     t_net = time.monotonic()
-    if spec["agents"]:
-        addresses = _local_overlay.bring_up(spec, paths, names, subnet, journal)
-    else:
-        addresses = _attach(spec, paths, names, subnet, published, journal)
+    # main1 is published by portmap on this machine, by a relay behind local agents
+    mappings = {h: [{"hostPort": addr[1], "containerPort": spec["ssh"]["port"], "protocol": "tcp", "hostIP": addr[0]}]
+                for h, addr in published.items()} if not spec["agents"] else {}
+    addresses, network = _local_network.bring_up(spec, paths, names, mappings,
+                                                 [] if spec["agents"] else _host_networks(), journal)
     t_net = time.monotonic() - t_net
 
     main = hosts[0]
@@ -369,11 +357,12 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
         })
     info = {
         "name": spec["name"], "session_id": spec["session_id"], "state_dir": paths.root,
-        "bridge": names["bridge"], "subnet": str(subnet), "ssh_port": spec["ssh"]["port"],
+        "bridge": network["bridge"], "subnet": network["subnet"], "vni": network["vni"],
+        "ssh_port": spec["ssh"]["port"],
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
-        "vxlan": names["vxlan"] if len(spec["agents"]) > 1 else None,
+        "vxlan": network["vxlan"],
         "created_at": time.time(),
         "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
                     "total": round(time.monotonic() - t0, 3)},
@@ -406,36 +395,6 @@ def _write_files(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any
         if c["publish"]:
             published[host] = ("127.0.0.1", free_local_port())
     return published
-
-
-def _attach(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], subnet: ipaddress.IPv4Network,
-            published: dict[str, tuple[str, int]], journal: Journal) -> dict[str, str]:
-    """CNI ADD of every container (in parallel); returns their addresses."""
-    netconf = network_config(names["network"], names["bridge"], subnet, paths.ipam_dir)
-    hosts = [c["hostname"] for c in spec["containers"]]
-    port = spec["ssh"]["port"]
-
-    mappings = {h: [{"hostPort": addr[1], "containerPort": port, "protocol": "tcp", "hostIP": addr[0]}]
-                for h, addr in published.items()}
-
-    def attach(host: str) -> str:
-        ns = names["netns"][host]
-        att = Attachment(ns, netns_path(ns), paths.root, port_mappings=mappings.get(host, []))
-        return result_ipv4(cni_add(netconf, att, paths.cni_cache(host)))
-
-    with add_phase() as ip_forward:
-        # bridge, veths, IPAM leases, firewall and portmap rules: made by the plugins
-        # (portmap's DEL does nothing without the mappings: they are journaled too)
-        journal.record("network", bridge=names["bridge"], netconf=netconf, hosts=hosts,
-                       netns=[names["netns"][h] for h in hosts], mappings=mappings, ip_forward=ip_forward)
-        # The first ADD alone: the firewall plugin's check-then-insert of its shared chains
-        # is racy (concurrent first ADDs insert the jumps twice); it also creates the admin
-        # chain isolate_bridge() needs.
-        addresses = {hosts[0]: attach(hosts[0])}
-        isolate_bridge(names["bridge"], "backendai-cluster session %s isolation" % spec["name"], paths.root)
-        with ThreadPoolExecutor(max_workers=max(1, min(CNI_WORKERS, len(hosts) - 1))) as pool:
-            addresses.update(zip(hosts[1:], pool.map(attach, hosts[1:])))
-    return addresses
 
 
 def _start_containers(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], addresses: dict[str, str],
@@ -506,13 +465,9 @@ def _teardown(paths: SessionPaths, entries: list[dict[str, Any]], keep_logs: boo
     for entry in reversed(entries):
         op = entry["op"]
         if op == "network":
-            errors += _network_down(paths, entry)
-            if entry.get("ip_forward") == "0" and entries[-1] is entry:
-                forwarding_off()  # the creator died inside add_phase(), before restoring it
-        elif op == "agent_network":
-            errors += _local_overlay.network_down(paths, entry)
-        elif op == "overlay":
-            errors += _local_overlay.overlay_down(paths, entry)
+            errors += _local_network.network_down(paths, entry)
+        elif op == "slot":
+            errors += _local_network.slot_down(entry) if not errors else []
         elif op == "netns":
             errors += delete_netns(entry["names"])
         elif op == "mkdirs":
@@ -534,26 +489,6 @@ def _teardown(paths: SessionPaths, entries: list[dict[str, Any]], keep_logs: boo
     else:
         shutil.rmtree(paths.root)
     return []
-
-
-def _network_down(paths: SessionPaths, entry: dict[str, Any]) -> list[str]:
-    netconf = entry["netconf"]
-
-    def detach(pair: tuple[str, str]) -> list[str]:
-        host, ns = pair
-        att = Attachment(ns, netns_path(ns), paths.root, port_mappings=entry.get("mappings", {}).get(host, []))
-        return cni_del(netconf, att, paths.cni_cache(host))
-
-    errors: list[str] = []
-    with ThreadPoolExecutor(max_workers=min(CNI_WORKERS, max(1, len(entry["hosts"])))) as pool:
-        for errs in pool.map(detach, zip(entry["hosts"], entry["netns"])):
-            errors += errs
-    errors += delete_link(entry["bridge"])
-    try:
-        remove_bridge_rules(entry["bridge"])
-    except LocalRuntimeError as e:
-        errors.append(e.message)
-    return errors
 
 
 def _other_sessions(paths: SessionPaths) -> list[str]:

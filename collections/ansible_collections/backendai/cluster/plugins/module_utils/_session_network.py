@@ -36,14 +36,28 @@ VXLAN device that floods to exactly the other agents (head-end replication).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+# The plugin imports this module for every container it attaches: only cheap imports here
+# (no typing, dataclasses, uuid or OpenSSL at run time; see ``_hmac_sha256``).
 import ipaddress
 import os
 import re
-import typing as t
-import uuid
-from dataclasses import dataclass
+from collections import namedtuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import typing as t
+
+try:  # the interpreter's own SHA-256 (no OpenSSL to load): 3.12+ names it _sha2, 3.6-3.11 _sha256
+    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        from hashlib import sha256 as _sha256  # type: ignore[assignment]
+try:
+    from _operator import _compare_digest as compare_digest  # what hmac.compare_digest is
+except ImportError:
+    from hmac import compare_digest
 
 NETWORK_NAME = "backendai"
 PLUGIN_TYPE = "backendai"
@@ -80,15 +94,11 @@ class AdmissionError(NetworkError):
 
 # ---------------------------------------------------------------------------- parameters
 
-@dataclass(frozen=True)
-class NetworkParams:
-    """What a session's network is: the same for every group of the session."""
+class NetworkParams(namedtuple("NetworkParams", "session_id vni subnet agents mtu")):
+    """What a session's network is, the same for every group of the session: the session ID, its VNI and
+    subnet, the underlay IPv4 addresses of its agents (plan order), the MTU inside."""
 
-    session_id: str
-    vni: int
-    subnet: str
-    agents: t.Tuple[str, ...]  # underlay IPv4 addresses, plan order
-    mtu: int
+    __slots__ = ()
 
     def args(self) -> t.Dict[str, str]:
         return {"BAI_V": ARGS_VERSION, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
@@ -131,12 +141,14 @@ def make_params(session_id: str, slot: int, agents: t.Sequence[str], underlay_mt
                                       overlay_mtu(underlay_mtu)))
 
 
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
 def check_params(p: NetworkParams) -> NetworkParams:
     """The parameters, validated (raises NetworkError naming the bad one)."""
-    try:
-        sid = str(uuid.UUID(p.session_id))
-    except ValueError:
-        raise NetworkError("BAI_SID must be a UUID, got %r" % (p.session_id,)) from None
+    sid = str(p.session_id).lower()
+    if not _UUID_RE.match(sid):
+        raise NetworkError("BAI_SID must be a UUID, got %r" % (p.session_id,))
     if not VNI_BASE <= p.vni <= VNI_MAX:
         raise NetworkError("BAI_VNI must be from %d to %d, got %r" % (VNI_BASE, VNI_MAX, p.vni))
     try:
@@ -193,8 +205,19 @@ def _message(namespace: str, job_id: str, group: str, params: t.Mapping[str, str
     return ("backendai-session-network\n" + "".join("%s=%s\n" % kv for kv in fields)).encode("utf-8")
 
 
+def _hmac_sha256(key: bytes, message: bytes) -> str:
+    """HMAC-SHA256 (RFC 2104), written out over the interpreter's own SHA-256: the stdlib ``hmac`` loads
+    OpenSSL, which costs the plugin more than its whole ADD. Checked against ``hmac`` in the unit tests."""
+    block = 64
+    if len(key) > block:
+        key = _sha256(key).digest()
+    key = key.ljust(block, b"\0")
+    inner = _sha256(bytes(b ^ 0x36 for b in key) + message).digest()
+    return _sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest()
+
+
 def sign(key: bytes, namespace: str, job_id: str, group: str, params: NetworkParams) -> str:
-    return hmac.new(key, _message(namespace, job_id, group, params.args()), hashlib.sha256).hexdigest()
+    return _hmac_sha256(key, _message(namespace, job_id, group, params.args()))
 
 
 def job_args(key: bytes, namespace: str, job_id: str, group: str, params: NetworkParams) -> t.Dict[str, str]:
@@ -229,15 +252,10 @@ def parse_cni_args(text: str) -> t.Dict[str, str]:
     return out
 
 
-@dataclass(frozen=True)
-class Admission:
-    """An allocation admitted to a session network."""
+class Admission(namedtuple("Admission", "namespace job_id group alloc_id params")):
+    """An allocation admitted to a session network: Nomad's identity of it and its ``NetworkParams``."""
 
-    namespace: str
-    job_id: str
-    group: str
-    alloc_id: str
-    params: NetworkParams
+    __slots__ = ()
 
 
 def admit(key: bytes, cni_args: t.Mapping[str, str]) -> Admission:
@@ -258,8 +276,8 @@ def admit(key: bytes, cni_args: t.Mapping[str, str]) -> Admission:
     except ValueError:
         raise AdmissionError("BAI_VNI and BAI_MTU must be integers") from None
     ns, job, group = (cni_args[k] for k in IDENTITY_KEYS)
-    want = hmac.new(key, _message(ns, job, group, {k: cni_args[k] for k in PARAM_KEYS}), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(want, cni_args[MAC_KEY].lower()):
+    want = _hmac_sha256(key, _message(ns, job, group, {k: cni_args[k] for k in PARAM_KEYS}))
+    if not compare_digest(want, cni_args[MAC_KEY].lower()):
         raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r: "
                              "their MAC does not match (parameters of another job, or edited ones)" % (job, group, ns))
     try:
@@ -271,18 +289,11 @@ def admit(key: bytes, cni_args: t.Mapping[str, str]) -> Admission:
 
 # ---------------------------------------------------------------------------- layout on an agent
 
-@dataclass(frozen=True)
-class AgentLayout:
-    """One session on one agent."""
+class AgentLayout(namedtuple("AgentLayout", "index bridge vxlan gateway prefixlen range_start range_end peers")):
+    """One session on one agent: its position among the session's agents, its bridge and VXLAN device, the
+    bridge's address (the first of the agent's block), the block for IPAM, the other agents' underlay addresses."""
 
-    index: int
-    bridge: str
-    vxlan: str
-    gateway: str       # the bridge's address (first of the agent's block)
-    prefixlen: int
-    range_start: str
-    range_end: str
-    peers: t.Tuple[str, ...]  # the other agents' underlay addresses
+    __slots__ = ()
 
 
 def agent_blocks(subnet: str, count: int) -> t.List[t.Tuple[str, str, str]]:
@@ -302,7 +313,7 @@ def agent_blocks(subnet: str, count: int) -> t.List[t.Tuple[str, str, str]]:
 
 def link_names(session_id: str) -> t.Tuple[str, str]:
     """(bridge, vxlan) names of a session on every agent (IFNAMSIZ: 15 characters)."""
-    digest = hashlib.sha256(("links\0" + session_id).encode()).hexdigest()
+    digest = _sha256(("links\0" + session_id).encode()).hexdigest()
     return BRIDGE_PREFIX + digest[:12], VXLAN_PREFIX + digest[:11]
 
 

@@ -215,19 +215,29 @@ def _sessions(cfg: Config) -> t.Dict[str, t.Dict[str, t.Any]]:
 
 
 def _members(cfg: Config, sid: str) -> t.List[str]:
-    return [name[:-5] for name in _listdir(cfg.path("containers"))
-            if name.endswith(".json") and (_read_json(cfg.path("containers", name)) or {}).get("sid") == sid]
+    return _listdir(cfg.path("sessions", sid + ".d"))
 
 
 # ---------------------------------------------------------------------------- iptables
 
-def _save(table: str) -> t.List[str]:
-    return _run(["iptables-save", "-t", table]).stdout.decode("utf-8", "replace").splitlines()
+def _save() -> t.Dict[str, t.List[str]]:
+    """Every table's chains and rules (one iptables-save)."""
+    out: t.Dict[str, t.List[str]] = {}
+    table = ""
+    for line in _run(["iptables-save"]).stdout.decode("utf-8", "replace").splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+            out[table] = []
+        elif table and line.startswith((":", "-A ")):
+            out[table].append(line)
+    return out
 
 
-def _restore(table: str, lines: t.Sequence[str]) -> None:
-    if lines:
-        _run(["iptables-restore", "-w", "--noflush"], "*%s\n%s\nCOMMIT\n" % (table, "\n".join(lines)))
+def _restore(lines: t.Mapping[str, t.Sequence[str]]) -> None:
+    """One iptables-restore --noflush for every table with lines."""
+    script = "".join("*%s\n%s\nCOMMIT\n" % (table, "\n".join(rules)) for table, rules in lines.items() if rules)
+    if script:
+        _run(["iptables-restore", "-w", "--noflush"], script)
 
 
 def _has_chain(saved: t.Sequence[str], chain: str) -> bool:
@@ -289,15 +299,18 @@ def _uplinks(cfg: Config) -> t.List[str]:
 def _rules_up(cfg: Config, st: t.Mapping[str, t.Any], first_session: bool) -> None:
     mine = _session_rules(cfg, st)
     base = _base_rules(cfg, _uplinks(cfg))
+    all_saved = _save()
+    script = {}
     for table, chains in TABLES.items():
-        saved = _save(table)
+        saved = all_saved.get(table, [])
         lines = []
         if not _has_chain(saved, chains[0]):
             lines += base[table]
         elif first_session:  # left over by a killed teardown: start from the agent-wide rules again
             lines += _delete_lines(saved, lambda rule: "backendai session " in rule)
         lines += mine[table]
-        _restore(table, lines)
+        script[table] = lines
+    _restore(script)
 
 
 def _delete_lines(saved: t.Sequence[str], pick: t.Callable[[str], bool]) -> t.List[str]:
@@ -305,15 +318,18 @@ def _delete_lines(saved: t.Sequence[str], pick: t.Callable[[str], bool]) -> t.Li
 
 
 def _rules_down(sid: str, last_session: bool) -> None:
+    all_saved = _save()
+    script = {}
     for table, chains in TABLES.items():
-        saved = _save(table)
+        saved = all_saved.get(table, [])
         if last_session:
             lines = _delete_lines(saved, lambda rule: any(("-j %s" % c) in rule for c in chains))
             lines += ["-F %s" % c for c in chains if _has_chain(saved, c)]
             lines += ["-X %s" % c for c in chains if _has_chain(saved, c)]
         else:
             lines = _delete_lines(saved, lambda rule: (COMMENT % sid) in rule)
-        _restore(table, lines)
+        script[table] = lines
+    _restore(script)
 
 
 # ---------------------------------------------------------------------------- links
@@ -373,13 +389,13 @@ def _same(a: t.Mapping[str, t.Any], b: t.Mapping[str, t.Any]) -> bool:
 
 def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
     """Under the lock: the session's bridge, VXLAN device and rules on this agent (made once)."""
-    sessions = _sessions(cfg)
-    have = sessions.get(want["sid"])
-    if have is not None:
+    have = _read_json(cfg.path("sessions", want["sid"] + ".json"))
+    if isinstance(have, dict):
         if not _same(have, want):
             raise PluginError(E_CONFLICT, "session %s is already on this agent with other network parameters"
                               % want["sid"])
         return
+    sessions = _sessions(cfg)
     subnet = ipaddress.IPv4Network(want["subnet"])
     for sid, other in sessions.items():
         if other["vni"] == want["vni"]:
@@ -397,6 +413,10 @@ def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
 
 def _remove_session(cfg: Config, sid: str) -> None:
     """Under the lock: the session's links, rules and IPAM data go; with the last session, the agent-wide chains."""
+    try:
+        os.rmdir(cfg.path("sessions", sid + ".d"))
+    except FileNotFoundError:
+        pass
     st = _read_json(cfg.path("sessions", sid + ".json"))
     if not isinstance(st, dict):
         return
@@ -471,6 +491,8 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
         # The container is recorded first: its DEL then removes whatever this ADD made, even if killed.
         _write(cfile, json.dumps({"sid": want["sid"], "ifname": env["CNI_IFNAME"], "alloc": adm.alloc_id,
                                   "group": adm.group}))
+        os.makedirs(cfg.path("sessions", want["sid"] + ".d"), mode=0o700, exist_ok=True)
+        _write(cfg.path("sessions", want["sid"] + ".d", cid), "")
         try:
             _ensure_session(cfg, want)
         except BaseException:
@@ -492,6 +514,7 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
 
 def _forget(cfg: Config, cid: str, sid: str) -> None:
     """Under the lock: the container goes; with the session's last container, the session goes."""
+    _unlink(cfg.path("sessions", sid + ".d", cid))
     _unlink(_container_file(cfg, cid))
     if not _members(cfg, sid):
         _remove_session(cfg, sid)

@@ -221,11 +221,14 @@ def _params(w: World, session: str) -> net.NetworkParams:
                              tuple(w.agents[a]["underlay_ip"] for a in order), 1450)
 
 
-def _plugin(w: World, agent: str, command: str, container: str, netns: str, cni_args: str) -> dict[str, t.Any]:
+def _plugin(w: World, agent: str, command: str, container: str, netns: str, cni_args: str,
+            prev: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
     """Run the agent's ``backendai`` plugin once, as libcni would (loopback left out)."""
     with open(os.path.join(w.fabric, "cni", agent, "backendai.conflist"), encoding="utf-8") as f:
         conf = json.load(f)
     plugin = dict(conf["plugins"][1], cniVersion=conf["cniVersion"], name=conf["name"])
+    if prev is not None:
+        plugin["prevResult"] = prev
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_COMMAND": command, "CNI_CONTAINERID": container,
            "CNI_NETNS": "/run/netns/" + netns, "CNI_IFNAME": "eth0", "CNI_ARGS": cni_args,
            "CNI_PATH": os.path.join(w.fabric, "bin") + ":/usr/lib/cni"}
@@ -280,6 +283,27 @@ def test_admission_refuses_copied_tampered_and_missing_parameters(world: World) 
     assert ok["rc"] == 0, ok
     assert _plugin(w, "agent1", "DEL", "ctl-" + w.tag, evil_ns, "")["rc"] == 0
     assert w.agent_state("agent1") == before
+
+
+def test_check_re_admits_and_finds_the_links(world: World) -> None:
+    """CHECK (what Nomad runs after a client restart) passes for a live container and fails for another
+    job's copy of its parameters or when the session's bridge is gone."""
+    w = world
+    info = w.sessions["sb"]
+    main1 = info["by_host"]["main1"]
+    with open(os.path.join(info["state_dir"], "cni", "main1.json"), encoding="utf-8") as f:
+        prev = json.load(f)["result"]
+    args = net.job_args(_key(w), lnet.LOCAL_NAMESPACE, "sb", "main1", _params(w, "sb"))
+
+    def check(job: str, prev_result: dict[str, t.Any] | None = prev) -> dict[str, t.Any]:
+        return _plugin(w, "agent1", "CHECK", main1["netns"], main1["netns"],
+                       net.nomad_cni_args(args, "local", lnet.LOCAL_NAMESPACE, job, "main1", "x"), prev_result)
+
+    ok = check("sb")
+    assert ok["rc"] == 0, ok
+    refused = check("evil")
+    assert refused["rc"] != 0 and refused["out"]["code"] == 101, refused
+    assert check("sb", None)["out"]["msg"] == "CHECK needs prevResult"
 
 
 # ---------------------------------------------------------------------------- 2. and 3. forged VXLAN

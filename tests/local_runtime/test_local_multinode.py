@@ -31,6 +31,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._placement impor
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import SSHKeypair
 
+from conftest import PROBE
+
 UNDERLAY_MTU = 1400
 OVERLAY_MTU = UNDERLAY_MTU - 50
 HOSTS = ["main1", "sub1", "sub2", "sub3", "sub4", "sub5"]
@@ -154,16 +156,6 @@ def mn(fabric: Fabric, mn_root: str) -> t.Iterator[Live]:
         yield Live(mn_root, result)
     finally:
         backend.local_absent("mn", mn_root)
-
-
-PROBE = """
-import socket, sys
-s = socket.socket(); s.settimeout(1.0)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
-except OSError as e:
-    print("closed", e)
-"""
 
 
 def test_spread_over_agents_with_per_agent_local_rank(mn: Live) -> None:

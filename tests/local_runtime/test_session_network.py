@@ -29,7 +29,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils import _local_ru
 from ansible_collections.backendai.cluster.plugins.module_utils import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import Attachment, cni_add, cni_del
 
-from conftest import make_session
+from conftest import PROBE, make_session
 
 PORT = 2200
 UNDERLAY = "10.230.0.0/24"
@@ -53,14 +53,6 @@ try:
 except socket.timeout:
     pass
 print(__import__("json").dumps(got), flush=True)
-"""
-PROBE = """
-import socket, sys
-s = socket.socket(); s.settimeout(1.5)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
-except OSError as e:
-    print("closed", e)
 """
 SEND = """
 import socket, sys

@@ -84,6 +84,7 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructa
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import (
     SCHEDULABLE_POOLS,
     agent_from_summary,
+    allocations_by_node,
     free_gpus,
     is_schedulable,
 )
@@ -157,15 +158,17 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         error: t.Optional[NomadError] = None
         try:
             with NomadClient(self._connection()) as client:
+                # every node's live allocations in a few paged requests (not one request per node)
+                by_node = allocations_by_node(client)
                 for stub in client.list_nodes():
                     if datacenters and stub.get("Datacenter") not in datacenters:
                         continue
                     if pools and stub.get("NodePool", "default") not in pools:
                         continue
-                    node = client.node(stub["ID"])
+                    node = client.node(stub["ID"])  # attributes (CNI plugins, address), meta, host networks
                     if node is None:  # gone since the listing
                         continue
-                    summaries.append(summarize_node(node, client.node_allocations(node["ID"])))
+                    summaries.append(summarize_node(node, by_node.get(node["ID"], [])))
         except NomadError as exc:
             error = exc
         if error is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils import _admission as admission
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, SpecError
 from ansible_collections.backendai.cluster.plugins.module_utils._job_diff import changes as job_changes
 from ansible_collections.backendai.cluster.plugins.module_utils._job_diff import diff_texts
@@ -49,6 +50,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session_view im
     build_view,
     container_status,
     current_allocations,
+    failed_placement_reason,
     is_managed,
     wait_progress,
 )
@@ -57,6 +59,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import
 from ansible_collections.backendai.cluster.plugins.module_utils._vault_api import VaultClient, VaultError
 
 DEFAULT_POLL_INTERVAL = 2.0
+#: How long a create follows its evaluation (under the admission lock) for Nomad's placement verdict.
+DEFAULT_EVAL_TIMEOUT = 10.0
 STEP_SECRET = "write keypair secret"
 STEP_REGISTER = "register job"
 STEP_WAIT = "wait for containers"
@@ -82,8 +86,12 @@ class NomadBackend:
 
     def __init__(self, nomad: NomadClient, vault: t.Callable[[], VaultClient], hide: t.Callable[..., None],
                  warn: t.Callable[[str], None], sleep: t.Callable[[float], None] = time.sleep,
-                 clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+                 clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL,
+                 lock_ttl: float = admission.DEFAULT_TTL, lock_delay: float = admission.DEFAULT_LOCK_DELAY,
+                 lock_wait: float = admission.DEFAULT_LOCK_WAIT, eval_timeout: float = DEFAULT_EVAL_TIMEOUT) -> None:
         self.nomad = nomad
+        self.lock_options = {"ttl": lock_ttl, "lock_delay": lock_delay, "wait": lock_wait}
+        self.eval_timeout = eval_timeout
         self._vault = vault
         self._hide = hide
         self._warn = warn
@@ -111,25 +119,36 @@ class NomadBackend:
         return render_session(spec_raw, agents, session_id=session_id, namespace=self.namespace,
                               region=self.region, with_hcl=False)
 
+    def _plan_once(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                   session_id: str, existing: t.Optional[t.Mapping[str, t.Any]]) -> RenderedSession:
+        """One rendering on the given agents or on the nodes' live free capacity (placed or PENDING)."""
+        prefer = {(g.get("Meta") or {}).get("backendai_agent") for g in (existing or {}).get("TaskGroups") or []}
+        prefer.discard(None)
+        pool = agents if agents is not None else live_agents(
+            self.nomad, exclude_job=spec.name if existing is not None else None, namespace=self.namespace or "default")
+        return self._render(spec_raw, pool, session_id, t.cast(t.AbstractSet[str], prefer))
+
     def _place(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
                session_id: str, existing: t.Optional[t.Mapping[str, t.Any]], wait_for_resources: float,
                check_mode: bool) -> RenderedSession:
         """A placed rendering, retrying on fresh node data for ``wait_for_resources`` seconds; PENDING fails."""
-        prefer = {(g.get("Meta") or {}).get("backendai_agent") for g in (existing or {}).get("TaskGroups") or []}
-        prefer.discard(None)
         deadline = self._clock() + max(0.0, wait_for_resources)
         attempts = 0
         while True:
             attempts += 1
-            pool = agents if agents is not None else live_agents(
-                self.nomad, exclude_job=spec.name if existing is not None else None, namespace=self.namespace or "default")
-            rendered = self._render(spec_raw, pool, session_id, t.cast(t.AbstractSet[str], prefer))
+            rendered = self._plan_once(spec_raw, spec, agents, session_id, existing)
             if rendered.plan.placed:
                 return rendered
             remaining = deadline - self._clock()
             if agents is not None or check_mode or remaining <= 0:
                 break
             self._sleep(min(self.poll_interval, remaining))
+        self._pending(spec, rendered, agents, wait_for_resources, check_mode, attempts)
+        raise AssertionError("unreachable")
+
+    def _pending(self, spec: SessionSpec, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                 wait_for_resources: float, check_mode: bool, attempts: int) -> None:
+        """Fail with the PENDING reason (check mode with a wait: tell the caller to warn instead)."""
         summary = plan_summary(rendered.plan)
         message = "session %s is PENDING: %s" % (spec.name, rendered.plan.reason)
         if agents is not None and wait_for_resources > 0:
@@ -224,6 +243,35 @@ class NomadBackend:
                        % (spec.name, pending.summary["reason"], wait_for_resources))
             return {"changed": True, "created": False, "plan": pending.summary, "job": None, "session": None}
 
+    def _admission(self, owner: str) -> admission.AdmissionLock:
+        return admission.AdmissionLock(self.nomad, owner, sleep=self._sleep, clock=self._clock, **self.lock_options)
+
+    def _follow_eval(self, eval_id: str, lock: t.Optional[admission.AdmissionLock]) -> t.Dict[str, t.Any]:
+        """Nomad's verdict on a register: the groups it could not place (``FailedTGAllocs``), else {}.
+
+        Polls ``/v1/evaluation/:id`` until it is processed (at most ``eval_timeout``: then no verdict).
+        """
+        if not eval_id:
+            return {}
+        deadline = self._clock() + self.eval_timeout
+        delay = min(0.05, self.poll_interval)
+        while True:
+            ev = self.nomad.evaluation(eval_id) or {}
+            status = ev.get("Status") or "pending"
+            if status not in ("pending", ""):
+                failed = dict(ev.get("FailedTGAllocs") or {})
+                if status in ("failed", "canceled") and not failed:
+                    failed = {"*": {"reason": "evaluation %s %s: %s" % (eval_id, status, ev.get("StatusDescription") or "")}}
+                return failed
+            if self._clock() >= deadline:
+                self._warn("Nomad did not process evaluation %s within %gs; the wait for the containers decides"
+                           % (eval_id, self.eval_timeout))
+                return {}
+            if lock is not None:
+                lock.keep()
+            self._sleep(delay)
+            delay = min(delay * 2, self.poll_interval)
+
     def _create(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool,
                 diff: bool, wait: bool, wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
         if check_mode:
@@ -234,29 +282,45 @@ class NomadBackend:
         keypair = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
         self._hide(keypair.private_key)
         session_id = derive_session_id(spec.name, keypair.public_key)
-        rendered = self._place(spec_raw, spec, agents, session_id, None, wait_for_resources, False)
+        deadline = self._clock() + max(0.0, wait_for_resources)
+        attempts = 0
+        while True:
+            attempts += 1
+            refused: t.Optional[t.Tuple[str, str]] = None
+            # Admission: plan on live data and register while no other create of this collection does.
+            with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
+                rendered = self._plan_once(spec_raw, spec, agents, session_id, None)
+                if rendered.plan.placed:
+                    store = self._store(location_of_plan(rendered.plan))
+                    refused = self._submit(spec, rendered, store, keypair.public_key, keypair, lock)
+            if not rendered.plan.placed:
+                if agents is None and deadline - self._clock() > 0:
+                    self._sleep(min(self.poll_interval, max(0.0, deadline - self._clock())))
+                    continue
+                self._pending(spec, rendered, agents, wait_for_resources, False, attempts)
+            if refused is None:
+                break
+            reason, rollback = refused
+            if deadline - self._clock() > 0:
+                self._sleep(min(self.poll_interval, max(0.0, deadline - self._clock())))
+                continue
+            waited = " (still after waiting %gs for resources, %d attempts)" % (wait_for_resources, attempts) \
+                if wait_for_resources > 0 else ""
+            raise ModuleFailure("creating session %s failed at step '%s': Nomad cannot place every container now%s: %s. %s"
+                                % (spec.name, STEP_REGISTER, waited, reason, rollback),
+                                {"changed": False, "failed_step": STEP_REGISTER, "rollback": rollback,
+                                 "plan": plan_summary(rendered.plan), "unplaced": reason})
         job = t.cast(t.Dict[str, t.Any], rendered.job)
-        store = self._store(location_of_plan(rendered.plan))
-        step = STEP_SECRET
-        try:
-            store.create(keypair)
-            step = STEP_REGISTER
-            self.nomad.register_job(register_request(job))
-            step = STEP_WAIT
-            if wait:
+        if wait:
+            try:
                 self._wait(job, wait_timeout)
-        except SecretExists as exc:
-            raise ModuleFailure("creating session %s failed at step '%s': %s while job %s does not; it is left from an "
-                                "earlier run or another run is creating this session. Nothing was changed; remove it with "
-                                "state=absent if it is a leftover" % (spec.name, step, exc, spec.name),
-                                {"changed": False, "plan": plan_summary(rendered.plan)}) from None
-        except BaseException as exc:
-            rollback = self._rollback(spec.name, session_id, store, keypair.public_key)
-            if isinstance(exc, (NomadError, VaultError, BackendAIClusterError)):
-                raise ModuleFailure("creating session %s failed at step '%s': %s. %s" % (spec.name, step, exc, rollback),
-                                    {"changed": False, "failed_step": step, "rollback": rollback,
-                                     "plan": plan_summary(rendered.plan)}) from None
-            raise
+            except BaseException as exc:
+                rollback = self._rollback(spec.name, session_id, store, keypair.public_key)
+                if isinstance(exc, (NomadError, VaultError, BackendAIClusterError)):
+                    raise ModuleFailure("creating session %s failed at step '%s': %s. %s" % (spec.name, STEP_WAIT, exc, rollback),
+                                        {"changed": False, "failed_step": STEP_WAIT, "rollback": rollback,
+                                         "plan": plan_summary(rendered.plan)}) from None
+                raise
         try:
             view: t.Optional[t.Dict[str, t.Any]] = self.view(self.nomad.get_job(spec.name) or job)
         except NomadError as err:  # the session is made; only reading it back failed
@@ -265,29 +329,72 @@ class NomadBackend:
         return self._result(True, rendered, diff, before="", after=dumps(register_request(job)), session=view,
                             changes=["job %s: added" % spec.name], location=store.location)
 
+    def _submit(self, spec: SessionSpec, rendered: RenderedSession, store: SecretStore, public_key: str,
+                keypair: t.Any, lock: admission.AdmissionLock) -> t.Optional[t.Tuple[str, str]]:
+        """Write the keypair, register, follow the evaluation (under the lock). None: every group placed;
+        else (Nomad's reason per group, what the rollback did): the new session was rolled back at once."""
+        job = t.cast(t.Dict[str, t.Any], rendered.job)
+        step = STEP_SECRET
+        try:
+            store.create(keypair)
+            step = STEP_REGISTER
+            answer = self.nomad.register_job(register_request(job))
+            failed = self._follow_eval(str(answer.get("EvalID") or ""), lock)
+        except SecretExists as exc:
+            raise ModuleFailure("creating session %s failed at step '%s': %s while job %s does not; it is left from an "
+                                "earlier run or another run is creating this session. Nothing was changed; remove it with "
+                                "state=absent if it is a leftover" % (spec.name, step, exc, spec.name),
+                                {"changed": False, "plan": plan_summary(rendered.plan)}) from None
+        except BaseException as exc:
+            session_id = rendered.plan.session_id
+            rollback = self._rollback(spec.name, session_id, store, public_key)
+            if isinstance(exc, (NomadError, VaultError, BackendAIClusterError)):
+                raise ModuleFailure("creating session %s failed at step '%s': %s. %s" % (spec.name, step, exc, rollback),
+                                    {"changed": False, "failed_step": step, "rollback": rollback,
+                                     "plan": plan_summary(rendered.plan)}) from None
+            raise
+        if not failed:
+            return None
+        # Nomad placed some groups and blocked others (capacity taken by a job that is not ours):
+        # all or nothing, so the session goes at once, before any of it runs for long.
+        return failed_placement_reason(failed), self._rollback(spec.name, rendered.plan.session_id, store, public_key)
+
     def _rollback(self, name: str, session_id: str, store: SecretStore, public_key: str) -> str:
-        done: t.List[str] = []
-        failed: t.List[str] = []
+        """Undo a create of this run through the one teardown ``state=absent`` uses (only what is this run's)."""
         try:
             job = self.nomad.get_job(name)
             ours = job is not None and (job.get("Meta") or {}).get("BACKENDAI_SESSION_ID") == session_id
         except NomadError:
             job, ours = None, True  # cannot tell: the job did not exist when this run began, so try
-        if ours:
+        done, failed = self._teardown(name, ours, [store], public_key)
+        text = "Rolled back: %s" % ("; ".join(done) if done else "nothing had been created")
+        if failed:
+            text += ". Rollback INCOMPLETE: %s; remove the leftovers with state=absent" % "; ".join(failed)
+        return text
+
+    def _teardown(self, name: str, job_there: bool, stores: t.Sequence[SecretStore],
+                  public_key: t.Optional[str] = None) -> t.Tuple[t.List[str], t.List[str]]:
+        """The one teardown of a session (``state=absent`` and every rollback): purge the job, then delete
+        the keypair (with ``public_key``: only a keypair holding that key). Returns (done, failed)."""
+        done: t.List[str] = []
+        failed: t.List[str] = []
+        if job_there:
             try:
                 self.nomad.deregister_job(name, purge=True)
                 done.append("job %s deregistered (purged)" % name)
             except NomadError as err:
                 failed.append("deregistering job %s: %s" % (name, err))
-        try:
-            if store.delete_if_ours(public_key):
-                done.append("%s deleted" % store.location.describe())
-        except (NomadError, VaultError) as err:
-            failed.append("deleting %s: %s" % (store.location.describe(), err))
-        text = "Rolled back: %s" % ("; ".join(done) if done else "nothing had been created")
-        if failed:
-            text += ". Rollback INCOMPLETE: %s; remove the leftovers with state=absent" % "; ".join(failed)
-        return text
+        for store in stores:
+            try:
+                if public_key is not None:
+                    if store.delete_if_ours(public_key):
+                        done.append("%s deleted" % store.location.describe())
+                else:
+                    store.delete()
+                    done.append("%s deleted" % store.location.describe())
+            except (NomadError, VaultError) as err:
+                failed.append("deleting %s: %s" % (store.location.describe(), err))
+        return done, failed
 
     def _update(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
                 agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
@@ -405,10 +512,10 @@ class NomadBackend:
                               "after_header": "session %s" % name}
         if check_mode or not changed:
             return result
-        if job is not None:
-            self.nomad.deregister_job(name, purge=True)
-        for s in present:
-            s.delete()
+        _done, failed = self._teardown(name, job is not None, present)
+        if failed:
+            raise ModuleFailure("removing session %s is incomplete: %s; run state=absent again" % (name, "; ".join(failed)),
+                                {"changed": True, "removed": result["removed"]})
         return result
 
     # info ---------------------------------------------------------------------------------------

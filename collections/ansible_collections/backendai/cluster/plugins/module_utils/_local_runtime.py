@@ -78,6 +78,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_sshd impo
     wait_for_ssh,
     write_key_files,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._spec import _kernel_fs
 from ansible_collections.backendai.cluster.plugins.module_utils._local_state import (
     SANE_PATH,
     Journal,
@@ -219,6 +220,8 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
             raise fail("mounts[%d].source must be an absolute path" % i)
         if not isinstance(dst, str) or not os.path.isabs(dst) or os.path.normpath(dst) == "/":
             raise fail("mounts[%d].target must be an absolute path other than /" % i)
+        if _kernel_fs(dst):
+            raise fail("mounts[%d].target must not be %s or below it (the container's own)" % (i, _kernel_fs(dst)))
         if not os.path.exists(src):
             raise fail("mount source %s does not exist" % src)
         if not os.path.isdir(src) and not os.path.exists(dst):

@@ -1505,7 +1505,7 @@ class NomadAPIDouble(HTTPDouble):
         if state != "pending":
             events.append({"Type": "Started", "Time": alloc["CreateTime"], "DisplayMessage": "Task started by client",
                            "Details": {}, "FailsTask": False})
-        if state == "dead":
+        if state == "dead" and status != "lost":  # a lost task's end is not seen by any client
             events.append({"Type": "Terminated" if failed else "Killed", "Time": alloc["CreateTime"],
                            "DisplayMessage": "Exit Code: %d" % (1 if failed else 0), "Details": {}, "FailsTask": bool(failed)})
         return {task: {"State": state, "Failed": bool(failed), "Restarts": int(override.get("Restarts") or 0),

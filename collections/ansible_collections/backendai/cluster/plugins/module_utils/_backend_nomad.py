@@ -47,6 +47,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._secret_store im
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import RenderedSession, plan_session, plan_summary, render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session_view import (
+    BROKEN,
     build_view,
     container_status,
     current_allocations,
@@ -64,6 +65,8 @@ DEFAULT_EVAL_TIMEOUT = 10.0
 STEP_SECRET = "write keypair secret"
 STEP_REGISTER = "register job"
 STEP_WAIT = "wait for containers"
+#: Group Meta key raised to give a broken container a new allocation (see ``_mark_repairs``).
+REPAIR_META = "backendai_repair"
 
 
 #: The namespace that means every namespace (Nomad's wildcard); only for reading sessions.
@@ -236,8 +239,13 @@ class NomadBackend:
             if existing is None:
                 made = self._create(spec_raw, spec, agents, check_mode, diff, wait, wait_timeout, wait_for_resources)
                 return dict(made, created=not check_mode)
-            return dict(self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
-                                     wait_for_resources), created=False)
+            if check_mode:
+                return dict(self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
+                                         wait_for_resources), created=False)
+            # a changed or repaired session is placed again: admission as for a create
+            with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
+                return dict(self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
+                                         wait_for_resources, lock), created=False)
         except _CheckModePending as pending:
             self._warn("session %s cannot be placed now (PENDING: %s); a real run waits up to %gs for resources"
                        % (spec.name, pending.summary["reason"], wait_for_resources))
@@ -398,7 +406,8 @@ class NomadBackend:
 
     def _update(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
                 agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
-                wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
+                wait_timeout: float, wait_for_resources: float,
+                lock: t.Optional[admission.AdmissionLock] = None) -> t.Dict[str, t.Any]:
         name = spec.name
         stored_at = location_of_job(existing) or location_of_plan(plan_session(spec_raw, []))
         public_key = self._store(stored_at).read_public_key()
@@ -413,6 +422,7 @@ class NomadBackend:
                                 "%s); remove the session with state=absent and create it again"
                                 % (name, stored_at.describe(), wanted_at.describe()))
         job = t.cast(t.Dict[str, t.Any], rendered.job)
+        broken = self._mark_repairs(existing, job)
         plan = self.nomad.plan_job(job, diff=True)
         found = job_changes(plan.get("Diff"))
         changed = ((plan.get("Diff") or {}).get("Type") or "None") != "None"
@@ -432,12 +442,20 @@ class NomadBackend:
         if check_mode:
             return self._result(True, rendered, diff, before, after, self.view(existing), [str(c) for c in found], stored_at)
         try:
-            self.nomad.register_job(register_request(job))
+            answer = self.nomad.register_job(register_request(job))
         except NomadError as err:
             raise ModuleFailure("updating session %s failed at step '%s': %s. Nothing to roll back: the previous job "
                                 "version stays registered and the keypair is unchanged" % (name, STEP_REGISTER, err),
                                 {"changed": False, "failed_step": STEP_REGISTER}) from None
+        unplaced = self._follow_eval(str(answer.get("EvalID") or ""), lock)
+        if lock is not None:
+            lock.release()
         current = self.nomad.get_job(name) or job
+        if unplaced:
+            raise ModuleFailure("%s session %s failed: Nomad cannot place %s. The new job version stays registered (an "
+                                "existing session is not rolled back; free capacity or remove it with state=absent)"
+                                % ("repairing" if broken else "updating", name, failed_placement_reason(unplaced)),
+                                {"changed": True, "failed_step": STEP_REGISTER, "session": self.view(current)})
         if wait:
             try:
                 self._wait(current, wait_timeout, version=current.get("Version"))
@@ -447,6 +465,24 @@ class NomadBackend:
                                     "with state=absent)" % (name, STEP_WAIT, err),
                                     {"changed": True, "failed_step": STEP_WAIT, "session": self.view(current)}) from None
         return self._result(True, rendered, diff, before, after, self.view(current), [str(c) for c in found], stored_at)
+
+    def _mark_repairs(self, existing: t.Mapping[str, t.Any], job: t.Dict[str, t.Any]) -> t.List[str]:
+        """Containers of ``existing`` that failed, were lost or keep restarting get a new allocation.
+
+        Their group's ``Meta.backendai_repair`` generation is raised (a group Meta change is a
+        destructive update in Nomad: a new allocation, placed by the job's constraint, which the
+        new placement may have moved off a node that is down); every other group keeps its
+        generation, so an unchanged session stays unchanged.
+        """
+        current = current_allocations(self.nomad.job_allocations(str(existing["ID"])))
+        generations = {g.get("Name"): int((g.get("Meta") or {}).get(REPAIR_META) or 0)
+                       for g in existing.get("TaskGroups") or []}
+        broken = sorted(name for name in generations if name in current and container_status(current[name]) in BROKEN)
+        for group in job.get("TaskGroups") or []:
+            generation = generations.get(group["Name"], 0) + (1 if group["Name"] in broken else 0)
+            if generation:
+                group.setdefault("Meta", {})[REPAIR_META] = str(generation)
+        return broken
 
     def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
                 session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],

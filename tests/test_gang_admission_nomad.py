@@ -26,6 +26,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api impor
 from module_helpers import NOMAD_TOKEN, spec
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
+from nomad_double.watch import HalfPlacedWatch
 from repo_helpers import REPO
 
 POLL = 0.2
@@ -34,52 +35,6 @@ POLL = 0.2
 def backend(double: NomadAPIDouble, **options: t.Any) -> NomadBackend:
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
     return NomadBackend(client, lambda: None, lambda *a: None, lambda msg: None, poll_interval=POLL, **options)
-
-
-class HalfPlacedWatch:
-    """Samples the double's state: how long each job had some groups live while others were not placed."""
-
-    def __init__(self, double: NomadAPIDouble, period: float = 0.02) -> None:
-        self.double = double
-        self.period = period
-        self.since: t.Dict[str, float] = {}
-        self.longest: t.Dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> None:
-        d = self.double
-        now = time.monotonic()
-        with d._lock:  # noqa: SLF001 - the watch reads the double's own state
-            half = set()
-            for (_ns, job_id), rec in d._jobs.items():  # noqa: SLF001
-                groups = [g["Name"] for g in rec["job"].get("TaskGroups") or []]
-                live = {a["TaskGroup"] for a in d._job_allocs(_ns, job_id) if d._live(a)}  # noqa: SLF001
-                if live and any(g not in live for g in groups):
-                    half.add(job_id)
-        for job_id in half:
-            start = self.since.setdefault(job_id, now)
-            self.longest[job_id] = max(self.longest.get(job_id, 0.0), now - start)
-        for job_id in list(self.since):
-            if job_id not in half:
-                del self.since[job_id]
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            time.sleep(self.period)
-
-    def __enter__(self) -> "HalfPlacedWatch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: t.Any) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    @property
-    def worst(self) -> float:
-        return max(self.longest.values(), default=0.0)
 
 
 def two_nodes(double: NomadAPIDouble) -> None:

@@ -51,6 +51,7 @@ See :class:`HTTPDouble` for faults and recordings, ``fixtures.py`` for the pytes
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import datetime
 import fnmatch
@@ -509,6 +510,8 @@ class HTTPDouble:
         self._lock = threading.RLock()
         self._faults: t.List[Fault] = []
         self._recorded: t.List[RecordedRequest] = []
+        #: seconds spent handling requests (for benchmarks: the double's own share of a measured time)
+        self.busy_seconds = 0.0
         self._stop = threading.Event()
         self._server: t.Optional[_Server] = None
         self._thread: t.Optional[threading.Thread] = None
@@ -642,12 +645,15 @@ class HTTPDouble:
             if fault.status is not None:
                 record.status = fault.status
                 return fault.status, {"Content-Type": fault.content_type}, fault.body.encode("utf-8")
+        started = time.perf_counter()
         try:
             answer = self._route(req)
         except BadRequest as err:
             answer = self._error(err.status, err.message)
         except Exception as err:  # a bug in the double: make it visible to the test
             answer = text_response(500, "Nomad API double internal error: %r" % (err,))
+        with self._lock:
+            self.busy_seconds += time.perf_counter() - started
         record.status = answer[0]
         return answer
 
@@ -1513,7 +1519,7 @@ class NomadAPIDouble(HTTPDouble):
                        "FinishedAt": created if state == "dead" else ZERO_TIME, "Events": events, "TaskHandle": None}
                 for task in alloc["Tasks"]}
 
-    def _alloc_stub(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    def _alloc_stub(self, alloc: t.Mapping[str, t.Any], task_states: bool = True) -> t.Dict[str, t.Any]:
         override = alloc["override"] or {}
         return {
             "ID": alloc["ID"], "EvalID": alloc["EvalID"], "Name": alloc["Name"], "Namespace": alloc["Namespace"],
@@ -1522,7 +1528,7 @@ class NomadAPIDouble(HTTPDouble):
             "DesiredStatus": alloc["DesiredStatus"], "DesiredDescription": alloc["DesiredDescription"],
             "ClientStatus": self._client_status(alloc), "ClientDescription": override.get("Description", ""),
             "DesiredTransition": {"Migrate": None, "Reschedule": None, "ForceReschedule": None, "NoShutdownDelay": None},
-            "TaskStates": self._task_states(alloc), "DeploymentStatus": None, "FollowupEvalID": "", "NextAllocation": "",
+            "TaskStates": self._task_states(alloc) if task_states else None, "DeploymentStatus": None, "FollowupEvalID": "", "NextAllocation": "",
             "RescheduleTracker": None, "PreemptedAllocations": None, "PreemptedByAllocation": "",
             "CreateIndex": alloc["CreateIndex"], "ModifyIndex": alloc["ModifyIndex"],
             "CreateTime": alloc["CreateTime"], "ModifyTime": alloc["ModifyTime"],
@@ -1531,6 +1537,17 @@ class NomadAPIDouble(HTTPDouble):
     def _alloc_full(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         full = self._alloc_stub(alloc)
         full.pop("JobType")
+        full.update({
+            "Job": self._job_view(self._jobs[(alloc["Namespace"], alloc["JobID"])]) if (alloc["Namespace"], alloc["JobID"]) in self._jobs
+            else copy.deepcopy(alloc["Job"]),
+            "Resources": {"CPU": alloc["Demand"]["cpu"], "MemoryMB": alloc["Demand"]["memory"], "DiskMB": alloc["Demand"]["disk"]},
+            "AllocatedResources": self._allocated_resources(alloc),
+            "Metrics": {"NodesEvaluated": 1, "NodesFiltered": 0, "AllocationTime": 1000, "CoalescedFailures": 0},
+            "DeploymentID": "", "AllocModifyIndex": alloc["ModifyIndex"], "NetworkStatus": None,
+        })
+        return full
+
+    def _allocated_resources(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         tasks = {}
         devices_left = list(alloc["Devices"])
         for name, res in alloc["TaskResources"].items():
@@ -1551,16 +1568,8 @@ class NomadAPIDouble(HTTPDouble):
         shared_net = {"Mode": alloc["NetworkMode"], "IP": ip,
                       "DynamicPorts": [{"Label": p["Label"], "Value": p["Value"], "To": p["To"], "HostNetwork": "default"}
                                        for p in alloc["Ports"]] or None}
-        full.update({
-            "Job": self._job_view(self._jobs[(alloc["Namespace"], alloc["JobID"])]) if (alloc["Namespace"], alloc["JobID"]) in self._jobs
-            else copy.deepcopy(alloc["Job"]),
-            "Resources": {"CPU": alloc["Demand"]["cpu"], "MemoryMB": alloc["Demand"]["memory"], "DiskMB": alloc["Demand"]["disk"]},
-            "AllocatedResources": {"Tasks": tasks, "TaskLifecycles": {name: None for name in tasks},
-                                   "Shared": {"Networks": [shared_net], "DiskMB": alloc["Demand"]["disk"], "Ports": copy.deepcopy(alloc["Ports"]) or None}},
-            "Metrics": {"NodesEvaluated": 1, "NodesFiltered": 0, "AllocationTime": 1000, "CoalescedFailures": 0},
-            "DeploymentID": "", "AllocModifyIndex": alloc["ModifyIndex"], "NetworkStatus": None,
-        })
-        return full
+        return {"Tasks": tasks, "TaskLifecycles": {name: None for name in tasks},
+                "Shared": {"Networks": [shared_net], "DiskMB": alloc["Demand"]["disk"], "Ports": copy.deepcopy(alloc["Ports"]) or None}}
 
     def _job_allocations(self, req: Request, job_id: str) -> Response:
         if req.method != "GET":
@@ -1738,15 +1747,14 @@ class NomadAPIDouble(HTTPDouble):
                         key=lambda a: (a["CreateIndex"], a["ID"]))
         out: t.List[t.Dict[str, t.Any]] = []
         next_token = ""
+        if token:
+            start = _token_key(token)
+            allocs = allocs[bisect.bisect_left([(a["CreateIndex"], a["ID"]) for a in allocs], start):]
         for alloc in allocs:
             key = "%d.%s" % (alloc["CreateIndex"], alloc["ID"])
-            if token and (alloc["CreateIndex"], alloc["ID"]) < _token_key(token):
-                continue
-            stub = self._alloc_stub(alloc)
+            stub = self._alloc_stub(alloc, task_states=task_states is not False)
             if resources:
-                stub["AllocatedResources"] = self._alloc_full(alloc)["AllocatedResources"]
-            if task_states is False:
-                stub["TaskStates"] = None
+                stub["AllocatedResources"] = self._allocated_resources(alloc)
             if not matcher(stub):
                 continue
             if per_page and len(out) == per_page:

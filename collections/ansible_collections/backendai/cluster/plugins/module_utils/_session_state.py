@@ -61,6 +61,27 @@ def session_state(statuses: t.Sequence[str], stopped: bool = False) -> str:
     return SCHEDULED
 
 
-def needs_repair(state: str) -> bool:
-    """Whether ``state: present`` recreates containers of a session in this state (see the README table)."""
-    return state in (DEGRADED, ERROR)
+def needs_repair(statuses: t.Iterable[str]) -> bool:
+    """Whether ``state: present`` brings containers back: some container is broken (failed, lost,
+    restarting). A completed batch container is not: a TERMINATED session stays as it is."""
+    return any(s in BROKEN for s in statuses)
+
+
+def local_container_status(has_command: bool, supervisor_alive: bool, sshd_alive: bool,
+                           exit_code: t.Optional[int]) -> t.Tuple[str, str]:
+    """(status, reason) of a local container, in the job model of the Nomad task it stands for.
+
+    A batch container (with a command) runs while its command runs, is ``complete`` when the
+    command exited 0 and ``failed`` when it exited otherwise or was killed with its supervisor;
+    there is no restart (the local runtime's restart policy is none). An interactive container
+    (no command) runs while its sshd runs and is ``failed`` once sshd is gone.
+    """
+    if has_command:
+        if exit_code is not None:
+            return ("complete", "") if exit_code == 0 else ("failed", "the command exited with code %d" % exit_code)
+        if supervisor_alive:
+            return "running", ""
+        return "failed", "the container's supervisor was killed before its command ended"
+    if sshd_alive and supervisor_alive:
+        return "running", ""
+    return "failed", "sshd is gone (an interactive container lives as long as its sshd)"

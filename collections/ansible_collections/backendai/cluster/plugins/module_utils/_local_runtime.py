@@ -631,7 +631,7 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
 # ---------------------------------------------------------------------------- status
 
 def _container_status(paths: SessionPaths, c: dict[str, Any], log_lines: int) -> dict[str, Any]:
-    """A container's status in the job model both backends share (see ``_session_state.container_status``)."""
+    """A container's status in the job model both backends share (see ``_session_state.local_container_status``)."""
     host = c["hostname"]
     supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
     sshd = is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))

@@ -21,17 +21,10 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import MANAGED_META_KEY, TASK_NAME
 
-from ansible_collections.backendai.cluster.plugins.module_utils._session_state import (  # noqa: F401 - re-exported
+from ansible_collections.backendai.cluster.plugins.module_utils._session_state import (
     BROKEN,
-    DEGRADED,
-    ERROR,
     LIVE,
-    PENDING,
     RESTARTING,
-    RUNNING,
-    SCHEDULED,
-    STATES,
-    TERMINATED,
     UNPLACED,
     session_state,
 )
@@ -126,8 +119,8 @@ def failed_placement_reason(failed: t.Mapping[str, t.Any]) -> str:
         notes = []
         if metric.get("NodesExhausted"):
             dims = ", ".join("%s: %s" % kv for kv in sorted((metric.get("DimensionExhausted") or {}).items()))
-            notes.append("resources exhausted on %s of %d nodes%s" % (metric["NodesExhausted"], evaluated,
-                                                                     " (%s)" % dims if dims else ""))
+            shown = " (%s)" % dims if dims else ""
+            notes.append("resources exhausted on %s of %d nodes%s" % (metric["NodesExhausted"], evaluated, shown))
         if metric.get("NodesFiltered"):
             why = ", ".join("%s: %s" % kv for kv in sorted((metric.get("ConstraintFiltered") or {}).items()))
             notes.append("%s of %d nodes filtered%s" % (metric["NodesFiltered"], evaluated, " (%s)" % why if why else ""))

@@ -29,7 +29,7 @@ from nomad_double.server import NomadAPIDouble
 from nomad_double.watch import HalfPlacedWatch
 from repo_helpers import REPO
 
-POLL = 0.2
+POLL = 0.5
 
 
 def backend(double: NomadAPIDouble, **options: t.Any) -> NomadBackend:

@@ -103,7 +103,7 @@ def test_changed_spec_updates_the_job_and_diff_shows_it_without_secrets(nomad: N
     assert result["changed"] is True, result.get("msg")
     assert "TaskGroups[main1].Tasks[kernel].Env[FOO]: <unset> -> bar" in result["changes"]
     assert "Env[FOO]: bar" in result["diff"]["after"] and "Env[FOO]: <unset>" in result["diff"]["before"]
-    assert ("POST", "/v1/jobs") in writes(nomad) and not nomad.find("PUT", "^/v1/var/")
+    assert ("POST", "/v1/jobs") in writes(nomad) and not nomad.find("PUT", "^/v1/var/nomad/")
     assert nomad.stored_variable("nomad/jobs/s1") == var_before
     job = nomad.stored_job("s1")
     assert job["TaskGroups"][0]["Tasks"][0]["Env"]["FOO"] == "bar" and job != version

@@ -239,13 +239,8 @@ class NomadBackend:
             if existing is None:
                 made = self._create(spec_raw, spec, agents, check_mode, diff, wait, wait_timeout, wait_for_resources)
                 return dict(made, created=not check_mode)
-            if check_mode:
-                return dict(self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
-                                         wait_for_resources), created=False)
-            # a changed or repaired session is placed again: admission as for a create
-            with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
-                return dict(self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
-                                         wait_for_resources, lock), created=False)
+            return dict(self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
+                                     wait_for_resources), created=False)
         except _CheckModePending as pending:
             self._warn("session %s cannot be placed now (PENDING: %s); a real run waits up to %gs for resources"
                        % (spec.name, pending.summary["reason"], wait_for_resources))
@@ -406,8 +401,20 @@ class NomadBackend:
 
     def _update(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
                 agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
-                wait_timeout: float, wait_for_resources: float,
-                lock: t.Optional[admission.AdmissionLock] = None) -> t.Dict[str, t.Any]:
+                wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
+        lock = None if check_mode else self._admission("%s/%s" % (self.namespace or "default", spec.name))
+        try:
+            return self._update_locked(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
+                                       wait_for_resources, lock)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _update_locked(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
+                       agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
+                       wait_timeout: float, wait_for_resources: float,
+                       lock: t.Optional[admission.AdmissionLock]) -> t.Dict[str, t.Any]:
+        """``_update``; a changed or repaired session is placed again under the admission lock, as a create."""
         name = spec.name
         stored_at = location_of_job(existing) or location_of_plan(plan_session(spec_raw, []))
         public_key = self._store(stored_at).read_public_key()
@@ -416,6 +423,12 @@ class NomadBackend:
                                 "state=absent and create it again" % (name, name, stored_at.describe()))
         session_id = derive_session_id(name, public_key)
         rendered = self._place(spec_raw, spec, agents, session_id, existing, wait_for_resources, check_mode)
+        if lock is not None:
+            # placed (waiting for resources if need be) without the lock; placed again inside it on live data
+            lock.acquire()
+            rendered = self._plan_once(spec_raw, spec, agents, session_id, existing)
+            if not rendered.plan.placed:
+                self._pending(spec, rendered, agents, 0.0, False, 1)
         wanted_at = location_of_plan(rendered.plan)
         if wanted_at != stored_at:
             raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
@@ -432,6 +445,8 @@ class NomadBackend:
                        % ", ".join(failed_groups))
         before, after = diff_texts(found)
         if not changed:
+            if lock is not None:
+                lock.release()  # nothing is admitted: waiting for the containers is not admission
             if wait and not check_mode:
                 try:
                     self._wait(existing, wait_timeout)

@@ -49,6 +49,15 @@ options:
     type: list
     elements: str
     default: []
+  node_details:
+    description:
+      - Read each node's full record (one request per node) for C(nomad_cni_plugins), C(nomad_host_networks) and
+        C(nomad_meta), which the node list does not carry.
+      - With V(false) the inventory costs a constant number of requests whatever the cluster size (the node list with
+        resources, and every live allocation in pages); those three variables are then empty.
+      - Capacity (C(nomad_free), C(backendai_agent)) is read in bulk either way.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -160,12 +169,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             with NomadClient(self._connection()) as client:
                 # every node's live allocations in a few paged requests (not one request per node)
                 by_node = allocations_by_node(client)
-                for stub in client.list_nodes():
+                details = self.get_option("node_details")
+                for stub in client.list_nodes(resources=not details):
                     if datacenters and stub.get("Datacenter") not in datacenters:
                         continue
                     if pools and stub.get("NodePool", "default") not in pools:
                         continue
-                    node = client.node(stub["ID"])  # attributes (CNI plugins, address), meta, host networks
+                    # the full node: attributes (CNI plugins, address), meta, host networks
+                    node = client.node(stub["ID"]) if details else stub
                     if node is None:  # gone since the listing
                         continue
                     summaries.append(summarize_node(node, by_node.get(node["ID"], [])))

@@ -4,12 +4,20 @@
 
 Create (``present``, no job yet), in this order:
 
-1. place the containers on live node data (or the given agents); PENDING fails with the reason,
-   or retries against fresh node data for ``wait_for_resources`` seconds;
-2. generate the keypair and write it to the secret backend with check-and-set ``cas=0``
+1. take the cluster's admission lock (``_admission``: a Nomad variable lock with a TTL);
+2. place the containers on live node data (or the given agents); PENDING releases the lock and
+   fails with the reason, or retries against fresh node data for ``wait_for_resources`` seconds;
+3. generate the keypair and write it to the secret backend with check-and-set ``cas=0``
    (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
    ``nomadVar`` is missing blocks forever (nomad#17220);
-3. register the job; 4. optionally wait until every container's allocation runs.
+4. register the job and follow its evaluation: if Nomad cannot place a group (``FailedTGAllocs``,
+   a blocked evaluation), the session is rolled back at once (all or nothing) and, with
+   ``wait_for_resources``, placed again; then release the lock;
+5. optionally wait until every container's allocation runs.
+
+Every rollback and ``state=absent`` go through one teardown (:meth:`NomadBackend._teardown`).
+A present on an existing session whose containers failed or were lost gives each of those a new
+allocation (``_mark_repairs``), keeping the keys and the session ID.
 
 If step 3 or 4 (or step 2 half-way) fails, the run is rolled back: the job is deregistered
 (purged) if it carries this run's session ID, and the secret is deleted if it holds this run's
@@ -263,7 +271,7 @@ class NomadBackend:
             status = ev.get("Status") or "pending"
             if status not in ("pending", ""):
                 failed = dict(ev.get("FailedTGAllocs") or {})
-                if status in ("failed", "canceled") and not failed:
+                if status in ("failed", "canceled", "blocked") and not failed:
                     failed = {"*": {"reason": "evaluation %s %s: %s" % (eval_id, status, ev.get("StatusDescription") or "")}}
                 return failed
             if self._clock() >= deadline:

@@ -57,6 +57,11 @@ def test_create_writes_the_variable_with_cas0_before_registering_the_job(nomad: 
     assert result["changed"] is True and not result.get("failed"), result.get("msg")
     order = writes(nomad)
     assert order[:2] == [("PUT", "/v1/var/nomad/jobs/s1"), ("POST", "/v1/jobs")], order
+    # ... both under the admission lock, released (and its variable deleted) afterwards
+    locked = [(r.method, r.path, sorted(r.query)) for r in nomad.requests if r.method != "GET"]
+    assert locked[0] == ("PUT", "/v1/var/backendai-cluster/admission", ["lock-acquire", "namespace"]), locked
+    assert "lock-release" in locked[3][2] and locked[4][0] == "DELETE", locked
+    assert nomad.stored_variable("backendai-cluster/admission") is None
     var_put = nomad.find("PUT", VAR_PATH)[0]
     assert var_put.q("cas") == "0"
     view = result["session"]
@@ -98,7 +103,7 @@ def test_changed_spec_updates_the_job_and_diff_shows_it_without_secrets(nomad: N
     assert result["changed"] is True, result.get("msg")
     assert "TaskGroups[main1].Tasks[kernel].Env[FOO]: <unset> -> bar" in result["changes"]
     assert "Env[FOO]: bar" in result["diff"]["after"] and "Env[FOO]: <unset>" in result["diff"]["before"]
-    assert ("POST", "/v1/jobs") in writes(nomad) and not nomad.find("PUT", "^/v1/var/")
+    assert ("POST", "/v1/jobs") in writes(nomad) and not nomad.find("PUT", "^/v1/var/nomad/")
     assert nomad.stored_variable("nomad/jobs/s1") == var_before
     job = nomad.stored_job("s1")
     assert job["TaskGroups"][0]["Tasks"][0]["Env"]["FOO"] == "bar" and job != version
@@ -311,7 +316,7 @@ def test_vault_backend_writes_kv2_with_cas0_and_renders_a_vault_block(nomad: Nom
     assert result["changed"] is True, result.get("msg")
     write = vault_double.find("POST", "^/v1/secret/data/backendai/sessions/s1$")
     assert len(write) == 1 and write[0].json["options"] == {"cas": 0}
-    assert nomad.find("PUT", "^/v1/var/") == [] and nomad.stored_variable("nomad/jobs/s1") is None
+    assert nomad.find("PUT", "^/v1/var/nomad/") == [] and nomad.stored_variable("nomad/jobs/s1") is None
     task = nomad.stored_job("s1")["TaskGroups"][0]["Tasks"][0]
     assert task["Vault"] == {"ChangeMode": "noop", "Role": "backendai"}
     assert 'secret "secret/data/backendai/sessions/s1"' in task["Templates"][0]["EmbeddedTmpl"]

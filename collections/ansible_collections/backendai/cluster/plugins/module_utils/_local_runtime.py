@@ -69,6 +69,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_sshd impo
     wait_for_ssh,
     write_key_files,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session_state import local_container_status, session_state
+from ansible_collections.backendai.cluster.plugins.module_utils._spec import _kernel_fs
 from ansible_collections.backendai.cluster.plugins.module_utils._local_state import (
     SANE_PATH,
     Journal,
@@ -208,6 +210,8 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
             raise fail("mounts[%d].source must be an absolute path" % i)
         if not isinstance(dst, str) or not os.path.isabs(dst) or os.path.normpath(dst) == "/":
             raise fail("mounts[%d].target must be an absolute path other than /" % i)
+        if _kernel_fs(dst):
+            raise fail("mounts[%d].target must not be %s or below it (the container's own)" % (i, _kernel_fs(dst)))
         if not os.path.exists(src):
             raise fail("mount source %s does not exist" % src)
         if not os.path.isdir(src) and not os.path.exists(dst):
@@ -368,6 +372,7 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
                     "total": round(time.monotonic() - t0, 3)},
     }
     write_file(paths.session_json, json.dumps(info, indent=1), mode=0o644, durable=True)
+    write_file(paths.started, "%f\n" % time.time(), mode=0o644)  # the batch commands start now
     journal.record("ready")
     return dict(_public(info), changed=True, state="RUNNING")
 
@@ -561,17 +566,21 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
 # ---------------------------------------------------------------------------- status
 
 def _container_status(paths: SessionPaths, c: dict[str, Any], log_lines: int) -> dict[str, Any]:
+    """A container's status in the job model both backends share (see ``_session_state.local_container_status``)."""
     host = c["hostname"]
-    running = is_alive(c.get("pid"), c.get("pid_starttime")) and is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
+    supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
+    sshd = is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
     code_text = (read_text(paths.exitcode(host)) or "").strip()
     exit_code = int(code_text) if code_text.lstrip("-").isdigit() else None
-    if not c.get("has_command", True):
+    has_command = bool(c.get("has_command", True))
+    status, reason = local_container_status(has_command, supervisor, sshd, exit_code)
+    if not has_command:
         command = "none"
     elif exit_code is not None:
         command = "exited"
     else:
-        command = "running" if running else "killed"
-    out = {"hostname": host, "state": "running" if running else "exited", "command": command,
+        command = "running" if supervisor else "killed"
+    out = {"hostname": host, "state": status, "command": command, "reason": reason,
            "exit_code": exit_code, "address": c.get("address"), "netns": c.get("netns"),
            "pid": c.get("pid"), "sshd_pid": c.get("sshd_pid"), "published": c.get("published"),
            "log": paths.log(host)}
@@ -581,8 +590,9 @@ def _container_status(paths: SessionPaths, c: dict[str, Any], log_lines: int) ->
 
 
 def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> dict[str, Any]:
-    """State RUNNING (every container up), DEGRADED (some container's process died, or the
-    creator died half-way), TERMINATED (all down, or only kept logs), CREATING, missing."""
+    """The session's state by the rule both backends share (``_session_state.session_state``: RUNNING,
+    DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
+    work), DEGRADED with a message (the creator died half-way), TERMINATED (only kept logs), missing."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise LocalRuntimeError("invalid session name %r" % (name,))
     paths = SessionPaths(os.path.abspath(os.path.expanduser(state_root)), name)
@@ -600,13 +610,7 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
             result["message"] = "creation did not complete (creator killed?); destroy the session"
         return result
     containers = [_container_status(paths, c, log_lines) for c in info["containers"]]
-    up = sum(c["state"] == "running" for c in containers)
-    if not has_journal or up == 0:
-        state = "TERMINATED"
-    elif up == len(containers):
-        state = "RUNNING"
-    else:
-        state = "DEGRADED"
+    state = session_state([c["state"] for c in containers], stopped=not has_journal)
     public = _public(info)
     public.update(exists=True, state=state, containers=containers)
     return public

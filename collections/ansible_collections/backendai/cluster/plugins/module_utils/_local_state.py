@@ -116,6 +116,12 @@ class SessionPaths:
     def exitcode(self, host: str) -> str:
         return self._p("logs", host + ".exitcode")
 
+    @property
+    def started(self) -> str:
+        """Written once every container's sshd answers: the commands start then (as on Nomad, where the
+        entrypoint runs the command only once every peer is registered)."""
+        return self._p("started")
+
     def cni_cache(self, host: str) -> str:
         return self._p("cni", host + ".json")
 

@@ -12,6 +12,7 @@ Ansible masks them in every result and log line.
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -58,6 +59,27 @@ def merged_argument_spec(argument_spec: t.Mapping[str, t.Any], options: t.Iterab
         raise ValueError("module options %s clash with the shared connection options" % ", ".join(sorted(clash)))
     spec.update(argument_spec)
     return spec
+
+
+#: Options naming a directory this collection keeps state in (created when missing), and the
+#: playbook variables that set them.
+DIRECTORY_OPTIONS = {"state_dir": "-e session_state_dir / -e local_agents_state_dir in the playbooks"}
+
+
+def check_directory_option(option: str, value: str) -> None:
+    """A state directory option must be a directory, or a path whose first existing part is one."""
+    path = os.path.abspath(os.path.expanduser(str(value)))
+    probe = path
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return
+        probe = parent
+    if not os.path.isdir(probe):
+        kind = "a regular file" if os.path.isfile(probe) else "not a directory"
+        what = probe if probe == path else "%s lies below %s, which" % (path, probe)
+        raise ModuleFailure("%s: must be a directory (it is created if missing), but %s is %s (%s)"
+                            % (option, what, kind, DIRECTORY_OPTIONS.get(option, "the module option")))
 
 
 class ClusterModule:
@@ -150,6 +172,9 @@ class ClusterModule:
         """Call ``body(self)``; exit with its result, or fail with the message of an expected error."""
         failure: t.Optional[t.Tuple[str, t.Dict[str, t.Any]]] = None
         try:
+            for option in DIRECTORY_OPTIONS:
+                if self.params.get(option):
+                    check_directory_option(option, self.params[option])
             result = body(self)
         except InputError as exc:
             failure = (str(exc), {"problems": [str(p) for p in exc.problems]})

@@ -49,20 +49,33 @@ def agent_from_summary(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     }
 
 
+def allocations_by_node(client: NomadClient) -> t.Dict[str, t.List[t.Dict[str, t.Any]]]:
+    """Node ID -> the live allocations on it (``AllocatedResources`` included), read in bulk."""
+    out: t.Dict[str, t.List[t.Dict[str, t.Any]]] = {}
+    for alloc in client.live_allocations():
+        out.setdefault(str(alloc.get("NodeID") or ""), []).append(alloc)
+    return out
+
+
 def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None,
                 namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
     """Free capacity of every ready, eligible node of the default node pool, sorted by name.
 
+    A constant number of requests whatever the cluster size: ``GET /v1/nodes?resources=true``
+    (capacity and reservations of every node) and ``GET /v1/allocations`` of every namespace,
+    filtered by Nomad to the live ones and paged (see ``NomadClient.live_allocations``).
     With ``exclude_job``, that job's own allocations count as free (re-planning an existing
     session must see the capacity it already holds, or it would not fit where it runs).
     """
+    nodes = client.list_nodes(resources=True)
+    by_node = allocations_by_node(client)
     agents = []
-    for stub in client.list_nodes(resources=True):
+    for stub in nodes:
         if stub.get("NodePool", "default") not in SCHEDULABLE_POOLS:
             continue
         if stub.get("Status") != "ready" or stub.get("SchedulingEligibility") != "eligible" or stub.get("Drain"):
             continue
-        allocations = client.node_allocations(stub["ID"])
+        allocations = by_node.get(stub["ID"], [])
         if exclude_job:
             allocations = [a for a in allocations
                            if not (a.get("JobID") == exclude_job and (a.get("Namespace") or "default") == namespace)]

@@ -9,6 +9,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import typing as t
 from dataclasses import dataclass, field
@@ -337,6 +338,19 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
     )
 
 
+#: Mount targets the container runtime owns (and everything below them).
+RESERVED_TARGETS = ("/proc", "/sys", "/dev")
+
+
+def _kernel_fs(target: str) -> str:
+    """The reserved directory ``target`` is or lies below ('' if none)."""
+    norm = posixpath.normpath("/" + target.lstrip("/"))
+    for top in RESERVED_TARGETS:
+        if norm == top or norm.startswith(top + "/"):
+            return top
+    return ""
+
+
 def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
     if raw is None:
         return ()
@@ -356,6 +370,10 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
         for key, val in (("source", src), ("target", dst)):
             if val and (not val.startswith("/") or "/../" in val + "/" or "\n" in val):
                 c.bad("%s.%s" % (where, key), "must be an absolute path without '..'", val)
+        if dst and dst.startswith("/") and _kernel_fs(dst):
+            c.bad(where + ".target", "must not be %s or below it: the container runtime provides /proc, /sys and /dev "
+                  "(a mount there replaces them: ps and the like fail inside, and Docker refuses it when the task "
+                  "starts); choose another target" % _kernel_fs(dst), dst)
         if dst in targets:
             c.bad(where + ".target", "is mounted twice", dst)
         targets.add(dst)

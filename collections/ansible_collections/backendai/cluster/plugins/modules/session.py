@@ -19,6 +19,12 @@ description:
     until every container runs."
   - If a step after the keypair is written fails (job registration, waiting), the session is rolled back - the job is
     deregistered and purged and the secret deleted - and the error names the failed step.
+  - "All or nothing: placing and registering happen under a cluster-wide admission lock (a Nomad variable lock on
+    C(backendai-cluster/admission) in the C(default) namespace, TTL 15 s), and the job's evaluation is followed; if
+    Nomad cannot place some container (capacity taken by another job), the new session is rolled back at once and,
+    with O(wait_for_resources), placed again on fresh capacity, else the error gives Nomad's reason per container."
+  - A session with a failed or lost container (C(DEGRADED), C(ERROR)) is brought back by O(state=present) with the
+    same keys and session ID (on Nomad each broken container gets a new allocation; locally the session is recreated).
   - Idempotent. For an existing session the keys are never regenerated; the job is re-rendered with the stored
     public key's session ID and Nomad's job plan decides whether anything changed.
   - With O(backend=local), the session runs on this machine (see the local runtime); the result has the same shape.

@@ -137,3 +137,17 @@ def test_published_ports() -> None:
 def test_command_must_be_argv() -> None:
     assert problems(spec_dict(command="python train.py")) == [
         'session.command: must be a list of strings (argv, e.g. [python, train.py]) (got "python train.py")']
+
+
+@pytest.mark.parametrize("target", ["/proc", "/proc/sys", "/sys", "/sys/fs/cgroup", "/dev", "/dev/shm/x", "//proc/", "/proc/."])
+def test_mount_targets_of_the_runtime_are_refused(target: str) -> None:
+    raw = {"name": "s", "image": "img", "mounts": [{"source": "/data", "target": "/data"}, {"source": "/data", "target": target}]}
+    (problem,) = problems(raw)
+    top = "/" + target.strip("/").split("/")[0]
+    assert problem.startswith("session.mounts[1].target: must not be %s or below it" % top), problem
+    assert target in problem
+
+
+@pytest.mark.parametrize("target", ["/procs", "/device", "/home/work/proc", "/system"])
+def test_mount_targets_that_only_look_alike_are_fine(target: str) -> None:
+    parse_spec({"name": "s", "image": "img", "mounts": [{"source": "/data", "target": target}]})

@@ -9,23 +9,27 @@ Create (``present``, no job yet), in this order:
 2. generate the keypair and write it to the secret backend with check-and-set ``cas=0``
    (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
    ``nomadVar`` is missing blocks forever (nomad#17220);
-3. register the job; 4. optionally wait until every container's allocation runs.
+3. claim a session network slot (``_network_claims``) and sign the job's network args with the
+   cluster key (``_nomad_network``); 4. register the job; 5. optionally wait until every
+   container's allocation runs.
 
-If step 3 or 4 (or step 2 half-way) fails, the run is rolled back: the job is deregistered
-(purged) if it carries this run's session ID, and the secret is deleted if it holds this run's
-public key. The error names the failed step and what was rolled back.
+If a step after the secret fails, the run is rolled back: the job is deregistered (purged) if it
+carries this run's session ID, the network slot is released if this run claimed it, and the secret
+is deleted if it holds this run's public key. The error names the failed step and what was rolled back.
 
 Update (job exists): the keys are never regenerated. The session ID comes from the stored public
 key, the job is re-rendered with it (placement prefers the agents the session already uses, and
-counts the session's own allocations as free), and Nomad's plan decides: ``Diff.Type`` None means
-unchanged. A changed job is registered again; a failure then is reported, not rolled back (the
+counts the session's own allocations as free), keeping the network slot its job carries, and Nomad's
+plan decides: ``Diff.Type`` None means unchanged. A changed job is registered again; a failure then is reported, not rolled back (the
 session existed before this run). Check mode only reads (the plan endpoint is a dry run).
 
-Absent: deregister (purge) the job, then delete the secret; nothing there means no change.
+Absent: deregister (purge) the job, release its network slot, then delete the secret; nothing there
+means no change.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import typing as t
 
@@ -36,6 +40,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._module_base imp
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadClient, NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import MANAGED_META_KEY, TASK_NAME, dumps, register_request
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl, signed
+from ansible_collections.backendai.cluster.plugins.module_utils._network_claims import Claim, NetworkClaims, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._secret_store import (
     NOMAD_VARIABLES,
     SecretExists,
@@ -58,6 +64,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._vault_api impor
 
 DEFAULT_POLL_INTERVAL = 2.0
 STEP_SECRET = "write keypair secret"
+STEP_CLAIM = "claim network slot"
 STEP_REGISTER = "register job"
 STEP_WAIT = "wait for containers"
 
@@ -82,8 +89,10 @@ class NomadBackend:
 
     def __init__(self, nomad: NomadClient, vault: t.Callable[[], VaultClient], hide: t.Callable[..., None],
                  warn: t.Callable[[str], None], sleep: t.Callable[[float], None] = time.sleep,
-                 clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+                 clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL,
+                 network: t.Optional[NetworkControl] = None) -> None:
         self.nomad = nomad
+        self.network = network or NetworkControl(hide=hide)
         self._vault = vault
         self._hide = hide
         self._warn = warn
@@ -139,6 +148,11 @@ class NomadBackend:
         elif wait_for_resources > 0:
             message += " (still after waiting %gs for resources, %d placement attempts)" % (wait_for_resources, attempts)
         raise ModuleFailure(message, {"changed": False, "plan": summary})
+
+    def _signed(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                slot: t.Optional[int]) -> RenderedSession:
+        """``rendered`` with its network args signed for ``slot`` (None: the session's preferred slot)."""
+        return signed(rendered, self.network.job_network(self.nomad, rendered, agents, slot), self.namespace, self.region)
 
     def _logs(self, alloc: t.Mapping[str, t.Any], lines: int) -> t.List[str]:
         """The last ``lines`` lines of stdout, then the last ``lines`` lines of stderr."""
@@ -229,17 +243,24 @@ class NomadBackend:
         if check_mode:
             # no key is made in check mode: the session ID shown is a placeholder
             rendered = self._place(spec_raw, spec, agents, derive_session_id(spec.name, ""), None, wait_for_resources, True)
+            rendered = self._signed(rendered, agents, None)  # the preferred slot: nothing is claimed
             return self._result(True, rendered, diff, before="", after=dumps(register_request(rendered.job)),
                                 session=None, changes=["job %s: added" % spec.name])
         keypair = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
         self._hide(keypair.private_key)
         session_id = derive_session_id(spec.name, keypair.public_key)
         rendered = self._place(spec_raw, spec, agents, session_id, None, wait_for_resources, False)
+        network = self.network.job_network(self.nomad, rendered, agents, None)  # key and addresses: before any write
         job = t.cast(t.Dict[str, t.Any], rendered.job)
         store = self._store(location_of_plan(rendered.plan))
+        claim: t.Optional[Claim] = None
         step = STEP_SECRET
         try:
             store.create(keypair)
+            step = STEP_CLAIM
+            claim = self.network.claims(self.nomad).claim(self.namespace, spec.name, session_id)
+            rendered = signed(rendered, dataclasses.replace(network, slot=claim.slot), self.namespace, self.region)
+            job = t.cast(t.Dict[str, t.Any], rendered.job)
             step = STEP_REGISTER
             self.nomad.register_job(register_request(job))
             step = STEP_WAIT
@@ -251,7 +272,7 @@ class NomadBackend:
                                 "state=absent if it is a leftover" % (spec.name, step, exc, spec.name),
                                 {"changed": False, "plan": plan_summary(rendered.plan)}) from None
         except BaseException as exc:
-            rollback = self._rollback(spec.name, session_id, store, keypair.public_key)
+            rollback = self._rollback(spec.name, session_id, store, keypair.public_key, claim)
             if isinstance(exc, (NomadError, VaultError, BackendAIClusterError)):
                 raise ModuleFailure("creating session %s failed at step '%s': %s. %s" % (spec.name, step, exc, rollback),
                                     {"changed": False, "failed_step": step, "rollback": rollback,
@@ -265,7 +286,8 @@ class NomadBackend:
         return self._result(True, rendered, diff, before="", after=dumps(register_request(job)), session=view,
                             changes=["job %s: added" % spec.name], location=store.location)
 
-    def _rollback(self, name: str, session_id: str, store: SecretStore, public_key: str) -> str:
+    def _rollback(self, name: str, session_id: str, store: SecretStore, public_key: str,
+                  claim: t.Optional[Claim] = None) -> str:
         done: t.List[str] = []
         failed: t.List[str] = []
         try:
@@ -279,6 +301,13 @@ class NomadBackend:
                 done.append("job %s deregistered (purged)" % name)
             except NomadError as err:
                 failed.append("deregistering job %s: %s" % (name, err))
+        if claim is not None:
+            claims = self.network.claims(self.nomad)
+            try:
+                if claims.release(claim.slot, claim.namespace, claim.job, claim.session_id):
+                    done.append("%s released" % claims.describe(claim.slot))
+            except NomadError as err:
+                failed.append("releasing %s: %s" % (claims.describe(claim.slot), err))
         try:
             if store.delete_if_ours(public_key):
                 done.append("%s deleted" % store.location.describe())
@@ -305,6 +334,7 @@ class NomadBackend:
             raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
                                 "%s); remove the session with state=absent and create it again"
                                 % (name, stored_at.describe(), wanted_at.describe()))
+        rendered, new_claim = self._keep_slot(rendered, agents, existing, session_id, check_mode)
         job = t.cast(t.Dict[str, t.Any], rendered.job)
         plan = self.nomad.plan_job(job, diff=True)
         found = job_changes(plan.get("Diff"))
@@ -327,6 +357,9 @@ class NomadBackend:
         try:
             self.nomad.register_job(register_request(job))
         except NomadError as err:
+            if new_claim is not None:
+                self.network.claims(self.nomad).release(new_claim.slot, new_claim.namespace, new_claim.job,
+                                                         new_claim.session_id)
             raise ModuleFailure("updating session %s failed at step '%s': %s. Nothing to roll back: the previous job "
                                 "version stays registered and the keypair is unchanged" % (name, STEP_REGISTER, err),
                                 {"changed": False, "failed_step": STEP_REGISTER}) from None
@@ -341,6 +374,22 @@ class NomadBackend:
                                     {"changed": True, "failed_step": STEP_WAIT, "session": self.view(current)}) from None
         return self._result(True, rendered, diff, before, after, self.view(current), [str(c) for c in found], stored_at)
 
+    def _keep_slot(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                   existing: t.Mapping[str, t.Any], session_id: str,
+                   check_mode: bool) -> t.Tuple[RenderedSession, t.Optional[Claim]]:
+        """An existing session keeps the slot its job carries (its claim re-made if lost); a job from before the
+        session network gets a new one (returned, so that a failed registration releases it)."""
+        network = self.network.job_network(self.nomad, rendered, agents, None)
+        claims = self.network.claims(self.nomad)
+        name = rendered.plan.spec.name
+        slot, new_claim = slot_of_job(existing), None
+        if slot is not None:
+            claims.ensure(Claim(slot, self.namespace or "default", name, session_id), check_mode)
+        elif not check_mode:
+            new_claim = claims.claim(self.namespace, name, session_id)
+            slot = new_claim.slot
+        return signed(rendered, dataclasses.replace(network, slot=slot), self.namespace, self.region), new_claim
+
     def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
                 session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],
                 location: t.Optional[SecretLocation] = None) -> t.Dict[str, t.Any]:
@@ -351,6 +400,7 @@ class NomadBackend:
             "job": register_request(rendered.job) if rendered.job is not None else None,
             "changes": changes,
             "secret": (location or location_of_plan(rendered.plan)).public(),
+            "network": rendered.network,
         }
         if diff and changed:
             name = rendered.plan.spec.name
@@ -387,11 +437,14 @@ class NomadBackend:
             locations.append(SecretLocation(NOMAD_VARIABLES, "nomad/jobs/%s" % name))
         stores = [self._store(loc) for loc in dict.fromkeys(locations)]
         present = [s for s in stores if s.exists()]
-        changed = job is not None or bool(present)
+        claims = self.network.claims(self.nomad)
+        slot = self._claimed_slot(claims, name, job, bool(present))
+        changed = job is not None or bool(present) or slot is not None
         result: t.Dict[str, t.Any] = {
             "changed": changed,
             "session": None,
-            "removed": {"job": job is not None, "secrets": [s.location.describe() for s in present]},
+            "removed": {"job": job is not None, "secrets": [s.location.describe() for s in present],
+                        "network_slot": slot},
         }
         if diff and changed:
             before = ""
@@ -399,6 +452,8 @@ class NomadBackend:
                 meta = job.get("Meta") or {}
                 before += "nomad job %s: session %s, containers %s\n" % (
                     name, meta.get("BACKENDAI_SESSION_ID", "?"), ",".join(g.get("Name") or "" for g in job.get("TaskGroups") or []))
+            if slot is not None:
+                before += "%s\n" % claims.describe(slot)
             for s in present:
                 before += "keypair: %s\n" % s.location.describe()
             result["diff"] = {"before": before, "after": "", "before_header": "session %s" % name,
@@ -407,9 +462,24 @@ class NomadBackend:
             return result
         if job is not None:
             self.nomad.deregister_job(name, purge=True)
+        if slot is not None:  # after the job: its allocations hold the slot's VNI and subnet until then
+            claims.release(slot, self.namespace, name)
         for s in present:
             s.delete()
         return result
+
+    def _claimed_slot(self, claims: NetworkClaims, name: str, job: t.Optional[t.Mapping[str, t.Any]],
+                      secret: bool) -> t.Optional[int]:
+        """The slot namespace/name holds: the one its job carries, else (a create that stopped half-way leaves a
+        secret) the one found by reading the claims; None when nothing of the session is left."""
+        slot = slot_of_job(job) if job is not None else None
+        if slot is not None:
+            found = claims.read(slot)
+            if found is not None and (found[0].get("namespace"), found[0].get("job")) == (self.namespace or "default", name):
+                return slot
+        if job is None and not secret:
+            return None  # the claim is made after the secret and released before it
+        return claims.find(self.namespace, name)
 
     # info ---------------------------------------------------------------------------------------
     def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
@@ -430,7 +500,7 @@ class NomadBackend:
         return views
 
     def _in_namespace(self, namespace: str) -> "NomadBackend":
-        return NomadBackend(self.nomad.in_namespace(namespace), self._vault, self._hide, self._warn)
+        return NomadBackend(self.nomad.in_namespace(namespace), self._vault, self._hide, self._warn, network=self.network)
 
 
 class _CheckModePending(Exception):

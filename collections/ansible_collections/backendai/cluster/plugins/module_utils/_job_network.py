@@ -1,0 +1,140 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The session network in a rendered Nomad job: what goes into every group's ``cni { args }``.
+
+Every group of a session is ``network { mode = "cni/backendai" }`` with ``cni { args = {...} }``
+= ``_session_network.job_args(key, namespace, job, group, params)``, except one value:
+``BAI_AGENTS`` (which grows with the number of agents) is written once in job ``Meta`` and each
+group's arg refers to it as ``${NOMAD_META_BAI_AGENTS}``. Nomad's client interpolates
+``cni { args }`` with the allocation's environment (job and group meta included) before it calls
+the plugin (``client/taskenv/network.go``: ``InterpolateNetworks``, called by the network hook
+with the alloc env), so the plugin sees the signed value; :func:`client_args` does the same here.
+If a client did not interpolate, the plugin would see ``${...}`` and refuse: it fails closed.
+
+A job rendered WITHOUT the cluster key (``session_render`` with no key file, the render playbook,
+the benchmarks) carries :data:`UNSIGNED_MAC` instead of a MAC: the plugin refuses it, so such a
+job is for reading, not for running; the ``session`` module signs with the real key. Agents whose
+underlay address is not known while rendering get a placeholder from :data:`PLACEHOLDER_POOL`
+(RFC 2544's benchmarking range, never an agent's), and a job with a placeholder is never signed.
+
+Pure and deterministic; the key is never part of a result or a repr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+import typing as t
+from dataclasses import dataclass, field
+
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._session_network import (
+    MAC_KEY,
+    MIN_NOMAD_VERSION,
+    NETWORK_NAME,
+    NetworkError,
+    NetworkParams,
+    job_args,
+    make_params,
+    slot_count,
+    slot_network,
+)
+
+#: The MAC of a job rendered without the cluster key (the plugin refuses it).
+UNSIGNED_MAC = "UNSIGNED-RENDER-ONLY"
+PLACEHOLDER_POOL = "198.18.0.0/15"
+#: The args whose value lives once in job Meta (key = the arg's name).
+META_ARGS = ("BAI_AGENTS",)
+#: Keeps clients older than MIN_NOMAD_VERSION (no NOMAD_* keys in CNI_ARGS) out of placement.
+VERSION_CONSTRAINT = {"LTarget": "${attr.nomad.version}", "RTarget": ">= %s" % MIN_NOMAD_VERSION, "Operand": "semver"}
+DEFAULT_NAMESPACE = "default"
+DEFAULT_UNDERLAY_MTU = 1500
+_META_REF = re.compile(r"\$\{NOMAD_META_([A-Za-z0-9_.-]+)\}")
+
+
+@dataclass(frozen=True)
+class JobNetwork:
+    """What the renderer needs besides the plan: the claimed slot, the agents' underlay addresses, the key."""
+
+    slot: t.Optional[int] = None  # None: the session's preferred slot (render-only)
+    underlay: t.Mapping[str, str] = field(default_factory=dict)  # agent name -> underlay IPv4
+    key: t.Optional[bytes] = field(default=None, repr=False)  # None: render-only, unsigned
+    underlay_mtu: int = DEFAULT_UNDERLAY_MTU
+
+
+def preferred_slot(namespace: str, job_id: str, count: t.Optional[int] = None) -> int:
+    """Where a session starts looking for a free slot (and the slot a render-only job shows)."""
+    count = count or slot_count()
+    digest = hashlib.sha256(("%s/%s" % (namespace or DEFAULT_NAMESPACE, job_id)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def placeholder_address(index: int) -> str:
+    net = ipaddress.IPv4Network(PLACEHOLDER_POOL)
+    return str(net.network_address + 1 + index)
+
+
+@dataclass(frozen=True)
+class RenderedNetwork:
+    params: NetworkParams
+    slot: int
+    signed: bool
+    placeholders: t.Tuple[str, ...]  # agents whose address is a placeholder
+
+    def summary(self) -> t.Dict[str, t.Any]:
+        """Secret-free, for results: what the session's network is."""
+        return {"name": NETWORK_NAME, "slot": self.slot, "vni": self.params.vni, "subnet": self.params.subnet,
+                "agents": list(self.params.agents), "mtu": self.params.mtu, "signed": self.signed,
+                "placeholder_agents": list(self.placeholders)}
+
+
+def session_network(session_id: str, agents: t.Sequence[str], namespace: str, job_id: str,
+                    network: t.Optional[JobNetwork]) -> RenderedNetwork:
+    """The session's parameters (agents in plan order)."""
+    network = network or JobNetwork()
+    slot = network.slot if network.slot is not None else preferred_slot(namespace, job_id)
+    slot_network(slot)  # validates the slot
+    ips, placeholders = [], []
+    for i, agent in enumerate(agents):
+        ip = network.underlay.get(agent)
+        if not ip:
+            ip = placeholder_address(i)
+            placeholders.append(agent)
+        ips.append(ip)
+    try:
+        params = make_params(session_id, slot, ips, network.underlay_mtu)
+    except NetworkError as err:
+        raise PlanError("session %s: the session network cannot be laid out: %s" % (job_id, err)) from None
+    return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders))
+
+
+def group_args(rendered: RenderedNetwork, key: t.Optional[bytes], namespace: str, job_id: str,
+               group: str) -> t.Dict[str, str]:
+    """One group's ``cni { args }`` as rendered (META_ARGS refer to job Meta)."""
+    if rendered.signed and key is not None:
+        args = job_args(key, namespace or DEFAULT_NAMESPACE, job_id, group, rendered.params)
+    else:
+        args = rendered.params.args()
+        args[MAC_KEY] = UNSIGNED_MAC
+    for name in META_ARGS:
+        args[name] = "${NOMAD_META_%s}" % name
+    return args
+
+
+def job_meta(rendered: RenderedNetwork) -> t.Dict[str, str]:
+    """What job Meta carries for the args (see META_ARGS)."""
+    args = rendered.params.args()
+    return {name: args[name] for name in META_ARGS}
+
+
+def client_args(job: t.Mapping[str, t.Any], group: str) -> t.Dict[str, str]:
+    """A group's CNI args as Nomad's client passes them on: ``${NOMAD_META_x}`` replaced from job and group
+    Meta (``InterpolateNetworks``; an unknown reference stays as it is, as ``ReplaceEnv`` leaves it)."""
+    meta = dict(job.get("Meta") or {})
+    for g in job.get("TaskGroups") or []:
+        if g.get("Name") == group:
+            meta.update(g.get("Meta") or {})
+            args = ((g.get("Networks") or [{}])[0].get("CNI") or {}).get("Args") or {}
+            return {k: _META_REF.sub(lambda m: meta.get(m.group(1), m.group(0)), v) for k, v in args.items()}
+    raise KeyError("job %r has no group %r" % (job.get("ID"), group))

@@ -111,7 +111,8 @@ def test_scheduled_while_allocations_are_pending(nomad_double_factory: t.Any, ru
 
 
 def test_pending_when_nomad_cannot_place(nomad: NomadAPIDouble, run: ModuleRun) -> None:
-    create(run, nomad, wait=False, agents=[{"name": "ghost", "cpu": 8000, "memory": 16384}])
+    create(run, nomad, wait=False, agents=[{"name": "ghost", "cpu": 8000, "memory": 16384,
+                                                 "underlay_ip": "192.168.77.7"}])
     (view,) = info(run, nomad, name="s1")
     assert view["state"] == "PENDING" and {c["status"] for c in view["containers"]} == {"unplaced"}
     assert view["containers"][0]["agent"] == "ghost"

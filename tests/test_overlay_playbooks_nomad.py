@@ -78,7 +78,7 @@ def test_multinode_create_and_destroy_only_talk_to_nomad(nomad: NomadAPIDouble, 
         args = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "ovl", group["Name"],
                                              "alloc"))
         assert admit(key, args).params.agents == tuple(AGENTS.values())
-    slot = slot_of_job(job)
+    slot = slot_of_job(job)[0]
     assert nomad.stored_variable(claim_path(slot))["Items"]["job"] == "ovl"
     assert not os.path.exists(os.path.join(home, ".local", "state", "backendai-cluster", "overlays"))
     shown = task_results(created)["Submit the session (the next task waits for its containers and shows what is pending)"]

@@ -59,7 +59,7 @@ def claims(double: NomadAPIDouble, namespace: str = "default") -> t.Dict[int, t.
 def slot_in_job(double: NomadAPIDouble, name: str) -> int:
     job = double.stored_job(name)
     assert job is not None
-    return _network_claims.slot_of_job(job)
+    return _network_claims.slot_of_job(job)[0]
 
 
 def test_two_sessions_never_share_a_slot_and_the_job_carries_the_claimed_one(nomad: NomadAPIDouble, run: ModuleRun) -> None:
@@ -69,8 +69,10 @@ def test_two_sessions_never_share_a_slot_and_the_job_carries_the_claimed_one(nom
     assert one["network"]["slot"] != two["network"]["slot"]
     assert one["network"]["slot"] == preferred_slot("default", "s1") == slot_in_job(nomad, "s1")
     assert claims(nomad) == {
-        one["network"]["slot"]: {"namespace": "default", "job": "s1", "session_id": one["plan"]["session_id"]},
-        two["network"]["slot"]: {"namespace": "default", "job": "s2", "session_id": two["plan"]["session_id"]}}
+        one["network"]["slot"]: {"namespace": "default", "job": "s1", "session_id": one["plan"]["session_id"],
+                                 "first": str(one["network"]["slot"]), "slots": "1"},
+        two["network"]["slot"]: {"namespace": "default", "job": "s2", "session_id": two["plan"]["session_id"],
+                                 "first": str(two["network"]["slot"]), "slots": "1"}}
     assert one["network"]["signed"] is True and one["network"]["vni"] == VNI_BASE + one["network"]["slot"]
 
 
@@ -132,8 +134,9 @@ def test_destroy_releases_the_slot_also_when_the_job_is_gone(nomad: NomadAPIDoub
 def test_claims_live_in_the_claims_namespace(nomad: NomadAPIDouble, run: ModuleRun) -> None:
     result = run(session_module, args(nomad, namespace="team-a", network_claims_namespace="infra"))
     assert not result.get("failed"), result.get("msg")
-    assert claims(nomad, "infra") == {result["network"]["slot"]: {"namespace": "team-a", "job": "s1",
-                                                                  "session_id": result["plan"]["session_id"]}}
+    assert claims(nomad, "infra") == {result["network"]["slot"]: {
+        "namespace": "team-a", "job": "s1", "session_id": result["plan"]["session_id"],
+        "first": str(result["network"]["slot"]), "slots": "1"}}
     assert claims(nomad) == {}
 
 
@@ -195,3 +198,24 @@ def test_the_key_is_in_no_output_job_or_variable(nomad: NomadAPIDouble, network_
         for piece in (key_text, key_text[:16], key_text[-16:]):
             assert piece not in text
     assert nomad.find("POST", "^/v1/jobs$") and claims(nomad) == {}
+
+
+def test_a_session_larger_than_a_slot_claims_an_aligned_block(nomad_double_factory: t.Any, run: ModuleRun) -> None:
+    """300 containers do not fit a /24: the session takes a block of two slots (a /23), claims both, gives both back."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    for i in range(4):
+        double.add_node("big%d" % i, cpu=100000, memory=200000)
+    small = run(session_module, args(double, "s0"))["network"]
+    big = run(session_module, args(double, "big", spec=spec("big", 300, cluster_mode="multi-node",
+                                                              resources={"cpu": 1000, "memory": 1024})))
+    assert not big.get("failed"), big.get("msg")
+    net = big["network"]
+    assert net["slots"] == 2 and net["slot"] % 2 == 0 and net["subnet"].endswith("/23")
+    assert small["slot"] not in (net["slot"], net["slot"] + 1)
+    assert {s for s, items in claims(double).items() if items["job"] == "big"} == {net["slot"], net["slot"] + 1}
+    assert _network_claims.slot_of_job(double.stored_job("big")) == (net["slot"], 2)
+    again = run(session_module, args(double, "big", spec=spec("big", 300, cluster_mode="multi-node",
+                                                                resources={"cpu": 1000, "memory": 1024})))
+    assert again["changed"] is False and again["network"]["slot"] == net["slot"]
+    gone = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "name": "big", "state": "absent"})
+    assert gone["removed"]["network_slot"] == net["slot"] and list(claims(double)) == [small["slot"]]

@@ -258,8 +258,10 @@ class NomadBackend:
         try:
             store.create(keypair)
             step = STEP_CLAIM
-            claim = self.network.claims(self.nomad).claim(self.namespace, spec.name, session_id)
-            rendered = signed(rendered, dataclasses.replace(network, slot=claim.slot), self.namespace, self.region)
+            claim = self.network.claims(self.nomad).claim(self.namespace, spec.name, session_id,
+                                                          (rendered.network or {}).get("slots", 1))
+            rendered = signed(rendered, dataclasses.replace(network, slot=claim.slot, slots=claim.slots),
+                              self.namespace, self.region)
             job = t.cast(t.Dict[str, t.Any], rendered.job)
             step = STEP_REGISTER
             self.nomad.register_job(register_request(job))
@@ -304,10 +306,10 @@ class NomadBackend:
         if claim is not None:
             claims = self.network.claims(self.nomad)
             try:
-                if claims.release(claim.slot, claim.namespace, claim.job, claim.session_id):
-                    done.append("%s released" % claims.describe(claim.slot))
+                if claims.release(claim.slot, claim.namespace, claim.job, claim.session_id, claim.slots):
+                    done.append("%s released" % claims.describe(claim.slot, claim.slots))
             except NomadError as err:
-                failed.append("releasing %s: %s" % (claims.describe(claim.slot), err))
+                failed.append("releasing %s: %s" % (claims.describe(claim.slot, claim.slots), err))
         try:
             if store.delete_if_ours(public_key):
                 done.append("%s deleted" % store.location.describe())
@@ -334,7 +336,7 @@ class NomadBackend:
             raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
                                 "%s); remove the session with state=absent and create it again"
                                 % (name, stored_at.describe(), wanted_at.describe()))
-        rendered, new_claim = self._keep_slot(rendered, agents, existing, session_id, check_mode)
+        rendered, new_claim, old_block = self._keep_slot(rendered, agents, existing, session_id, check_mode)
         job = t.cast(t.Dict[str, t.Any], rendered.job)
         plan = self.nomad.plan_job(job, diff=True)
         found = job_changes(plan.get("Diff"))
@@ -358,11 +360,13 @@ class NomadBackend:
             self.nomad.register_job(register_request(job))
         except NomadError as err:
             if new_claim is not None:
-                self.network.claims(self.nomad).release(new_claim.slot, new_claim.namespace, new_claim.job,
-                                                         new_claim.session_id)
+                claims = self.network.claims(self.nomad)
+                claims.release(new_claim.slot, new_claim.namespace, new_claim.job, new_claim.session_id, new_claim.slots)
             raise ModuleFailure("updating session %s failed at step '%s': %s. Nothing to roll back: the previous job "
                                 "version stays registered and the keypair is unchanged" % (name, STEP_REGISTER, err),
                                 {"changed": False, "failed_step": STEP_REGISTER}) from None
+        if old_block is not None:  # the session outgrew its block: the new one is in the registered job now
+            self.network.claims(self.nomad).release(old_block[0], self.namespace, name, slots=old_block[1])
         current = self.nomad.get_job(name) or job
         if wait:
             try:
@@ -376,19 +380,25 @@ class NomadBackend:
 
     def _keep_slot(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
                    existing: t.Mapping[str, t.Any], session_id: str,
-                   check_mode: bool) -> t.Tuple[RenderedSession, t.Optional[Claim]]:
-        """An existing session keeps the slot its job carries (its claim re-made if lost); a job from before the
-        session network gets a new one (returned, so that a failed registration releases it)."""
+                   check_mode: bool) -> t.Tuple[RenderedSession, t.Optional[Claim], t.Optional[t.Tuple[int, int]]]:
+        """An existing session keeps the slots its job carries (their claims re-made if lost). A job from before the
+        session network, or one that outgrew its block, gets a new block: returned, so that a failed registration
+        releases it, with the old block, which a successful one releases."""
         network = self.network.job_network(self.nomad, rendered, agents, None)
         claims = self.network.claims(self.nomad)
         name = rendered.plan.spec.name
-        slot, new_claim = slot_of_job(existing), None
-        if slot is not None:
-            claims.ensure(Claim(slot, self.namespace or "default", name, session_id), check_mode)
+        need = (rendered.network or {}).get("slots", 1)
+        held, new_claim, old = slot_of_job(existing), None, None
+        first: t.Optional[int] = None
+        slots = need
+        if held is not None and held[1] >= need:
+            first, slots = held
+            claims.ensure(Claim(first, self.namespace or "default", name, session_id, slots), check_mode)
         elif not check_mode:
-            new_claim = claims.claim(self.namespace, name, session_id)
-            slot = new_claim.slot
-        return signed(rendered, dataclasses.replace(network, slot=slot), self.namespace, self.region), new_claim
+            new_claim = claims.claim(self.namespace, name, session_id, need)
+            first, slots, old = new_claim.slot, new_claim.slots, held
+        return (signed(rendered, dataclasses.replace(network, slot=first, slots=slots), self.namespace, self.region),
+                new_claim, old)
 
     def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
                 session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],
@@ -438,13 +448,13 @@ class NomadBackend:
         stores = [self._store(loc) for loc in dict.fromkeys(locations)]
         present = [s for s in stores if s.exists()]
         claims = self.network.claims(self.nomad)
-        slot = self._claimed_slot(claims, name, job, bool(present))
-        changed = job is not None or bool(present) or slot is not None
+        block = self._claimed_block(claims, name, job, bool(present))
+        changed = job is not None or bool(present) or block is not None
         result: t.Dict[str, t.Any] = {
             "changed": changed,
             "session": None,
             "removed": {"job": job is not None, "secrets": [s.location.describe() for s in present],
-                        "network_slot": slot},
+                        "network_slot": block[0] if block else None},
         }
         if diff and changed:
             before = ""
@@ -452,8 +462,8 @@ class NomadBackend:
                 meta = job.get("Meta") or {}
                 before += "nomad job %s: session %s, containers %s\n" % (
                     name, meta.get("BACKENDAI_SESSION_ID", "?"), ",".join(g.get("Name") or "" for g in job.get("TaskGroups") or []))
-            if slot is not None:
-                before += "%s\n" % claims.describe(slot)
+            if block is not None:
+                before += "%s\n" % claims.describe(*block)
             for s in present:
                 before += "keypair: %s\n" % s.location.describe()
             result["diff"] = {"before": before, "after": "", "before_header": "session %s" % name,
@@ -462,21 +472,19 @@ class NomadBackend:
             return result
         if job is not None:
             self.nomad.deregister_job(name, purge=True)
-        if slot is not None:  # after the job: its allocations hold the slot's VNI and subnet until then
-            claims.release(slot, self.namespace, name)
+        if block is not None:  # after the job: its allocations hold the slot's VNI and subnet until then
+            claims.release(block[0], self.namespace, name, slots=block[1])
         for s in present:
             s.delete()
         return result
 
-    def _claimed_slot(self, claims: NetworkClaims, name: str, job: t.Optional[t.Mapping[str, t.Any]],
-                      secret: bool) -> t.Optional[int]:
-        """The slot namespace/name holds: the one its job carries, else (a create that stopped half-way leaves a
-        secret) the one found by reading the claims; None when nothing of the session is left."""
-        slot = slot_of_job(job) if job is not None else None
-        if slot is not None:
-            found = claims.read(slot)
-            if found is not None and (found[0].get("namespace"), found[0].get("job")) == (self.namespace or "default", name):
-                return slot
+    def _claimed_block(self, claims: NetworkClaims, name: str, job: t.Optional[t.Mapping[str, t.Any]],
+                       secret: bool) -> t.Optional[t.Tuple[int, int]]:
+        """(first slot, slots) namespace/name holds: the block its job carries, else (a create that stopped half-way
+        leaves a secret) the one found by reading the claims; None when nothing of the session is left."""
+        block = slot_of_job(job) if job is not None else None
+        if block is not None and claims.owned(block[0], self.namespace, name):
+            return block
         if job is None and not secret:
             return None  # the claim is made after the secret and released before it
         return claims.find(self.namespace, name)

@@ -42,6 +42,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._job_network imp
     group_args,
     job_meta,
     session_network,
+    session_slots,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import Container, SessionPlan
 
@@ -195,7 +196,8 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
 
 def render_network(plan: SessionPlan, namespace: str = "", network: t.Optional[JobNetwork] = None) -> RenderedNetwork:
     """The session network of a PLACED plan (see ``_job_network``)."""
-    return session_network(plan.session_id, plan.agents_used, namespace, plan.spec.name, network)
+    return session_network(plan.session_id, plan.agents_used, namespace, plan.spec.name, network,
+                           session_slots([c.agent for c in plan.containers]))
 
 
 def render_job(plan: SessionPlan, namespace: str = "", region: str = "",

@@ -136,3 +136,16 @@ def test_the_key_is_nowhere_in_the_job_nor_in_a_repr() -> None:
     text = dumps(register_request(multi_node_job()))
     assert KEY.hex() not in text and KEY.hex()[:16] not in text
     assert "key=" not in repr(JobNetwork(key=KEY)) and KEY.hex() not in repr(JobNetwork(key=KEY))
+
+
+def test_block_sizes_follow_the_largest_agent_share() -> None:
+    from ansible_collections.backendai.cluster.plugins.module_utils._job_network import block_network, slots_needed
+
+    assert slots_needed(1, 253) == 1 and slots_needed(1, 254) == 2  # a /24 has 254 hosts: the bridge + 253
+    assert slots_needed(127, 1) == 1 and slots_needed(128, 1) == 2  # each agent's block: bridge + containers
+    assert slots_needed(205, 5) == 8  # the benchmark's 1,024 containers over 205 agents: a /21
+    assert block_network(8, 8) == (VNI_BASE + 8, "10.200.8.0/21")
+    with pytest.raises(ValueError, match="multiple of 2"):
+        block_network(4, 8)
+    with pytest.raises(PlanError, match="cannot hold"):
+        slots_needed(10, 100000)

@@ -9,7 +9,7 @@ import typing as t
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError
 from ansible_collections.backendai.cluster.plugins.module_utils._placement import (
     PENDING,
     PLACED,

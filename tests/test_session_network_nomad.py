@@ -219,3 +219,13 @@ def test_a_session_larger_than_a_slot_claims_an_aligned_block(nomad_double_facto
     assert again["changed"] is False and again["network"]["slot"] == net["slot"]
     gone = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "name": "big", "state": "absent"})
     assert gone["removed"]["network_slot"] == net["slot"] and list(claims(double)) == [small["slot"]]
+
+
+def test_check_mode_claims_nothing_and_shows_an_unsigned_job(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    nomad.clear_requests()
+    planned = run(session_module, args(nomad), check=True)
+    assert planned["changed"] is True and not planned.get("failed"), planned.get("msg")
+    assert [r for r in nomad.requests if r.method != "GET"] == [] and claims(nomad) == {}
+    assert planned["network"]["signed"] is False and planned["network"]["slot"] == preferred_slot("default", "s1")
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_MAC"] for g in planned["job"]["Job"]["TaskGroups"]} == {
+        "UNSIGNED-RENDER-ONLY"}

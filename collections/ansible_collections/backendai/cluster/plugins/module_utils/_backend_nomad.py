@@ -149,10 +149,11 @@ class NomadBackend:
             message += " (still after waiting %gs for resources, %d placement attempts)" % (wait_for_resources, attempts)
         raise ModuleFailure(message, {"changed": False, "plan": summary})
 
-    def _signed(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
-                slot: t.Optional[int]) -> RenderedSession:
-        """``rendered`` with its network args signed for ``slot`` (None: the session's preferred slot)."""
-        return signed(rendered, self.network.job_network(self.nomad, rendered, agents, slot), self.namespace, self.region)
+    def _unclaimed(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]]) -> RenderedSession:
+        """Check mode: ``rendered`` with the real addresses and the session's preferred slot, but NOT signed (the key is
+        read, so that a missing key fails here too): a job for an unclaimed slot must never be admitted."""
+        network = self.network.job_network(self.nomad, rendered, agents, None)
+        return signed(rendered, dataclasses.replace(network, key=None), self.namespace, self.region)
 
     def _logs(self, alloc: t.Mapping[str, t.Any], lines: int) -> t.List[str]:
         """The last ``lines`` lines of stdout, then the last ``lines`` lines of stderr."""
@@ -243,7 +244,7 @@ class NomadBackend:
         if check_mode:
             # no key is made in check mode: the session ID shown is a placeholder
             rendered = self._place(spec_raw, spec, agents, derive_session_id(spec.name, ""), None, wait_for_resources, True)
-            rendered = self._signed(rendered, agents, None)  # the preferred slot: nothing is claimed
+            rendered = self._unclaimed(rendered, agents)  # nothing is claimed: unsigned
             return self._result(True, rendered, diff, before="", after=dumps(register_request(rendered.job)),
                                 session=None, changes=["job %s: added" % spec.name])
         keypair = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
@@ -397,6 +398,8 @@ class NomadBackend:
         elif not check_mode:
             new_claim = claims.claim(self.namespace, name, session_id, need)
             first, slots, old = new_claim.slot, new_claim.slots, held
+        else:  # check mode, a new block would be claimed: shown unsigned
+            network = dataclasses.replace(network, key=None)
         return (signed(rendered, dataclasses.replace(network, slot=first, slots=slots), self.namespace, self.region),
                 new_claim, old)
 

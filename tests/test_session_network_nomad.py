@@ -98,8 +98,12 @@ def test_a_rerun_keeps_the_slot_and_remakes_a_lost_claim(nomad: NomadAPIDouble, 
     again = run(session_module, args(nomad))
     assert again["changed"] is False and again["network"]["slot"] == slot == slot_in_job(nomad, "s1")
     nomad._vars.pop(("default", PREFIX + str(slot)))  # someone deleted the claim
+    checked = run(session_module, args(nomad), check=True)
+    assert checked["changed"] is True and slot not in claims(nomad)  # would make it again; check mode writes nothing
     third = run(session_module, args(nomad))
-    assert third["changed"] is False and claims(nomad)[slot]["job"] == "s1"
+    assert third["changed"] is True and third["changes"] == ["network slot %d: lost claim made again" % slot]
+    assert claims(nomad)[slot]["job"] == "s1"
+    assert run(session_module, args(nomad))["changed"] is False
 
 
 def test_a_failed_registration_releases_the_slot_and_the_secret(nomad: NomadAPIDouble, run: ModuleRun) -> None:

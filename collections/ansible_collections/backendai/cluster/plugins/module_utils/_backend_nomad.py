@@ -337,7 +337,7 @@ class NomadBackend:
             raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
                                 "%s); remove the session with state=absent and create it again"
                                 % (name, stored_at.describe(), wanted_at.describe()))
-        rendered, new_claim, old_block = self._keep_slot(rendered, agents, existing, session_id, check_mode)
+        rendered, new_claim, old_block, repaired = self._keep_slot(rendered, agents, existing, session_id, check_mode)
         job = t.cast(t.Dict[str, t.Any], rendered.job)
         plan = self.nomad.plan_job(job, diff=True)
         found = job_changes(plan.get("Diff"))
@@ -354,7 +354,8 @@ class NomadBackend:
                 except WaitFailed as err:
                     raise ModuleFailure("session %s is unchanged but not all of its containers run: %s" % (name, err),
                                         {"changed": False, "session": self.view(existing)}) from None
-            return self._result(False, rendered, diff, before, after, self.view(existing), [], stored_at)
+            repairs = ["network slot %d: lost claim made again" % rendered.network["slot"]] if repaired and rendered.network else []
+            return self._result(bool(repairs), rendered, diff, before, after, self.view(existing), repairs, stored_at)
         if check_mode:
             return self._result(True, rendered, diff, before, after, self.view(existing), [str(c) for c in found], stored_at)
         try:
@@ -381,27 +382,28 @@ class NomadBackend:
 
     def _keep_slot(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
                    existing: t.Mapping[str, t.Any], session_id: str,
-                   check_mode: bool) -> t.Tuple[RenderedSession, t.Optional[Claim], t.Optional[t.Tuple[int, int]]]:
+                   check_mode: bool) -> t.Tuple[RenderedSession, t.Optional[Claim], t.Optional[t.Tuple[int, int]], bool]:
         """An existing session keeps the slots its job carries (their claims re-made if lost). A job from before the
         session network, or one that outgrew its block, gets a new block: returned, so that a failed registration
-        releases it, with the old block, which a successful one releases."""
+        releases it, with the old block, which a successful one releases. Last: whether a lost claim was (or, in check
+        mode, would be) made again."""
         network = self.network.job_network(self.nomad, rendered, agents, None)
         claims = self.network.claims(self.nomad)
         name = rendered.plan.spec.name
         need = (rendered.network or {}).get("slots", 1)
-        held, new_claim, old = slot_of_job(existing), None, None
+        held, new_claim, old, repaired = slot_of_job(existing), None, None, False
         first: t.Optional[int] = None
         slots = need
         if held is not None and held[1] >= need:
             first, slots = held
-            claims.ensure(Claim(first, self.namespace or "default", name, session_id, slots), check_mode)
+            repaired = claims.ensure(Claim(first, self.namespace or "default", name, session_id, slots), check_mode)
         elif not check_mode:
             new_claim = claims.claim(self.namespace, name, session_id, need)
             first, slots, old = new_claim.slot, new_claim.slots, held
         else:  # check mode, a new block would be claimed: shown unsigned
             network = dataclasses.replace(network, key=None)
         return (signed(rendered, dataclasses.replace(network, slot=first, slots=slots), self.namespace, self.region),
-                new_claim, old)
+                new_claim, old, repaired)
 
     def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
                 session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],

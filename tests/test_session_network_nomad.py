@@ -233,3 +233,11 @@ def test_check_mode_claims_nothing_and_shows_an_unsigned_job(nomad: NomadAPIDoub
     assert planned["network"]["signed"] is False and planned["network"]["slot"] == preferred_slot("default", "s1")
     assert {g["Networks"][0]["CNI"]["Args"]["BAI_MAC"] for g in planned["job"]["Job"]["TaskGroups"]} == {
         "UNSIGNED-RENDER-ONLY"}
+
+
+def test_render_against_nomad_shows_the_nodes_underlay_addresses_unsigned(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    rendered = run(render_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN,
+                                   "spec": spec("r2", 4, cluster_mode="multi-node", resources={"cpu": 3000, "memory": 1024})})
+    assert not rendered.get("failed"), rendered.get("msg")
+    assert rendered["network"]["agents"] == ["192.168.60.1", "10.9.0.2"] and rendered["network"]["signed"] is False
+    assert rendered["network"]["placeholder_agents"] == [] and claims(nomad) == {}

@@ -18,7 +18,8 @@ description:
     of the MAC made with the cluster network key, so the agents' CNI plugin refuses to start it. Signing needs a
     network slot claimed in the cluster, which only M(backendai.cluster.session) does (it then signs with the real
     key). C(BAI_VNI)/C(BAI_NET) show the slot the session would try first; agents without C(underlay_ip) get a
-    placeholder address from C(198.18.0.0/15)."
+    placeholder address from C(198.18.0.0/15); with live agents from Nomad they are the nodes' addresses, read as
+    M(backendai.cluster.session) reads them."
   - With O(output_dir), writes C(<name>.json), C(<name>.nomad.hcl) and C(<name>.hostfile) there, only when their
     content changes.
   - Without O(agents), the agents are read (read-only) from the Nomad cluster at O(nomad_addr), as the
@@ -176,8 +177,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import B
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
 from ansible_collections.backendai.cluster.plugins.module_utils._job_network import JobNetwork
 from ansible_collections.backendai.cluster.plugins.module_utils._module_base import NETWORK, NOMAD, VAULT, ClusterModule
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents, underlay_addresses
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import signed
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary, render_session
 
 
@@ -209,13 +211,14 @@ def main() -> None:
     except BackendAIClusterError as exc:
         module.fail_json(msg=str(exc))
     agents = p["agents"]
-    if agents is None:
+    live = agents is None
+    if live:
         if not base.nomad_address_given():
             module.fail_json(msg="agents is required unless a Nomad address is given (nomad_addr or NOMAD_ADDR)")
         try:
-            with base.nomad() as client:
-                agents = live_agents(client, namespace=p["namespace"] or "default")
+            agents = live_agents(base.nomad(), namespace=p["namespace"] or "default")
         except NomadError as exc:
+            base.close()
             module.fail_json(msg="reading the agents from Nomad: %s" % exc, exception="")
     # unsigned on purpose: see the description (no slot is claimed here)
     underlay = {str(a.get("name")): str(a["underlay_ip"]) for a in agents if isinstance(a, dict) and a.get("underlay_ip")}
@@ -227,6 +230,15 @@ def main() -> None:
         module.fail_json(msg=str(exc), problems=[str(x) for x in exc.problems])
     except BackendAIClusterError as exc:
         module.fail_json(msg=str(exc))
+    if live and rendered.plan.placed:  # the agents' real underlay addresses, as the session module reads them
+        try:
+            found = underlay_addresses(base.nomad(), rendered.plan.agents_used, agents)
+            rendered = signed(rendered, JobNetwork(underlay={a: ip for a, (ip, _mtu) in found.items()},
+                                                   underlay_mtu=min(mtu for _ip, mtu in found.values())),
+                              p["namespace"] or "", p["region"] or "")
+        except (NomadError, ValueError, BackendAIClusterError) as exc:
+            module.warn("the agents' underlay addresses could not be read (%s); the job shows placeholders" % exc)
+    base.close()
     plan = plan_summary(rendered.plan)
     result: t.Dict[str, t.Any] = dict(changed=False, plan=plan, job=None, hcl=rendered.hcl, hostfile=rendered.hostfile)
     if not rendered.plan.placed:

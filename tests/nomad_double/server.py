@@ -14,8 +14,11 @@ JSON shapes (as read from Nomad's ``command/agent/*_endpoint.go`` and ``api`` st
   (duplicate group/task names, ``Count`` < 0, missing tasks/driver, job type, priority), which
   Nomad answers with ``500`` and a multierror text, as Nomad does;
 * a toy scheduler places each group's allocations on the configured nodes, honouring
-  datacenters, node pool, constraints (``${node.unique.name}``, ``${attr.*}``, ``${meta.*}``...),
-  drivers, network mode (``bridge`` / ``cni/<name>``) and cpu/memory/device capacity;
+  datacenters, node pool, constraints (``${node.unique.name}``, ``${attr.*}``, ``${meta.*}``...; the
+  ``version``/``semver`` operands only for comma-separated ``=``/``!=``/``<``/``<=``/``>``/``>=`` terms on
+  dotted numbers, not ``~>``), drivers, network mode (``bridge`` / ``cni/<name>``: a node has
+  ``cni/backendai``, the network the overlay_agent role installs, unless ``cni_networks`` says
+  otherwise) and cpu/memory/device capacity;
   allocations go ``pending`` -> ``running`` after ``alloc_start_delay`` seconds (None: stay pending);
 * ACL (one token), namespaces (jobs and variables stored per namespace), region checks,
   variables with check-and-set, client logs, fault injection and request recording;
@@ -104,6 +107,37 @@ def go_parse_bool(name: str, value: t.Optional[str]) -> t.Optional[bool]:
         return False
     raise BadRequest(400, 'Failed to parse value of "%s" (%s) as a bool: strconv.ParseBool: parsing "%s": invalid syntax'
                      % (name, value, value))
+
+
+_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
+_VERSION_TERM = re.compile(r"^\s*(=|!=|<=|>=|<|>)?\s*(\S+)\s*$")
+
+
+def version_matches(version: str, constraint: str, strict: bool = True) -> bool:
+    """Nomad's ``version``/``semver`` constraint operands (``scheduler/feasible/feasible.go``: checkVersionMatch with
+    hashicorp/go-version constraints): every comma-separated term must hold; a pre-release sorts before its release.
+    Not modelled: ``~>``, and the looser pre-release matching of ``version`` (both are treated like ``semver``)."""
+    m = _VERSION.match(version.strip())
+    if not m:
+        return False
+
+    def key(match: t.Match[str]) -> t.Tuple[t.Tuple[int, ...], int, str]:
+        nums = tuple(int(x) for x in match.group(1).split("."))
+        nums = nums + (0,) * (3 - len(nums))
+        return nums, 0 if match.group(2) else 1, match.group(2) or ""
+
+    have = key(m)
+    for term in constraint.split(","):
+        tm = _VERSION_TERM.match(term)
+        want = _VERSION.match(tm.group(2)) if tm else None
+        if not tm or not want:
+            return False
+        op, other = tm.group(1) or "=", key(want)
+        ok = {"=": have == other, "!=": have != other, "<": have < other, "<=": have <= other,
+              ">": have > other, ">=": have >= other}[op]
+        if not ok:
+            return False
+    return True
 
 
 def multierror(errors: t.Sequence[str]) -> str:
@@ -790,7 +824,7 @@ class NomadAPIDouble(HTTPDouble):
                  cpu: int = 4000, memory: int = 8192, disk: int = 50000, cores: t.Optional[int] = None,
                  reserved_cpu: int = 0, reserved_memory: int = 0, reserved_disk: int = 0,
                  drivers: t.Iterable[str] = ("docker",), cni_plugins: t.Iterable[str] = ("bridge", "host-local", "loopback"),
-                 cni_networks: t.Iterable[str] = (), bridge: bool = True,
+                 cni_networks: t.Iterable[str] = ("backendai",), bridge: bool = True,
                  devices: t.Iterable[t.Mapping[str, t.Any]] = (), host_networks: t.Optional[t.Mapping[str, str]] = None,
                  attributes: t.Optional[t.Mapping[str, str]] = None, meta: t.Optional[t.Mapping[str, str]] = None,
                  status: str = "ready", eligibility: str = "eligible", drain: bool = False,
@@ -1280,6 +1314,8 @@ class NomadAPIDouble(HTTPDouble):
             return any(s.strip() in have for s in (right or "").split(","))
         if op == "distinct_hosts":
             return True
+        if op in ("version", "semver"):
+            return left is not None and right is not None and version_matches(left, right, strict=op == "semver")
         return False
 
     @staticmethod

@@ -21,6 +21,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_ap
 from ansible_collections.backendai.cluster.plugins.module_utils._common_args import (
     local_runtime_argument_spec,
     nomad_connection_argument_spec,
+    session_network_argument_spec,
     vault_connection_argument_spec,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError
@@ -28,6 +29,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import B
 NOMAD = "nomad"
 VAULT = "vault"
 LOCAL = "local"
+NETWORK = "network"
 #: Python library name -> (available?, import error) as pip names it.
 _LIBRARIES = {
     "python-nomad": lambda: (_nomad_api.HAS_PYTHON_NOMAD and _nomad_api.HAS_REQUESTS, _nomad_api.PYTHON_NOMAD_IMPORT_ERROR),
@@ -45,7 +47,7 @@ class ModuleFailure(BackendAIClusterError):
 
 
 def merged_argument_spec(argument_spec: t.Mapping[str, t.Any], options: t.Iterable[str]) -> t.Dict[str, t.Any]:
-    """The module's own options plus the shared option groups named in ``options`` (nomad, vault, local)."""
+    """The module's own options plus the shared option groups named in ``options`` (nomad, vault, local, network)."""
     spec: t.Dict[str, t.Any] = {}
     groups = set(options)
     if NOMAD in groups:
@@ -54,6 +56,8 @@ def merged_argument_spec(argument_spec: t.Mapping[str, t.Any], options: t.Iterab
         spec.update(vault_connection_argument_spec())
     if LOCAL in groups:
         spec.update(local_runtime_argument_spec())
+    if NETWORK in groups:
+        spec.update(session_network_argument_spec())
     clash = set(spec) & set(argument_spec)
     if clash:
         raise ValueError("module options %s clash with the shared connection options" % ", ".join(sorted(clash)))

@@ -39,6 +39,7 @@ ATTR = "attr"  # a scalar attribute: string, number or bool
 LIST = "list"  # a list of scalars
 DURATION = "duration"  # integer nanoseconds, written as a Go duration string ("5m", "10s")
 MAP = "map"  # map[string]string (meta, env): a block, or map assignment for non-identifier keys
+MAP_ATTR = "map_attr"  # map[string]string that the jobspec takes only as an attribute (cni's ``args = {...}``)
 BLOCK = "block"  # one nested struct, as a block
 BLOCKS = "blocks"  # a list of structs, as repeated blocks (labelled when the struct has a LABEL)
 CONFIG = "config"  # free-form driver config
@@ -92,6 +93,11 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
         "Mode": Field("mode", ATTR),
         "Hostname": Field("hostname", ATTR),
         "DynamicPorts": Field("port", BLOCKS, "Port"),
+        "CNI": Field("cni", BLOCK, "CNIConfig"),
+    },
+    "CNIConfig": {
+        # api.CNIConfig: Args map[string]string `hcl:"args,optional"` (an attribute, not a block)
+        "Args": Field("args", MAP_ATTR),
     },
     "Port": {
         "Label": Field("port", LABEL),
@@ -317,14 +323,14 @@ def _attribute(lines: t.List[str], depth: int, name: str, value: str) -> None:
     lines.append("%s%s = %s" % (INDENT * depth, name, value))
 
 
-def _map(lines: t.List[str], depth: int, name: str, value: t.Any, where: str) -> None:
+def _map(lines: t.List[str], depth: int, name: str, value: t.Any, where: str, attribute: bool = False) -> None:
     if not isinstance(value, dict):
         raise ValueError("%s: expected a map of strings, got %r" % (where, value))
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise ValueError("%s: expected a map of strings, got %r = %r" % (where, k, v))
     pad = INDENT * depth
-    if all(is_plain_name(k) for k in value):
+    if not attribute and all(is_plain_name(k) for k in value):
         lines.append("%s%s {" % (pad, name))
         for k, v in value.items():
             _attribute(lines, depth + 1, k, string(v))
@@ -415,6 +421,8 @@ def _body(lines: t.List[str], depth: int, struct: str, value: t.Mapping[str, t.A
             _attribute(lines, depth, field.hcl, go_duration(item, at))
         elif field.kind == MAP:
             _map(lines, depth, field.hcl, item, at)
+        elif field.kind == MAP_ATTR:
+            _map(lines, depth, field.hcl, item, at, attribute=True)
         elif field.kind == BLOCK:
             if not isinstance(item, dict):
                 raise ValueError("%s: expected a %s object, got %r" % (at, field.struct, item))

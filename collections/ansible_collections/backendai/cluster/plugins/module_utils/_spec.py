@@ -21,7 +21,12 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # or "worker1" + idx 1 and "worker" + idx 11 would both be "worker11".
 ROLE_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,30}[a-z])?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CNI_NETWORK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+#: The only network mode: every session is on its own private network (``_session_network``).
+NETWORK_MODE_AUTO = "auto"
+NETWORK_MODE_HELP = (
+    "must be auto (every session gets a private network of its own on the backendai CNI network; bridge would "
+    "put it on Nomad's shared bridge with every other allocation of the agent, and a cni/<name> network of "
+    "your own is not private to the session, so neither is offered)")
 PORT_LABEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 MAX_CLUSTER_SIZE = 4096
@@ -104,7 +109,7 @@ class SessionSpec:
     mounts: t.Tuple[Mount, ...]
     ssh: SSHSpec
     secrets: SecretsSpec
-    network_mode: str  # "auto", "bridge" or "cni/<name>"
+    network_mode: str  # "auto" (the only mode)
     master_port: int
     env: t.Tuple[t.Tuple[str, str], ...]
     roles: t.Tuple[Role, ...]
@@ -113,13 +118,6 @@ class SessionSpec:
     ports: t.Tuple[PublishedPort, ...]
     mpi_slots: int
     heterogeneous: bool = field(default=False)
-
-    @property
-    def overlay_network(self) -> str:
-        """CNI network name used when the session spans agents."""
-        if self.network_mode.startswith("cni/"):
-            return self.network_mode[4:]
-        return "backendai-%s" % self.name
 
 
 # --- a small collecting validator -------------------------------------------------------------
@@ -290,11 +288,9 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
 
     net_raw = c.mapping(top.get("network"), path + ".network", ("mode",))
     network_mode = net_raw.get("mode", "auto") if net_raw.get("mode") is not None else "auto"
-    if network_mode not in ("auto", "bridge") and not (
-            isinstance(network_mode, str) and network_mode.startswith("cni/")
-            and CNI_NETWORK_RE.match(network_mode[4:])):
-        c.bad(path + ".network.mode", "must be auto, bridge or cni/<network name>", network_mode)
-        network_mode = "auto"
+    if network_mode != NETWORK_MODE_AUTO:
+        c.bad(path + ".network.mode", NETWORK_MODE_HELP, network_mode)
+        network_mode = NETWORK_MODE_AUTO
 
     master_port = c.integer(top, "master_port", path, 12345, 1, 65535, unit="MASTER_PORT")
     if master_port == ssh_port:

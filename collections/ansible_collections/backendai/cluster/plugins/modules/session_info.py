@@ -29,6 +29,7 @@ extends_documentation_fragment:
   - backendai.cluster.nomad_connection
   - backendai.cluster.vault_connection
   - backendai.cluster.local_runtime
+  - backendai.cluster.session_network
 attributes:
   check_mode:
     support: full
@@ -53,8 +54,8 @@ options:
     type: int
     default: 0
 notes:
-  - The Vault options are accepted so that one C(module_defaults) group serves every module; this module does not
-    contact Vault.
+  - The Vault and session network options are accepted so that one C(module_defaults) group serves every module; this
+    module does not contact Vault or read the network key.
 requirements:
   - python-nomad (nomad backend)
 seealso:
@@ -125,7 +126,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
 from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NOMAD, VAULT, ClusterModule, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
 
 
 def run(module: ClusterModule) -> t.Dict[str, t.Any]:
@@ -148,7 +149,7 @@ def main() -> None:
             backend=dict(type="str", choices=["nomad", "local"]),
             log_lines=dict(type="int", default=0),
         ),
-        shared=(NOMAD, VAULT, LOCAL),
+        shared=(NOMAD, VAULT, LOCAL, NETWORK),
     )
     module.run(run)
 

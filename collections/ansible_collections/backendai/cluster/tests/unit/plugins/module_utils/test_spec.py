@@ -88,11 +88,12 @@ def test_master_port_must_differ_from_ssh_port() -> None:
     assert problems(spec_dict(master_port=2200)) == ["session.master_port: must differ from ssh.port (2200) (got 2200)"]
 
 
-def test_network_modes() -> None:
-    assert parse_spec(spec_dict(network={"mode": "cni/overlay-1"})).overlay_network == "overlay-1"
-    assert parse_spec(spec_dict()).overlay_network == "backendai-train-42"
-    assert problems(spec_dict(network={"mode": "host"})) == [
-        'session.network.mode: must be auto, bridge or cni/<network name> (got "host")']
+@pytest.mark.parametrize("mode", ["bridge", "cni/overlay-1", "host"])
+def test_auto_is_the_only_network_mode(mode: str) -> None:
+    assert parse_spec(spec_dict(network={"mode": "auto"})).network_mode == "auto"
+    (problem,) = problems(spec_dict(network={"mode": mode}))
+    assert problem.startswith("session.network.mode: must be auto (every session gets a private network")
+    assert "Nomad's shared bridge" in problem and problem.endswith('(got "%s")' % mode)
 
 
 def test_mounts() -> None:

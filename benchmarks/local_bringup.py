@@ -25,11 +25,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 
 from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import (  # noqa: E402
-    IP_FORWARD,
-    forwarding_off,
-    prune_shared_chains,
-)
+from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import prune_shared_chains  # noqa: E402
+
+IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 
 BASELINE = r"""#!/bin/bash
 # Minimal bring-up: netns + CNI ADD (loopback, bridge, firewall) + sshd, N containers.
@@ -138,8 +136,9 @@ def bench_baseline(size: int, repeat: int, key: str, work: str) -> dict[str, lis
     finally:
         # what the baseline does not clean: the plugins' shared chains and ip_forward
         prune_shared_chains()
-        if forward == "0":
-            forwarding_off()
+        if forward == "0":  # the bridge plugin's isGateway turned it on for the whole host
+            with open(IP_FORWARD, "w") as f:
+                f.write("0\n")
     return out
 
 

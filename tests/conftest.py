@@ -5,10 +5,16 @@
 from __future__ import annotations
 
 import os
+import typing as t
 
 import pytest
 
 from repo_helpers import NOMAD_JOB_LINT, SHARED
+
+from ansible_collections.backendai.cluster.plugins.module_utils._common_args import NETWORK_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._session_network import generate_key
+
+NETWORK_KEY_ENV = NETWORK_ENV["network_key_file"]
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +22,21 @@ def shared_dir() -> str:
     if not os.path.isfile(NOMAD_JOB_LINT):
         pytest.fail("../shared/tools/nomad-job-lint is missing: clone the repo with ../shared beside it")
     return SHARED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def network_key_file(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[str]:
+    """The cluster network key of the tests' control node (what the overlay_agent role makes once): a fresh key in
+    a temporary file, given to every module and playbook through BACKENDAI_NETWORK_KEY_FILE (never ~/.config)."""
+    path = str(tmp_path_factory.mktemp("network-key") / "network.key")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="ascii") as f:
+        f.write(generate_key() + "\n")
+    before = os.environ.get(NETWORK_KEY_ENV)
+    os.environ[NETWORK_KEY_ENV] = path
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop(NETWORK_KEY_ENV, None)
+        else:
+            os.environ[NETWORK_KEY_ENV] = before

@@ -28,7 +28,7 @@ CREATE_TASK = "Submit the session (the next task waits for its containers and sh
 
 def spec_vars(name: str, **extra: t.Any) -> str:
     session = {"name": name, "image": "local", "cluster_size": 3, "resources": {"cpu": 100, "memory": 64},
-               "command": ["sh", "-c", "echo hello from $BACKENDAI_CLUSTER_HOST rank $WORLD_RANK"]}
+               "command": ["sh", "-c", "echo hello from $BACKENDAI_CLUSTER_HOST rank $WORLD_RANK; exec sleep 600"]}
     session.update(extra)
     return json.dumps({"session": session})
 
@@ -64,6 +64,21 @@ def session(tmp_path: t.Any) -> t.Iterator[Session]:
         assert not os.path.exists(os.path.join(s.state_dir, s.name))
 
 
+def command_of(supervisor: int) -> int:
+    """The pid of the user command a container's supervisor runs (its child that is not sshd)."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % entry, encoding="utf-8") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+            with open("/proc/%s/comm" % entry, encoding="utf-8") as f:
+                comm = f.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == supervisor and comm == "sleep":
+            return int(entry)
+    raise AssertionError("no command under supervisor %d" % supervisor)
+
+
 def test_create_is_real_idempotent_and_reachable(session: Session) -> None:
     first = session.play("create_session.yml")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
@@ -95,10 +110,10 @@ def test_status_shows_logs_and_a_dead_container_as_degraded(session: Session) ->
         time.sleep(0.3)
     assert view["state"] == "RUNNING"
     assert tails["sub2"] == ["hello from sub2 rank 2"]
-    assert {c["exit_code"] for c in view["containers"]} == {0}
+    assert {c["exit_code"] for c in view["containers"]} == {None}
     with open(os.path.join(session.state_dir, session.name, "session.json"), encoding="utf-8") as f:
         sub1 = [c for c in json.load(f)["containers"] if c["hostname"] == "sub1"][0]
-    os.kill(sub1["sshd_pid"], signal.SIGKILL)  # the container's long-running process dies
+    os.kill(command_of(sub1["pid"]), signal.SIGKILL)  # kill -9 of sub1's command (its `sleep`)
     deadline = time.monotonic() + 10
     while True:
         status = session.play("session_status.yml")
@@ -108,8 +123,8 @@ def test_status_shows_logs_and_a_dead_container_as_degraded(session: Session) ->
         time.sleep(0.3)
     assert view["state"] == "DEGRADED"
     shown = task_results(status)["Show each session's state and which containers run"]["msg"]
-    assert shown == ["%s: DEGRADED - 2 of 3 containers running; stopped: sub1 (exited on local, exit code 0)" % session.name]
-    assert {c["hostname"]: c["status"] for c in view["containers"]}["sub1"] == "exited"
+    assert shown == ["%s: DEGRADED - 2 of 3 containers running; stopped: sub1 (failed on local, exit code 137)" % session.name]
+    assert {c["hostname"]: c["status"] for c in view["containers"]}["sub1"] == "failed"
     # present again repairs it, keeping the keys and so the session ID
     before = view["session_id"]
     again = session.play("create_session.yml")

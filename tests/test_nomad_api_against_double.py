@@ -45,8 +45,8 @@ def _no_nomad_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def nomad(nomad_double_factory: t.Any) -> NomadAPIDouble:
     double = nomad_double_factory(token=TOKEN)
-    double.add_node("n1", cpu=4000, memory=8192, cni_networks=["backendai-s1"])
-    double.add_node("n2", cpu=4000, memory=8192, cni_networks=["backendai-s1"], devices=[{"vendor": "nvidia", "type": "gpu", "name": "A100", "count": 2}])
+    double.add_node("n1", cpu=4000, memory=8192)
+    double.add_node("n2", cpu=4000, memory=8192, devices=[{"vendor": "nvidia", "type": "gpu", "name": "A100", "count": 2}])
     return double
 
 
@@ -259,7 +259,7 @@ def test_nodes_and_capacity(nomad: NomadAPIDouble) -> None:
     assert client.node("missing") is None
     cap = client.node_capacity(nodes["n2"]["ID"])
     assert cap["name"] == "n2" and cap["datacenter"] == "dc1" and cap["drivers"] == ["docker"]
-    assert cap["cni_networks"] == ["backendai-s1"] and "bridge" in cap["cni_plugins"] and cap["bridge"]
+    assert cap["cni_networks"] == ["backendai"] and "bridge" in cap["cni_plugins"] and cap["bridge"]
     assert cap["free"] == {"cpu": 3500, "memory": 8192 - 256, "disk": 50000 - 300, "devices": {"nvidia/gpu/A100": 1}}
     assert cap["allocations"] == 1
     assert client.node_capacity("missing") is None

@@ -130,3 +130,18 @@ def test_tls_verified_by_default_and_nomad_skip_verify(nomad_double_factory: t.A
     for extra in ({"NOMAD_CACERT": double.pki.ca_cert}, {"NOMAD_SKIP_VERIFY": "1"}):
         proc = subprocess.run(cmd, cwd=REPO, env=dict(env, **extra), capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and "n1" in json.loads(proc.stdout)["_meta"]["hostvars"], proc.stderr
+
+
+def test_requests_do_not_grow_with_the_nodes(nomad: NomadAPIDouble, tmp_path: t.Any) -> None:
+    """Allocations are read in bulk (never per node); with node_details: false the whole inventory is."""
+    inventory(nomad, tmp_path)
+    per_node = [r.path for r in nomad.requests if r.path.startswith("/v1/node/")]
+    assert not [p for p in per_node if p.endswith("/allocations")], per_node
+    assert len(nomad.find("GET", "^/v1/allocations$")) == 1
+    nomad.clear_requests()
+    inv, _ = inventory(nomad, tmp_path, CONFIG + "node_details: false\n")
+    assert sorted(r.path for r in nomad.requests) == ["/v1/allocations", "/v1/nodes"]
+    n2 = inv["_meta"]["hostvars"]["n2"]
+    assert n2["nomad_free"]["cpu"] == 7000 and n2["nomad_free"]["gpu"] == 2 and n2["nomad_address"].startswith("10.0.0.")
+    assert inv["_meta"]["hostvars"]["n1"]["nomad_cni_networks"] == ["backendai-s1"]
+    assert sorted(inv["agents"]["hosts"]) == ["n1", "n2"]

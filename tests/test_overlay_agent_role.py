@@ -1,21 +1,28 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The role backendai.cluster.overlay_agent, entry point main (agent preparation), on this machine with its files
-redirected to a temporary directory and the sysctls set to the values they already have (so nothing of the host
-changes): check mode changes nothing, the first run writes, the second run changes nothing."""
+"""The role backendai.cluster.overlay_agent (one-time agent preparation) on this machine, with every file it
+writes redirected to a temporary directory and the sysctls set to the values they already have (so nothing of
+the host changes): check mode changes nothing; the first run makes the cluster network key on the "control
+node" (once), copies it to the agent (0600), installs the plugin's files, the "backendai" shim and exactly
+_session_network.static_conflist(); the second run changes nothing; the key is never printed."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+import subprocess
 import sys
 import typing as t
 
 import pytest
 
-from repo_helpers import run_playbook
+from repo_helpers import REPO, run_playbook
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
+from ansible_collections.backendai.cluster.plugins.module_utils._cni_plugin import SHIM
+from ansible_collections.backendai.cluster.plugins.module_utils._session_network import read_key, static_conflist
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/portmap"),
                                 reason="needs root and the CNI plugins (scripts/setup)")
 
 PLAYBOOK = """
@@ -25,21 +32,49 @@ PLAYBOOK = """
   roles:
     - backendai.cluster.overlay_agent
 """
+MODULE_UTILS = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster", "plugins", "module_utils")
+# Stands in for the real _cni_plugin.py: shows that the shim runs it from the plugin dir, isolated (-IS).
+FAKE_PLUGIN = """import json, sys
+import _session_network
+def main():
+    print(json.dumps({"network": _session_network.NETWORK_NAME, "no_user_site": sys.flags.no_user_site,
+                      "ignore_environment": sys.flags.ignore_environment, "from": __file__}))
+    return 3
+"""
 
 
 def stats(proc: t.Any) -> t.Dict[str, t.Any]:
     return json.loads(proc.stdout)["stats"]["localhost"]
 
 
-def test_prepare_is_check_mode_safe_and_idempotent(tmp_path: t.Any) -> None:
+def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path: t.Any) -> None:
     playbook = tmp_path / "prepare.yml"
     playbook.write_text(PLAYBOOK)
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "_session_network.py").write_text(open(os.path.join(MODULE_UTILS, "_session_network.py")).read())
+    (source / "_cni_plugin.py").write_text(FAKE_PLUGIN)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for plugin in ("loopback", "portmap"):
+        os.symlink("/usr/lib/cni/" + plugin, bin_dir / plugin)
     with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
         forward = f.read().strip()
+    control_key = tmp_path / "control" / "network.key"
+    agent_key = tmp_path / "etc" / "network.key"
     params = {
         "ansible_python_interpreter": sys.executable,
         "overlay_agent_cni_install": False,  # (no apt here; the plugins are checked)
+        "overlay_agent_cni_bin_dir": str(bin_dir),
         "overlay_agent_cni_config_dir": str(tmp_path / "cni" / "config"),
+        "overlay_agent_plugin_dir": str(tmp_path / "lib"),
+        "overlay_agent_plugin_source_dir": str(source),
+        "overlay_agent_state_dir": str(tmp_path / "state"),
+        "overlay_agent_key_control_file": str(control_key),
+        "overlay_agent_key_file": str(agent_key),
+        "overlay_agent_underlay_ip": "192.0.2.10",
+        "overlay_agent_underlay_mtu": 9000,
+        "overlay_agent_uplinks": ["eth9"],
         "overlay_agent_modules_file": str(tmp_path / "modules-load.d" / "backendai-cluster.conf"),
         "overlay_agent_sysctl_file": str(tmp_path / "sysctl.d" / "90-backendai-cluster.conf"),
         "overlay_agent_kernel_modules": ["vxlan", "bridge"],
@@ -51,16 +86,32 @@ def test_prepare_is_check_mode_safe_and_idempotent(tmp_path: t.Any) -> None:
 
     check = run_playbook(str(playbook), *args, check=True)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
-    assert not (tmp_path / "cni").exists() and not os.listdir(tmp_path / "sysctl.d")
+    assert not control_key.exists() and not agent_key.exists() and not (tmp_path / "lib").exists()
+    assert not (bin_dir / "backendai").exists() and not os.listdir(tmp_path / "sysctl.d")
 
-    first = run_playbook(str(playbook), *args)
+    first = run_playbook(str(playbook), "-v", *args)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
-    assert stats(first)["changed"] == 3  # modules-load.d, sysctl.d files, CNI config dir
-    assert (tmp_path / "cni" / "config").is_dir()
+    key_text = control_key.read_text().strip()
+    assert len(key_text) == 64 and read_key(str(control_key)) == read_key(str(agent_key))
+    assert stat.S_IMODE(os.stat(control_key).st_mode) == 0o600 and stat.S_IMODE(os.stat(agent_key).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(agent_key.parent).st_mode) == 0o700
+    with open(tmp_path / "cni" / "config" / "backendai.conflist", encoding="utf-8") as f:
+        assert json.load(f) == static_conflist("192.0.2.10", str(agent_key), str(tmp_path / "state"), egress=True,
+                                               uplinks=["eth9"], underlay_mtu=9000)
+    shim = bin_dir / "backendai"
+    assert stat.S_IMODE(os.stat(shim).st_mode) == 0o755
+    assert shim.read_text() == SHIM % {"lib": str(tmp_path / "lib")}  # the local backend installs the same
+    ran = subprocess.run([str(shim)], capture_output=True, text=True, env={"PYTHONPATH": "/nowhere"})
+    assert ran.returncode == 3, ran.stderr
+    assert json.loads(ran.stdout) == {"network": "backendai", "no_user_site": 1, "ignore_environment": 1,
+                                      "from": str(tmp_path / "lib" / "_cni_plugin.py")}
     assert (tmp_path / "modules-load.d" / "backendai-cluster.conf").read_text().splitlines()[1:] == ["vxlan", "bridge"]
-    assert "net.ipv4.ip_forward = %s" % forward in (tmp_path / "sysctl.d" / "90-backendai-cluster.conf").read_text()
 
     second = run_playbook(str(playbook), *args)
     assert second.returncode == 0 and stats(second)["changed"] == 0, second.stdout[-3000:]
+    assert control_key.read_text().strip() == key_text  # made once, never replaced
+    for proc in (check, first, second):
+        for piece in (key_text, key_text[:16], key_text[-16:]):
+            assert piece not in proc.stdout + proc.stderr
     with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
         assert f.read().strip() == forward

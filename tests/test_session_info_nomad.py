@@ -111,7 +111,11 @@ def test_scheduled_while_allocations_are_pending(nomad_double_factory: t.Any, ru
 
 
 def test_pending_when_nomad_cannot_place(nomad: NomadAPIDouble, run: ModuleRun) -> None:
-    create(run, nomad, wait=False, agents=[{"name": "ghost", "cpu": 8000, "memory": 16384}])
+    # (the session module rolls such a job back at once; a job registered by hand shows PENDING)
+    planned = run(session_module, dict(conn(nomad, spec=spec(size=3)), agents=[{"name": "ghost", "cpu": 8000, "memory": 16384}]),
+                  check=True)
+    answer = requests.put(nomad.url + "/v1/jobs", json=planned["job"], headers={"X-Nomad-Token": NOMAD_TOKEN}, timeout=5)
+    assert answer.status_code == 200, answer.text
     (view,) = info(run, nomad, name="s1")
     assert view["state"] == "PENDING" and {c["status"] for c in view["containers"]} == {"unplaced"}
     assert view["containers"][0]["agent"] == "ghost"

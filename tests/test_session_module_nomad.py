@@ -56,7 +56,15 @@ def test_create_writes_the_variable_with_cas0_before_registering_the_job(nomad: 
     result = run(session_module, args(nomad))
     assert result["changed"] is True and not result.get("failed"), result.get("msg")
     order = writes(nomad)
-    assert order[:2] == [("PUT", "/v1/var/nomad/jobs/s1"), ("POST", "/v1/jobs")], order
+    assert [w for w in order if w[1].startswith(("/v1/var/", "/v1/jobs"))][:3] == [
+        ("PUT", "/v1/var/nomad/jobs/s1"), ("PUT", "/v1/var/backendai-cluster/network/slots/%d" % result["network"]["slot"]),
+        ("POST", "/v1/jobs")], order
+    # ... all under the admission lock, released (and its variable deleted) afterwards
+    locked = [(r.method, r.path, sorted(r.query)) for r in nomad.requests if r.method != "GET"]
+    assert locked[0] == ("PUT", "/v1/var/backendai-cluster/admission", ["lock-acquire", "namespace"]), locked
+    release = next(i for i, r in enumerate(locked) if "lock-release" in r[2])
+    assert locked[release + 1][0] == "DELETE" and release > 3, locked
+    assert nomad.stored_variable("backendai-cluster/admission") is None
     var_put = nomad.find("PUT", VAR_PATH)[0]
     assert var_put.q("cas") == "0"
     view = result["session"]
@@ -98,7 +106,7 @@ def test_changed_spec_updates_the_job_and_diff_shows_it_without_secrets(nomad: N
     assert result["changed"] is True, result.get("msg")
     assert "TaskGroups[main1].Tasks[kernel].Env[FOO]: <unset> -> bar" in result["changes"]
     assert "Env[FOO]: bar" in result["diff"]["after"] and "Env[FOO]: <unset>" in result["diff"]["before"]
-    assert ("POST", "/v1/jobs") in writes(nomad) and not nomad.find("PUT", "^/v1/var/")
+    assert ("POST", "/v1/jobs") in writes(nomad) and not nomad.find("PUT", "^/v1/var/nomad/")
     assert nomad.stored_variable("nomad/jobs/s1") == var_before
     job = nomad.stored_job("s1")
     assert job["TaskGroups"][0]["Tasks"][0]["Env"]["FOO"] == "bar" and job != version
@@ -149,12 +157,14 @@ def test_diff_mode_on_creation_shows_the_job_never_the_key(nomad: NomadAPIDouble
 # Absent -------------------------------------------------------------------------------------------
 
 def test_absent_purges_the_job_and_deletes_the_variable(nomad: NomadAPIDouble, run: ModuleRun) -> None:
-    run(session_module, args(nomad))
+    slot = run(session_module, args(nomad))["network"]["slot"]
     nomad.clear_requests()
     # as playbooks/destroy_session.yml passes it: a spec that only names the session
     result = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN, "spec": {"name": "s1"}, "state": "absent"},
                  diff=True)
-    assert result["changed"] is True and result["removed"] == {"job": True, "secrets": ["Nomad variable nomad/jobs/s1"]}
+    assert result["changed"] is True and result["removed"] == {"job": True, "secrets": ["Nomad variable nomad/jobs/s1"],
+                                                               "network_slot": slot}
+    assert nomad.stored_variable("backendai-cluster/network/slots/%d" % slot) is None
     deregister = nomad.find("DELETE", "^/v1/job/s1$")[0]
     assert deregister.q("purge") in ("True", "true")
     assert nomad.find("DELETE", VAR_PATH)
@@ -311,7 +321,7 @@ def test_vault_backend_writes_kv2_with_cas0_and_renders_a_vault_block(nomad: Nom
     assert result["changed"] is True, result.get("msg")
     write = vault_double.find("POST", "^/v1/secret/data/backendai/sessions/s1$")
     assert len(write) == 1 and write[0].json["options"] == {"cas": 0}
-    assert nomad.find("PUT", "^/v1/var/") == [] and nomad.stored_variable("nomad/jobs/s1") is None
+    assert nomad.find("PUT", "^/v1/var/nomad/") == [] and nomad.stored_variable("nomad/jobs/s1") is None
     task = nomad.stored_job("s1")["TaskGroups"][0]["Tasks"][0]
     assert task["Vault"] == {"ChangeMode": "noop", "Role": "backendai"}
     assert 'secret "secret/data/backendai/sessions/s1"' in task["Templates"][0]["EmbeddedTmpl"]

@@ -101,6 +101,17 @@ def make_session(name: str, keypair: tuple[str, str], size: int = 3, command: li
             "mounts": list(mounts or [])}
 
 
+#: A TCP connect from inside a namespace: ``python -c PROBE ADDRESS PORT`` prints "open" or "closed ...".
+PROBE = """
+import socket, sys
+s = socket.socket(); s.settimeout(1.5)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
+except OSError as e:
+    print("closed", e)
+"""
+
+
 # ------------------------------------------------------------------ host snapshots
 # Other runs of this suite (or of the runtime) may be active on the host at the same time:
 # the checks look for what belongs to the sessions under test, and compare the whole

@@ -1,9 +1,10 @@
-"""Multi-node sessions of the local runtime: containers behind local agents, joined by a VXLAN overlay.
+"""Multi-node sessions of the local runtime: containers behind local agents, joined by the session network.
 
 Three local agents (network namespaces on a private underlay of MTU 1400) carry a 6-container
 session that cannot fit on one of them, placed by the real planner through the local backend.
 Checked: the spread and per-agent LOCAL_RANK, ssh by hostname between every pair across agents,
-the overlay devices (VNI, flood entries, MTU 1350), the DF bit and a 20 MB transfer without any
+the session network's devices on each agent (the claimed VNI, flood entries to exactly the other
+agents, MTU 1350, the agent's address block), the DF bit and a 20 MB transfer without any
 fragmentation on the underlay, isolation from a second session on the same agents, and that
 destroy (also after a creator killed half-way) leaves nothing on any agent.
 """
@@ -24,11 +25,13 @@ import pytest
 from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local as backend
 from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils._overlay import derive_vni
+from ansible_collections.backendai.cluster.plugins.module_utils import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._placement import parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import SSHKeypair
+
+from conftest import PROBE
 
 UNDERLAY_MTU = 1400
 OVERLAY_MTU = UNDERLAY_MTU - 50
@@ -72,8 +75,16 @@ class Fabric:
     def conflists(self) -> list[str]:
         return sorted(f for a in self.agents for f in os.listdir(a["local"]["cni_config_dir"]))
 
+    def iptables(self, agent: str) -> list[str]:
+        out = subprocess.run(["ip", "netns", "exec", self.netns[agent], "iptables-save"], capture_output=True,
+                             text=True, check=True).stdout
+        return [line for line in out.splitlines() if line.startswith((":", "-A"))]
+
+    def sessions_on_agents(self) -> list[str]:
+        return local_agents.sessions_on(os.path.join(self.root, "local"))
+
     def snapshot(self) -> dict[str, t.Any]:
-        """The links of every agent, the CNI configs installed on them, the processes inside them."""
+        """The links, iptables rules, CNI configs and processes of every agent, and the sessions its plugin holds."""
         inodes = {os.stat("/run/netns/" + ns).st_ino for ns in self.netns.values()}
         procs = []
         for pid in os.listdir("/proc"):
@@ -82,11 +93,17 @@ class Fabric:
                     procs.append(pid)
             except OSError:
                 pass
-        return {"links": {a: sorted(self.links(a)) for a in self.netns}, "conflists": self.conflists(), "processes": procs}
+        return {"links": {a: sorted(self.links(a)) for a in self.netns}, "conflists": self.conflists(), "processes": procs,
+                "iptables": {a: self.iptables(a) for a in self.netns}, "sessions": self.sessions_on_agents()}
 
     def assert_bare(self) -> None:
-        """No session left on any agent: only lo and eth0, no CNI config, no process inside."""
-        assert self.snapshot() == {"links": {a: ["eth0", "lo"] for a in self.netns}, "conflists": [], "processes": []}
+        """No session left on any agent: only lo and eth0, the one static CNI config, no rule of the plugin,
+        no process inside."""
+        snap = self.snapshot()
+        assert snap["links"] == {a: ["eth0", "lo"] for a in self.netns}
+        assert snap["conflists"] == ["backendai.conflist"] * len(self.agents)
+        assert snap["processes"] == [] and snap["sessions"] == []
+        assert not [line for rules in snap["iptables"].values() for line in rules if "BACKENDAI" in line]
 
 
 @pytest.fixture(scope="module")
@@ -141,16 +158,6 @@ def mn(fabric: Fabric, mn_root: str) -> t.Iterator[Live]:
         backend.local_absent("mn", mn_root)
 
 
-PROBE = """
-import socket, sys
-s = socket.socket(); s.settimeout(1.0)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
-except OSError as e:
-    print("closed", e)
-"""
-
-
 def test_spread_over_agents_with_per_agent_local_rank(mn: Live) -> None:
     assert mn.plan["mode"] == "multi-node" and mn.plan["network_mode"].startswith("cni/")
     assert {c["hostname"]: c["agent"] for c in mn.view["containers"]} == AGENT_OF
@@ -182,15 +189,14 @@ def test_overlay_devices_addresses_and_mtu(mn: Live, fabric: Fabric) -> None:
     for agent in fabric.netns:
         links = fabric.links(agent)
         vx = links[vxlan]
-        assert vx["linkinfo"]["info_data"]["id"] == derive_vni("bai-" + vxlan[4:])
+        assert vx["linkinfo"]["info_data"]["id"] == mn.info["vni"] >= net.VNI_BASE
         assert vx["linkinfo"]["info_data"]["local"] == underlay[agent]
         assert vx["mtu"] == OVERLAY_MTU and links[vx["master"]]["mtu"] == OVERLAY_MTU
         assert fabric.flood(agent, vxlan) == sorted(ip for a, ip in underlay.items() if a != agent)
-        (conflist,) = os.listdir(os.path.join(fabric.root, "local", "cni", agent))
-        with open(os.path.join(fabric.root, "local", "cni", agent, conflist), encoding="utf-8") as f:
-            conf = json.load(f)
-        rng = conf["plugins"][1]["ipam"]["ranges"][0][0]
-        lo, hi = (int.from_bytes(bytes(map(int, rng[k].split("."))), "big") for k in ("rangeStart", "rangeEnd"))
+        order = [underlay[a] for a in dict.fromkeys(AGENT_OF.values())]
+        params = net.NetworkParams(mn.info["session_id"], mn.info["vni"], mn.info["subnet"], tuple(order), OVERLAY_MTU)
+        lay = net.layout(params, underlay[agent])
+        lo, hi = (int.from_bytes(bytes(map(int, ip.split("."))), "big") for ip in (lay.range_start, lay.range_end))
         for host, c in mn.by_host.items():
             if AGENT_OF[host] == agent:
                 assert lo <= int.from_bytes(bytes(map(int, c["address"].split("."))), "big") <= hi
@@ -287,7 +293,7 @@ def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: st
     session = _runtime_session("gone", fabric, keypair)
     r = rt.create_session(session, state_root)
     assert r["state"] == "RUNNING" and r["vxlan"]
-    assert len(fabric.conflists()) == len(on_agents["conflists"]) + 3
+    assert fabric.conflists() == on_agents["conflists"], "sessions install no CNI config"
     assert all(r["vxlan"] in fabric.links(a) for a in fabric.netns)
     assert rt.destroy_session("gone", state_root)["changed"] is True
     assert rt.destroy_session("gone", state_root)["changed"] is False
@@ -295,8 +301,8 @@ def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: st
     helpers.assert_clean(before, state_root, [session])
 
 
-# journal records of a 3-agent session: begin, netns, overlay x3, agent_network, containers, relay, ready
-@pytest.mark.parametrize("kill", ["records:2", "records:4", "records:5", "records:7", "after:0.25"])
+# journal records of a 3-agent session: begin, netns, slot, network, containers, relay, ready
+@pytest.mark.parametrize("kill", ["records:2", "records:3", "records:4", "records:5", "after:0.25", "after:0.4"])
 def test_destroy_after_creator_killed(kill: str, fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:
     on_agents = fabric.snapshot()
     before = helpers.host_snapshot()

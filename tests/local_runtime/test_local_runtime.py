@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils._local_netns import is_alive
 from ansible_collections.backendai.cluster.plugins.module_utils._local_state import FAULT_ENV
 
 HOSTS = ["main1", "sub1", "sub2"]
@@ -81,7 +82,7 @@ def test_ssh_shell_has_container_env_and_master_addr_resolves(sessions: Any, hel
 
 def test_user_command_gets_exact_env(sessions: Any, state_root: str) -> None:
     r = sessions("cmdenv", command=["env"])
-    st = _status_until("cmdenv", state_root, "RUNNING")
+    st = _status_until("cmdenv", state_root, "TERMINATED")  # every command ended with 0: the session is done
     for spec, c in zip(r["spec"]["containers"], r["containers"]):
         deadline = time.monotonic() + 5
         while not os.path.exists(c["log"].replace(".log", ".exitcode")) and time.monotonic() < deadline:
@@ -91,7 +92,7 @@ def test_user_command_gets_exact_env(sessions: Any, state_root: str) -> None:
         want = dict(spec["env"], PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     HOME="/root")
         assert got == want
-    assert st["state"] == "RUNNING"
+    assert st["state"] == "TERMINATED" and {c["state"] for c in st["containers"]} == {"complete"}
 
 
 def test_user_command_log_and_exit_code(sessions: Any, state_root: str, helpers: Any) -> None:
@@ -103,12 +104,18 @@ def test_user_command_log_and_exit_code(sessions: Any, state_root: str, helpers:
         if all(c["command"] == "exited" for c in st["containers"]) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    assert st["state"] == "RUNNING"  # sshd keeps the containers up after the command exits
+    st = _status_until("exitcode", state_root, "ERROR")
+    assert st["state"] == "ERROR"  # a batch container ends with its command: every one failed
     for rank, c in enumerate(st["containers"]):
-        assert (c["state"], c["command"], c["exit_code"]) == ("running", "exited", 3 + rank)
+        assert (c["state"], c["command"], c["exit_code"]) == ("failed", "exited", 3 + rank)
+        assert c["reason"] == "the command exited with code %d" % (3 + rank)
         assert c["log_tail"] == ["out-" + HOSTS[rank], "err-%d" % rank]
         assert c["log"] == os.path.join(state_root, "exitcode", "logs", HOSTS[rank] + ".log")
-    assert helpers.ssh(r, "sub2", "hostname").stdout.strip() == "sub2"
+    deadline = time.monotonic() + 5
+    while any(is_alive(c["sshd_pid"]) for c in r["containers"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(is_alive(c["sshd_pid"]) for c in r["containers"]), "sshd outlived the container's command"
+    assert helpers.ssh(r, "sub2", "hostname", timeout=10).returncode != 0
 
 
 def test_killed_container_process_shows_degraded(sessions: Any, state_root: str) -> None:
@@ -119,8 +126,9 @@ def test_killed_container_process_shows_degraded(sessions: Any, state_root: str)
     os.kill(r["containers"][1]["pid"], signal.SIGKILL)  # sub1's supervisor
     st = _status_until("degraded", state_root, "DEGRADED")
     assert st["state"] == "DEGRADED"
-    assert [c["state"] for c in st["containers"]] == ["running", "exited", "running"]
+    assert [c["state"] for c in st["containers"]] == ["running", "failed", "running"]
     assert st["containers"][1]["command"] == "killed"
+    assert st["containers"][1]["reason"] == "the container's supervisor was killed before its command ended"
     assert [s["name"] for s in rt.list_sessions(state_root)] == ["degraded"]
 
 
@@ -216,7 +224,7 @@ def test_destroy_is_idempotent_and_create_refuses_existing(sessions: Any, state_
 def test_destroy_keep_logs(sessions: Any, state_root: str) -> None:
     sessions("logs", size=2, command=["sh", "-c", "echo kept; exit 7"])
     deadline = time.monotonic() + 5
-    while rt.session_status("logs", state_root)["containers"][1]["exit_code"] is None:
+    while any(c["exit_code"] is None for c in rt.session_status("logs", state_root)["containers"]):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     res = rt.destroy_session("logs", state_root, keep_logs=True)
@@ -226,7 +234,7 @@ def test_destroy_keep_logs(sessions: Any, state_root: str) -> None:
     st = rt.session_status("logs", state_root, log_lines=1)
     assert st["state"] == "TERMINATED"
     assert [(c["state"], c["exit_code"], c["log_tail"]) for c in st["containers"]] == \
-        [("exited", 7, ["kept"])] * 2
+        [("failed", 7, ["kept"])] * 2
     assert rt.destroy_session("logs", state_root, keep_logs=True)["changed"] is False
     assert rt.destroy_session("logs", state_root)["changed"] is True
 

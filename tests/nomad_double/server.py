@@ -14,11 +14,39 @@ JSON shapes (as read from Nomad's ``command/agent/*_endpoint.go`` and ``api`` st
   (duplicate group/task names, ``Count`` < 0, missing tasks/driver, job type, priority), which
   Nomad answers with ``500`` and a multierror text, as Nomad does;
 * a toy scheduler places each group's allocations on the configured nodes, honouring
-  datacenters, node pool, constraints (``${node.unique.name}``, ``${attr.*}``, ``${meta.*}``...),
-  drivers, network mode (``bridge`` / ``cni/<name>``) and cpu/memory/device capacity;
+  datacenters, node pool, constraints (``${node.unique.name}``, ``${attr.*}``, ``${meta.*}``...; the
+  ``version``/``semver`` operands only for comma-separated ``=``/``!=``/``<``/``<=``/``>``/``>=`` terms on
+  dotted numbers, not ``~>``), drivers, network mode (``bridge`` / ``cni/<name>``: a node has
+  ``cni/backendai``, the network the overlay_agent role installs, unless ``cni_networks`` says
+  otherwise) and cpu/memory/device capacity;
   allocations go ``pending`` -> ``running`` after ``alloc_start_delay`` seconds (None: stay pending);
 * ACL (one token), namespaces (jobs and variables stored per namespace), region checks,
-  variables with check-and-set, client logs, fault injection and request recording.
+  variables with check-and-set, client logs, fault injection and request recording;
+* variable locks (``PUT /v1/var/:path?lock-acquire|lock-renew|lock-release``, Nomad 1.7+), after
+  ``command/agent/variable_endpoint.go``, ``nomad/state/state_store_variables.go`` (``VarLockAcquire``,
+  ``VarLockRelease``, ``isLocked``) and ``nomad/structs/variables.go`` (TTL 10 s to 24 h, default TTL
+  and lock delay 15 s): a held lock answers 409 with the variable's metadata only; the lock is lost
+  ``TTL`` after its last renewal and cannot be taken again for ``LockDelay`` more; writing or
+  deleting a locked variable without its lock ID is a 409 too;
+* evaluations: every register creates one (``GET /v1/evaluation/:id``, ``nomad/structs/eval.go``
+  shapes), ``pending`` for ``eval_delay`` seconds, then ``complete`` with ``FailedTGAllocs`` (the
+  toy scheduler's AllocMetric per group it could not place) and, if any, a ``BlockedEval``
+  (status ``blocked``), as ``scheduler/generic_sched.go`` does;
+* ``GET /v1/allocations`` (``command/agent/alloc_endpoint.go``, ``nomad/alloc_endpoint.go``):
+  ``namespace`` (``*`` = all), ``resources``/``task_states`` field selection
+  (``Allocation.Stub``), ``filter`` (a go-bexpr subset: ``==``, ``!=``, ``and``, ``or``,
+  ``not``, parentheses over top-level string fields; anything else is a 400), and paging with
+  ``per_page``/``next_token`` ordered by CreateIndex then ID (``CreateIndexAndIDTokenizer``),
+  ``X-Nomad-NextToken`` on every page but the last;
+* node status changes (:meth:`NomadAPIDouble.set_node_status`): a node going ``down`` makes its
+  live allocations ``lost`` ("alloc is lost since its node is down", as ``nomad/node_endpoint.go``
+  marks them).
+
+What it does not model: the raft log and blocking queries (``index``/``wait`` are ignored); a
+blocked evaluation is never unblocked (capacity freed later does not place the queued
+allocations: a new register does); lost allocations are not replaced (the jobs this collection
+renders are pinned to a node and never rescheduled); lock ``LockDelay`` applies only after a TTL
+expiry (not after a release), as in Nomad; ACL policies beyond one management token; preemption.
 
 See :class:`HTTPDouble` for faults and recordings, ``fixtures.py`` for the pytest fixtures.
 """
@@ -26,6 +54,7 @@ See :class:`HTTPDouble` for faults and recordings, ``fixtures.py`` for the pytes
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import datetime
 import fnmatch
@@ -80,6 +109,37 @@ def go_parse_bool(name: str, value: t.Optional[str]) -> t.Optional[bool]:
                      % (name, value, value))
 
 
+_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
+_VERSION_TERM = re.compile(r"^\s*(=|!=|<=|>=|<|>)?\s*(\S+)\s*$")
+
+
+def version_matches(version: str, constraint: str, strict: bool = True) -> bool:
+    """Nomad's ``version``/``semver`` constraint operands (``scheduler/feasible/feasible.go``: checkVersionMatch with
+    hashicorp/go-version constraints): every comma-separated term must hold; a pre-release sorts before its release.
+    Not modelled: ``~>``, and the looser pre-release matching of ``version`` (both are treated like ``semver``)."""
+    m = _VERSION.match(version.strip())
+    if not m:
+        return False
+
+    def key(match: t.Match[str]) -> t.Tuple[t.Tuple[int, ...], int, str]:
+        nums = tuple(int(x) for x in match.group(1).split("."))
+        nums = nums + (0,) * (3 - len(nums))
+        return nums, 0 if match.group(2) else 1, match.group(2) or ""
+
+    have = key(m)
+    for term in constraint.split(","):
+        tm = _VERSION_TERM.match(term)
+        want = _VERSION.match(tm.group(2)) if tm else None
+        if not tm or not want:
+            return False
+        op, other = tm.group(1) or "=", key(want)
+        ok = {"=": have == other, "!=": have != other, "<": have < other, "<=": have <= other,
+              ">": have > other, ">=": have >= other}[op]
+        if not ok:
+            return False
+    return True
+
+
 def multierror(errors: t.Sequence[str]) -> str:
     """hashicorp/go-multierror's text, as Nomad returns validation failures."""
     head = "1 error occurred:" if len(errors) == 1 else "%d errors occurred:" % len(errors)
@@ -102,6 +162,112 @@ def _json_path(parts: t.Sequence[t.Any]) -> str:
         else:
             out += "[%s]" % json.dumps(p)
     return out
+
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
+
+
+def _go_duration(value: t.Any) -> float:
+    """Seconds of a Go duration: a string (``"15s"``, ``"1m30s"``) or integer nanoseconds."""
+    if value in (None, "", 0):
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(value) / 1e9
+    text = str(value)
+    parts = _DURATION.findall(text)
+    if not parts or "".join(a + b for a, b in parts) != text:
+        raise ValueError('time: invalid duration "%s"' % text)
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def _go_duration_text(seconds: float) -> str:
+    return ("%gs" % seconds) if seconds < 60 else ("%dm%gs" % divmod(seconds, 60)).replace("m0s", "m")
+
+
+def _token_key(token: str) -> t.Tuple[int, str]:
+    index, _, ident = token.partition(".")
+    try:
+        return int(index), ident
+    except ValueError:
+        raise BadRequest(400, "failed to read next_token %r" % token) from None
+
+
+_FILTER_TOKEN = re.compile(r'\s*(?:(\()|(\))|(==|!=)|("(?:[^"\\]|\\.)*")|([A-Za-z_][A-Za-z0-9_.]*))')
+
+
+def parse_filter(text: str) -> t.Callable[[t.Mapping[str, t.Any]], bool]:
+    """A go-bexpr subset: ``Field == "v"``, ``!=``, ``and``, ``or``, ``not``, parentheses."""
+    if not text.strip():
+        return lambda item: True
+    tokens: t.List[t.Tuple[str, str]] = []
+    pos = 0
+    while pos < len(text):
+        m = _FILTER_TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            raise BadRequest(400, "failed to read filter expression: unsupported syntax at %r" % text[pos:pos + 20])
+        pos = m.end()
+        lp, rp, op, string, ident = m.groups()
+        if lp:
+            tokens.append(("(", lp))
+        elif rp:
+            tokens.append((")", rp))
+        elif op:
+            tokens.append(("op", op))
+        elif string:
+            tokens.append(("str", json.loads(string)))
+        elif ident in ("and", "or", "not"):
+            tokens.append((ident, ident))
+        else:
+            tokens.append(("id", ident))
+    at = [0]
+
+    def peek() -> t.Optional[str]:
+        return tokens[at[0]][0] if at[0] < len(tokens) else None
+
+    def take(kind: str) -> str:
+        if peek() != kind:
+            raise BadRequest(400, "failed to read filter expression %r: expected %s" % (text, kind))
+        at[0] += 1
+        return tokens[at[0] - 1][1]
+
+    def primary() -> t.Callable[[t.Mapping[str, t.Any]], bool]:
+        if peek() == "not":
+            take("not")
+            inner = primary()
+            return lambda item: not inner(item)
+        if peek() == "(":
+            take("(")
+            inner = disjunction()
+            take(")")
+            return inner
+        field = take("id")
+        op = take("op")
+        value = take("str")
+        if op == "==":
+            return lambda item: str(item.get(field)) == value
+        return lambda item: str(item.get(field)) != value
+
+    def conjunction() -> t.Callable[[t.Mapping[str, t.Any]], bool]:
+        parts = [primary()]
+        while peek() == "and":
+            take("and")
+            parts.append(primary())
+        return lambda item: all(p(item) for p in parts)
+
+    def disjunction() -> t.Callable[[t.Mapping[str, t.Any]], bool]:
+        parts = [conjunction()]
+        while peek() == "or":
+            take("or")
+            parts.append(conjunction())
+        return lambda item: any(p(item) for p in parts)
+
+    result = disjunction()
+    if at[0] != len(tokens):
+        raise BadRequest(400, "failed to read filter expression %r: unexpected %r" % (text, tokens[at[0]][1]))
+    return result
 
 
 class SchemaChecker:
@@ -378,6 +544,8 @@ class HTTPDouble:
         self._lock = threading.RLock()
         self._faults: t.List[Fault] = []
         self._recorded: t.List[RecordedRequest] = []
+        #: seconds spent handling requests (for benchmarks: the double's own share of a measured time)
+        self.busy_seconds = 0.0
         self._stop = threading.Event()
         self._server: t.Optional[_Server] = None
         self._thread: t.Optional[threading.Thread] = None
@@ -499,6 +667,8 @@ class HTTPDouble:
                                  req.body, any(req.headers.get(h) for h in TOKEN_HEADERS))
         with self._lock:
             self._recorded.append(record)
+        for hook in list(getattr(self, "before_request", ())):
+            hook(req)
         fault = self._take_fault(req.method, req.path)
         if fault is not None:
             record.fault = True
@@ -509,12 +679,15 @@ class HTTPDouble:
             if fault.status is not None:
                 record.status = fault.status
                 return fault.status, {"Content-Type": fault.content_type}, fault.body.encode("utf-8")
+        started = time.perf_counter()
         try:
             answer = self._route(req)
         except BadRequest as err:
             answer = self._error(err.status, err.message)
         except Exception as err:  # a bug in the double: make it visible to the test
             answer = text_response(500, "Nomad API double internal error: %r" % (err,))
+        with self._lock:
+            self.busy_seconds += time.perf_counter() - started
         record.status = answer[0]
         return answer
 
@@ -627,7 +800,7 @@ class NomadAPIDouble(HTTPDouble):
     def __init__(self, token: t.Optional[str] = None, region: str = "global", datacenter: str = "dc1",
                  namespaces: t.Optional[t.Iterable[str]] = None, alloc_start_delay: t.Optional[float] = 0.0,
                  tls: t.Union[bool, TestPKI, None] = False, require_client_cert: bool = False,
-                 schema_path: str = SCHEMA_PATH) -> None:
+                 schema_path: str = SCHEMA_PATH, eval_delay: float = 0.0) -> None:
         super().__init__(tls=tls, require_client_cert=require_client_cert)
         self.token = token
         self.region = region
@@ -641,13 +814,17 @@ class NomadAPIDouble(HTTPDouble):
         self._nodes: t.Dict[str, t.Dict[str, t.Any]] = {}
         self._vars: t.Dict[t.Tuple[str, str], t.Dict[str, t.Any]] = {}
         self._logs: t.Dict[t.Tuple[str, str, str], bytearray] = {}
+        self._evals: t.Dict[str, t.Dict[str, t.Any]] = {}
+        self.eval_delay = eval_delay
+        #: callables run with each request before it is handled (outside the double's lock): test hooks
+        self.before_request: t.List[t.Callable[[Request], None]] = []
 
     # Test-side configuration ------------------------------------------------------------------
     def add_node(self, name: str, datacenter: t.Optional[str] = None, node_pool: str = "default", node_class: str = "",
                  cpu: int = 4000, memory: int = 8192, disk: int = 50000, cores: t.Optional[int] = None,
                  reserved_cpu: int = 0, reserved_memory: int = 0, reserved_disk: int = 0,
                  drivers: t.Iterable[str] = ("docker",), cni_plugins: t.Iterable[str] = ("bridge", "host-local", "loopback"),
-                 cni_networks: t.Iterable[str] = (), bridge: bool = True,
+                 cni_networks: t.Iterable[str] = ("backendai",), bridge: bool = True,
                  devices: t.Iterable[t.Mapping[str, t.Any]] = (), host_networks: t.Optional[t.Mapping[str, str]] = None,
                  attributes: t.Optional[t.Mapping[str, str]] = None, meta: t.Optional[t.Mapping[str, str]] = None,
                  status: str = "ready", eligibility: str = "eligible", drain: bool = False,
@@ -720,6 +897,30 @@ class NomadAPIDouble(HTTPDouble):
                                  "Restarts": restarts, "Description": description}
             alloc["ModifyIndex"] = self._next_index()
 
+    def set_node_status(self, name: str, status: str) -> None:
+        """A node's status changes (``down``, ``ready``, ...). Going down, each live allocation on it
+        becomes lost: ``ClientStatus`` lost, ``DesiredStatus`` stop, with Nomad's description."""
+        with self._lock:
+            node = self._nodes[self.node_id(name)]
+            index = self._next_index()
+            node.update({"Status": status, "ModifyIndex": index, "StatusUpdatedAt": int(time.time())})
+            if status != "down":
+                return
+            for alloc in self._allocs.values():
+                if alloc["NodeID"] == node["ID"] and self._live(alloc):
+                    alloc["override"] = {"ClientStatus": "lost", "State": "dead", "Failed": True, "Restarts": 0,
+                                         "Description": ""}
+                    alloc["DesiredStatus"] = "stop"
+                    alloc["DesiredDescription"] = "alloc is lost since its node is down"
+                    alloc["ModifyIndex"] = index
+
+    def lock_of(self, path: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
+        """The lock a variable holds now (after TTL expiry: None), for tests."""
+        with self._lock:
+            var = self._vars.get((namespace, path))
+            self._expire_lock(var)
+            return copy.deepcopy(var.get("Lock")) if var and var.get("Lock") else None
+
     def append_log(self, alloc_id: str, task: str, text: str, stream: str = "stdout") -> None:
         with self._lock:
             self._logs.setdefault((alloc_id, task, stream), bytearray()).extend(text.encode("utf-8"))
@@ -736,7 +937,7 @@ class NomadAPIDouble(HTTPDouble):
     def stored_variable(self, path: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
         with self._lock:
             var = self._vars.get((namespace, path))
-            return copy.deepcopy(var) if var else None
+            return self._var_public(var) if var else None
 
     # Plumbing ---------------------------------------------------------------------------------
     def _next_index(self) -> int:
@@ -789,6 +990,10 @@ class NomadAPIDouble(HTTPDouble):
                 return self._allocation(req, rest[len("allocation/"):])
             if rest.startswith("client/fs/logs/"):
                 return self._logs_endpoint(req, rest[len("client/fs/logs/"):])
+            if rest == "allocations":
+                return self._list_allocations(req)
+            if rest.startswith("evaluation/"):
+                return self._evaluation(req, rest[len("evaluation/"):])
             if rest == "nodes":
                 return self._list_nodes(req)
             if rest.startswith("node/"):
@@ -1039,8 +1244,11 @@ class NomadAPIDouble(HTTPDouble):
             else:
                 rec["Version"] += 1
             rec.update({"job": spec, "ModifyIndex": index, "JobModifyIndex": index, "SubmitTime": now})
-            self._reconcile(rec, changes, eval_id)
+            failed = self._reconcile(rec, changes, eval_id)
+        else:
+            failed = {}
         eval_index = self._next_index()
+        self._create_eval(eval_id, rec, failed, eval_index)
         return self._ok({"EvalID": eval_id, "EvalCreateIndex": eval_index, "JobModifyIndex": rec["JobModifyIndex"],
                          "Warnings": "", "Index": eval_index, "LastContact": 0, "KnownLeader": False})
 
@@ -1106,6 +1314,8 @@ class NomadAPIDouble(HTTPDouble):
             return any(s.strip() in have for s in (right or "").split(","))
         if op == "distinct_hosts":
             return True
+        if op in ("version", "semver"):
+            return left is not None and right is not None and version_matches(left, right, strict=op == "semver")
         return False
 
     @staticmethod
@@ -1243,12 +1453,13 @@ class NomadAPIDouble(HTTPDouble):
             placements.append(placed)
         return placements, None
 
-    def _reconcile(self, rec: t.Dict[str, t.Any], changes: t.Mapping[str, str], eval_id: str) -> None:
+    def _reconcile(self, rec: t.Dict[str, t.Any], changes: t.Mapping[str, str], eval_id: str) -> t.Dict[str, t.Any]:
         """Apply a new job version to the allocations (what the scheduler and clients would do)."""
         job = rec["job"]
         ns = job["Namespace"]
         groups = {g["Name"]: g for g in job.get("TaskGroups") or []}
         index = rec["ModifyIndex"]
+        failed: t.Dict[str, t.Any] = {}
         for name, change in changes.items():
             current = [a for a in self._job_allocs(ns, job["ID"]) if a["TaskGroup"] == name and a["DesiredStatus"] == "run"]
             if change == "destroy" or change == "destructive":
@@ -1274,12 +1485,15 @@ class NomadAPIDouble(HTTPDouble):
             missing = want - len(current[:want])
             ignore = {a["ID"] for a in current[want:]}
             # (no usage carried over between groups: the allocations made for earlier groups already count)
-            placements, _ = self._schedule(job, group, missing, ignore)
+            placements, metric = self._schedule(job, group, missing, ignore)
             rec["Queued"][name] = missing - len(placements)
+            if metric is not None:
+                failed[name] = metric
             used_indexes = {a["Index"] for a in current[:want]}
             free_indexes = (i for i in itertools.count() if i not in used_indexes)
             for (node, devices), alloc_index in zip(placements, free_indexes):
                 self._create_alloc(rec, group, alloc_index, node, devices, eval_id, index)
+        return failed
 
     def _create_alloc(self, rec: t.Mapping[str, t.Any], group: t.Mapping[str, t.Any], alloc_index: int,
                       node: t.Mapping[str, t.Any], devices: t.List[t.Dict[str, t.Any]], eval_id: str, index: int) -> None:
@@ -1333,7 +1547,7 @@ class NomadAPIDouble(HTTPDouble):
         if state != "pending":
             events.append({"Type": "Started", "Time": alloc["CreateTime"], "DisplayMessage": "Task started by client",
                            "Details": {}, "FailsTask": False})
-        if state == "dead":
+        if state == "dead" and status != "lost":  # a lost task's end is not seen by any client
             events.append({"Type": "Terminated" if failed else "Killed", "Time": alloc["CreateTime"],
                            "DisplayMessage": "Exit Code: %d" % (1 if failed else 0), "Details": {}, "FailsTask": bool(failed)})
         return {task: {"State": state, "Failed": bool(failed), "Restarts": int(override.get("Restarts") or 0),
@@ -1341,7 +1555,7 @@ class NomadAPIDouble(HTTPDouble):
                        "FinishedAt": created if state == "dead" else ZERO_TIME, "Events": events, "TaskHandle": None}
                 for task in alloc["Tasks"]}
 
-    def _alloc_stub(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    def _alloc_stub(self, alloc: t.Mapping[str, t.Any], task_states: bool = True) -> t.Dict[str, t.Any]:
         override = alloc["override"] or {}
         return {
             "ID": alloc["ID"], "EvalID": alloc["EvalID"], "Name": alloc["Name"], "Namespace": alloc["Namespace"],
@@ -1350,7 +1564,7 @@ class NomadAPIDouble(HTTPDouble):
             "DesiredStatus": alloc["DesiredStatus"], "DesiredDescription": alloc["DesiredDescription"],
             "ClientStatus": self._client_status(alloc), "ClientDescription": override.get("Description", ""),
             "DesiredTransition": {"Migrate": None, "Reschedule": None, "ForceReschedule": None, "NoShutdownDelay": None},
-            "TaskStates": self._task_states(alloc), "DeploymentStatus": None, "FollowupEvalID": "", "NextAllocation": "",
+            "TaskStates": self._task_states(alloc) if task_states else None, "DeploymentStatus": None, "FollowupEvalID": "", "NextAllocation": "",
             "RescheduleTracker": None, "PreemptedAllocations": None, "PreemptedByAllocation": "",
             "CreateIndex": alloc["CreateIndex"], "ModifyIndex": alloc["ModifyIndex"],
             "CreateTime": alloc["CreateTime"], "ModifyTime": alloc["ModifyTime"],
@@ -1359,6 +1573,17 @@ class NomadAPIDouble(HTTPDouble):
     def _alloc_full(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         full = self._alloc_stub(alloc)
         full.pop("JobType")
+        full.update({
+            "Job": self._job_view(self._jobs[(alloc["Namespace"], alloc["JobID"])]) if (alloc["Namespace"], alloc["JobID"]) in self._jobs
+            else copy.deepcopy(alloc["Job"]),
+            "Resources": {"CPU": alloc["Demand"]["cpu"], "MemoryMB": alloc["Demand"]["memory"], "DiskMB": alloc["Demand"]["disk"]},
+            "AllocatedResources": self._allocated_resources(alloc),
+            "Metrics": {"NodesEvaluated": 1, "NodesFiltered": 0, "AllocationTime": 1000, "CoalescedFailures": 0},
+            "DeploymentID": "", "AllocModifyIndex": alloc["ModifyIndex"], "NetworkStatus": None,
+        })
+        return full
+
+    def _allocated_resources(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         tasks = {}
         devices_left = list(alloc["Devices"])
         for name, res in alloc["TaskResources"].items():
@@ -1379,16 +1604,8 @@ class NomadAPIDouble(HTTPDouble):
         shared_net = {"Mode": alloc["NetworkMode"], "IP": ip,
                       "DynamicPorts": [{"Label": p["Label"], "Value": p["Value"], "To": p["To"], "HostNetwork": "default"}
                                        for p in alloc["Ports"]] or None}
-        full.update({
-            "Job": self._job_view(self._jobs[(alloc["Namespace"], alloc["JobID"])]) if (alloc["Namespace"], alloc["JobID"]) in self._jobs
-            else copy.deepcopy(alloc["Job"]),
-            "Resources": {"CPU": alloc["Demand"]["cpu"], "MemoryMB": alloc["Demand"]["memory"], "DiskMB": alloc["Demand"]["disk"]},
-            "AllocatedResources": {"Tasks": tasks, "TaskLifecycles": {name: None for name in tasks},
-                                   "Shared": {"Networks": [shared_net], "DiskMB": alloc["Demand"]["disk"], "Ports": copy.deepcopy(alloc["Ports"]) or None}},
-            "Metrics": {"NodesEvaluated": 1, "NodesFiltered": 0, "AllocationTime": 1000, "CoalescedFailures": 0},
-            "DeploymentID": "", "AllocModifyIndex": alloc["ModifyIndex"], "NetworkStatus": None,
-        })
-        return full
+        return {"Tasks": tasks, "TaskLifecycles": {name: None for name in tasks},
+                "Shared": {"Networks": [shared_net], "DiskMB": alloc["Demand"]["disk"], "Ports": copy.deepcopy(alloc["Ports"]) or None}}
 
     def _job_allocations(self, req: Request, job_id: str) -> Response:
         if req.method != "GET":
@@ -1516,6 +1733,75 @@ class NomadAPIDouble(HTTPDouble):
         return {"Type": j_type, "ID": new["ID"], "Fields": fields_ or None, "Objects": objects or None,
                 "TaskGroups": tg_diffs or None}
 
+    # Evaluations --------------------------------------------------------------------------------
+    def _create_eval(self, eval_id: str, rec: t.Mapping[str, t.Any], failed: t.Mapping[str, t.Any], index: int) -> None:
+        job = rec["job"]
+        base = {"Namespace": job["Namespace"], "Priority": job.get("Priority", 50), "Type": job.get("Type", "service"),
+                "TriggeredBy": "job-register", "JobID": job["ID"], "JobModifyIndex": rec["JobModifyIndex"],
+                "NodeID": "", "NodeModifyIndex": 0, "DeploymentID": "", "Wait": 0, "WaitUntil": ZERO_TIME,
+                "NextEval": "", "PreviousEval": "", "ClassEligibility": None, "EscapedComputedClass": False,
+                "AnnotatePlan": False, "QueuedAllocations": dict(rec.get("Queued") or {}), "LeaderACL": "",
+                "SnapshotIndex": index, "CreateIndex": index, "ModifyIndex": index,
+                "CreateTime": time.time_ns(), "ModifyTime": time.time_ns()}
+        blocked = ""
+        if failed:
+            blocked = str(uuid.uuid4())
+            self._evals[blocked] = dict(base, ID=blocked, Status="blocked", StatusDescription="created to place remaining allocations",
+                                        PreviousEval=eval_id, FailedTGAllocs=None, BlockedEval="",
+                                        ClassEligibility={}, created=time.monotonic())
+        self._evals[eval_id] = dict(base, ID=eval_id, Status="complete", StatusDescription="",
+                                    FailedTGAllocs=copy.deepcopy(dict(failed)) or None, BlockedEval=blocked,
+                                    created=time.monotonic())
+
+    def _evaluation(self, req: Request, rest: str) -> Response:
+        if req.method != "GET":
+            return text_response(405, "Invalid method")
+        ev = self._evals.get(rest)
+        if ev is None:
+            return text_response(404, "eval not found")
+        out = {k: copy.deepcopy(v) for k, v in ev.items() if k != "created"}
+        if out["Status"] == "complete" and time.monotonic() - ev["created"] < self.eval_delay:
+            # not processed by a scheduler worker yet
+            out.update(Status="pending", FailedTGAllocs=None, BlockedEval="", QueuedAllocations=None)
+        return self._ok(out)
+
+    # Allocation list ----------------------------------------------------------------------------
+    def _list_allocations(self, req: Request) -> Response:
+        if req.method != "GET":
+            return text_response(405, "Invalid method")
+        ns = self._namespace(req, allow_wildcard=True)
+        resources = bool(go_parse_bool("resources", req.q("resources")))
+        task_states = go_parse_bool("task_states", req.q("task_states"))
+        go_parse_bool("reverse", req.q("reverse"))
+        matcher = parse_filter(req.q("filter") or "")
+        try:
+            per_page = int(req.q("per_page") or 0)
+        except ValueError:
+            return text_response(400, 'failed to parse value of "per_page"')
+        token = req.q("next_token") or ""
+        allocs = sorted((a for a in self._allocs.values() if ns == "*" or a["Namespace"] == ns),
+                        key=lambda a: (a["CreateIndex"], a["ID"]))
+        out: t.List[t.Dict[str, t.Any]] = []
+        next_token = ""
+        if token:
+            start = _token_key(token)
+            allocs = allocs[bisect.bisect_left([(a["CreateIndex"], a["ID"]) for a in allocs], start):]
+        for alloc in allocs:
+            key = "%d.%s" % (alloc["CreateIndex"], alloc["ID"])
+            stub = self._alloc_stub(alloc, task_states=task_states is not False)
+            if resources:
+                stub["AllocatedResources"] = self._allocated_resources(alloc)
+            if not matcher(stub):
+                continue
+            if per_page and len(out) == per_page:
+                next_token = key
+                break
+            out.append(stub)
+        headers = self._meta_headers()
+        if next_token:
+            headers["X-Nomad-NextToken"] = next_token
+        return json_response(200, out, headers)
+
     # Nodes --------------------------------------------------------------------------------------
     def _node_stub(self, node: t.Mapping[str, t.Any], resources: bool, with_os: bool) -> t.Dict[str, t.Any]:
         stub = {
@@ -1586,10 +1872,18 @@ class NomadAPIDouble(HTTPDouble):
             var = self._vars.get((self._namespace(req), path))
             if var is None:
                 return text_response(404, "variable not found")
-            return json_response(200, copy.deepcopy(var), {"X-Nomad-Index": str(var["ModifyIndex"])})
+            self._expire_lock(var)
+            return json_response(200, self._var_public(var), {"X-Nomad-Index": str(var["ModifyIndex"])})
         if req.method in ("PUT", "POST"):
+            ops = [op for op in ("lock-acquire", "lock-renew", "lock-release") if op in req.query]
+            if len(ops) > 1:
+                return text_response(400, "multiple lock operations")
+            if ops and cas_text:
+                return text_response(400, "CAS can't be used with lock operations")
             body = self._read_json(req)
             self.schema.check("variable", body)
+            if ops:
+                return self._lock_op(req, ops[0], path, body)
             if not isinstance(body, dict) or not body.get("Items"):
                 return text_response(400, "variable missing required Items object")
             ns = body.get("Namespace") or self._namespace(req)  # Nomad: the body's Namespace wins
@@ -1602,21 +1896,87 @@ class NomadAPIDouble(HTTPDouble):
             current = self._vars.get((ns, path))
             if cas is not None and (current["ModifyIndex"] if current else 0) != cas:
                 return self._var_conflict(ns, path, current)
+            if self._locked_against(current, body):
+                return self._var_conflict(ns, path, None)
             index = self._next_index()
             now = time.time_ns()
             var = {"Namespace": ns, "Path": path, "CreateIndex": current["CreateIndex"] if current else index,
                    "ModifyIndex": index, "CreateTime": current["CreateTime"] if current else now, "ModifyTime": now,
                    "Items": dict(body["Items"])}
+            if current is not None and current.get("Lock"):
+                var.update(Lock=current["Lock"], **{k: v for k, v in current.items() if k.startswith("lock_")})
             self._vars[(ns, path)] = var
-            return json_response(200, copy.deepcopy(var), {"X-Nomad-Index": str(index)})
+            return json_response(200, self._var_public(var), {"X-Nomad-Index": str(index)})
         if req.method == "DELETE":
             ns = self._namespace(req)
             current = self._vars.get((ns, path))
             if cas is not None and (current["ModifyIndex"] if current else 0) != cas:
                 return self._var_conflict(ns, path, current)
+            if self._locked_against(current, None):
+                return self._var_conflict(ns, path, None)
             self._vars.pop((ns, path), None)
             return 204, {"X-Nomad-Index": str(self._next_index())}, b""
         return text_response(400, "Invalid method")
+
+    def _expire_lock(self, var: t.Optional[t.Dict[str, t.Any]]) -> None:
+        """A lock not renewed within its TTL is lost (Nomad's TTL timer); the lock delay then starts."""
+        lock = (var or {}).get("Lock")
+        if var is not None and lock and time.monotonic() >= var["lock_expires"]:
+            var["Lock"] = None
+            var["lock_free_at"] = var["lock_expires"] + var["lock_delay"]
+
+    def _locked_against(self, var: t.Optional[t.Dict[str, t.Any]], body: t.Any) -> bool:
+        """``isLocked``: the variable holds a lock and the request does not carry its ID."""
+        self._expire_lock(var)
+        lock = (var or {}).get("Lock")
+        given = ((body or {}).get("Lock") or {}).get("ID") if isinstance(body, dict) else None
+        return bool(lock) and given != lock["ID"]
+
+    def _lock_op(self, req: Request, op: str, path: str, body: t.Any) -> Response:
+        if not isinstance(body, dict):
+            return text_response(400, "missing lock information")
+        ns = body.get("Namespace") or self._namespace(req)
+        current = self._vars.get((ns, path))
+        self._expire_lock(current)
+        lock = body.get("Lock") or {}
+        now = time.monotonic()
+        if op == "lock-acquire":
+            try:
+                ttl = _go_duration(lock.get("TTL")) or 15.0
+                delay = _go_duration(lock.get("LockDelay")) or 15.0
+            except ValueError as err:
+                return text_response(400, str(err))
+            if not 10.0 <= ttl <= 86400.0:
+                return text_response(400, "TTL must be between 10 seconds and 24 hours")
+            if self._locked_against(current, body) or (current is not None and now < current.get("lock_free_at", 0.0)):
+                return self._var_conflict(ns, path, None)
+            index = self._next_index()
+            wall = time.time_ns()
+            var = {"Namespace": ns, "Path": path, "CreateIndex": current["CreateIndex"] if current else index,
+                   "ModifyIndex": index, "CreateTime": current["CreateTime"] if current else wall, "ModifyTime": wall,
+                   "Items": dict(body.get("Items") or {}),
+                   "Lock": {"ID": str(uuid.uuid4()), "TTL": _go_duration_text(ttl), "LockDelay": _go_duration_text(delay)},
+                   "lock_expires": now + ttl, "lock_delay": delay, "lock_ttl": ttl}
+            self._vars[(ns, path)] = var
+            return json_response(200, self._var_public(var), {"X-Nomad-Index": str(index)})
+        if current is None:
+            return text_response(404, "variable not found")
+        if not current.get("Lock"):
+            return text_response(409, "variable doesn't hold a lock")
+        if not lock.get("ID"):
+            return text_response(400, "missing lock information")
+        if lock["ID"] != current["Lock"]["ID"]:
+            return self._var_conflict(ns, path, None)
+        if op == "lock-renew":
+            current["lock_expires"] = now + current["lock_ttl"]
+            return self._ok(self._var_meta(current))
+        current["Lock"] = None
+        current["ModifyIndex"] = self._next_index()
+        return json_response(200, self._var_public(current), {"X-Nomad-Index": str(current["ModifyIndex"])})
+
+    @staticmethod
+    def _var_public(var: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        return {k: copy.deepcopy(v) for k, v in var.items() if not k.startswith("lock_")}
 
     def _var_conflict(self, ns: str, path: str, current: t.Optional[t.Mapping[str, t.Any]]) -> Response:
         """409 with the current variable (Items included: the double's token can read), as Nomad answers."""
@@ -1624,7 +1984,7 @@ class NomadAPIDouble(HTTPDouble):
             body: t.Dict[str, t.Any] = {"Namespace": ns, "Path": path, "CreateIndex": 0, "ModifyIndex": 0,
                                         "CreateTime": 0, "ModifyTime": 0, "Items": None}
             return json_response(409, body, {"X-Nomad-Index": "0"})
-        return json_response(409, copy.deepcopy(current), {"X-Nomad-Index": str(current["ModifyIndex"])})
+        return json_response(409, self._var_public(current), {"X-Nomad-Index": str(current["ModifyIndex"])})
 
 
 # Backwards-friendly short name used by the fixtures.

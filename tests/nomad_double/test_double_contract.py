@@ -473,3 +473,98 @@ def test_vault_kv_v2_contract(vault_double: t.Any) -> None:
     nomount = requests.get(vault_double.url + "/v1/kv2/data/x", headers=auth, timeout=TIMEOUT)
     assert nomount.status_code == 404 and "no handler for route" in nomount.json()["errors"][0]
     assert vault_double.requests_containing("vault-root-token") == []
+
+
+# Variable locks, evaluations, the allocation list, node status (issue 12) -------------------------
+
+LOCK = "/v1/var/locks/one"
+
+
+def test_variable_lock_acquire_conflict_renew_release(nomad: NomadAPIDouble) -> None:
+    body = {"Path": "locks/one", "Items": {"holder": "a"}, "Lock": {"TTL": "10s", "LockDelay": "1s"}}
+    first = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)
+    assert first.status_code == 200, first.text
+    lock_id = first.json()["Lock"]["ID"]
+    assert first.json()["Lock"]["TTL"] == "10s"
+    other = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)
+    assert other.status_code == 409 and other.json()["Items"] is None  # no data shown to a loser
+    write = put(nomad, LOCK, {"Path": "locks/one", "Items": {"x": "y"}})
+    assert write.status_code == 409  # a locked variable is written only with its lock ID
+    assert requests.delete(nomad.url + LOCK, timeout=TIMEOUT).status_code == 409
+    renew = requests.put(nomad.url + LOCK + "?lock-renew", json={"Path": "locks/one", "Lock": {"ID": lock_id}}, timeout=TIMEOUT)
+    assert renew.status_code == 200 and "Items" not in renew.json()
+    wrong = requests.put(nomad.url + LOCK + "?lock-release", json={"Path": "locks/one", "Lock": {"ID": "nope"}}, timeout=TIMEOUT)
+    assert wrong.status_code == 409
+    both = requests.put(nomad.url + LOCK + "?lock-release&lock-acquire", json=body, timeout=TIMEOUT)
+    assert (both.status_code, both.text) == (400, "multiple lock operations")
+    cas = requests.put(nomad.url + LOCK + "?lock-acquire&cas=3", json=body, timeout=TIMEOUT)
+    assert (cas.status_code, cas.text) == (400, "CAS can't be used with lock operations")
+    released = requests.put(nomad.url + LOCK + "?lock-release", json={"Path": "locks/one", "Lock": {"ID": lock_id}},
+                            timeout=TIMEOUT)
+    assert released.status_code == 200 and released.json()["Lock"] is None
+    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
+    short = dict(body, Lock={"TTL": "5s"})
+    assert requests.put(nomad.url + "/v1/var/locks/two?lock-acquire", json=short, timeout=TIMEOUT).text == \
+        "TTL must be between 10 seconds and 24 hours"
+
+
+def test_variable_lock_is_lost_after_its_ttl_then_free_after_the_lock_delay(nomad: NomadAPIDouble,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    body = {"Path": "locks/one", "Items": {"holder": "a"}, "Lock": {"TTL": "10s", "LockDelay": "2s"}}
+    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + 11)  # past the TTL, inside the lock delay
+    assert nomad.lock_of("locks/one") is None
+    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 409
+    monkeypatch.setattr(time, "monotonic", lambda: now + 12.5)
+    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
+
+
+def test_register_creates_an_evaluation_with_failed_groups_and_a_blocked_eval(nomad: NomadAPIDouble) -> None:
+    job = make_job("web", groups=("g1", "g2"), cpu=1500)  # both pinned to n1 (2000 MHz): g2 cannot be placed
+    answer = put(nomad, "/v1/jobs", {"Job": job}).json()
+    ev = get(nomad, "/v1/evaluation/" + answer["EvalID"]).json()
+    assert ev["Status"] == "complete" and ev["JobID"] == "web" and ev["TriggeredBy"] == "job-register"
+    assert list(ev["FailedTGAllocs"]) == ["g2"] and ev["FailedTGAllocs"]["g2"]["DimensionExhausted"] == {"cpu": 1}
+    blocked = get(nomad, "/v1/evaluation/" + ev["BlockedEval"]).json()
+    assert blocked["Status"] == "blocked" and blocked["PreviousEval"] == ev["ID"]
+    ok = put(nomad, "/v1/jobs", {"Job": make_job("db", node="n2")}).json()
+    ev = get(nomad, "/v1/evaluation/" + ok["EvalID"]).json()
+    assert ev["FailedTGAllocs"] is None and ev["BlockedEval"] == ""
+    assert get(nomad, "/v1/evaluation/nope").status_code == 404
+
+
+def test_allocation_list_filter_fields_and_pages(nomad: NomadAPIDouble) -> None:
+    for i in range(5):
+        assert put(nomad, "/v1/jobs", {"Job": make_job("j%d" % i, cpu=100, memory=64)}).status_code == 200
+    requests.delete(nomad.url + "/v1/job/j4", timeout=TIMEOUT)  # stopped: its allocation is no longer live
+    live = 'DesiredStatus == "run" and ClientStatus != "complete"'
+    seen, token, pages = [], None, 0
+    while True:
+        params = {"namespace": "*", "resources": "true", "task_states": "false", "filter": live, "per_page": "2"}
+        if token:
+            params["next_token"] = token
+        page = requests.get(nomad.url + "/v1/allocations", params=params, timeout=TIMEOUT)
+        assert page.status_code == 200
+        pages += 1
+        for stub in page.json():
+            assert stub["TaskStates"] is None and stub["AllocatedResources"]["Tasks"]["main"]["Cpu"]["CpuShares"] == 100
+            seen.append(stub["JobID"])
+        token = page.headers.get("X-Nomad-NextToken")
+        if not token:
+            break
+    assert seen == ["j0", "j1", "j2", "j3"] and pages == 2
+    plain = get(nomad, "/v1/allocations").json()
+    assert len(plain) == 5 and plain[0]["AllocatedResources"] is None and plain[0]["TaskStates"]
+    bad = requests.get(nomad.url + "/v1/allocations", params={"filter": "ClientStatus matches x"}, timeout=TIMEOUT)
+    assert bad.status_code == 400
+
+
+def test_node_down_makes_its_allocations_lost(nomad: NomadAPIDouble) -> None:
+    put(nomad, "/v1/jobs", {"Job": make_job("web")})
+    nomad.set_node_status("n1", "down")
+    (alloc,) = get(nomad, "/v1/job/web/allocations").json()
+    assert (alloc["ClientStatus"], alloc["DesiredStatus"]) == ("lost", "stop")
+    assert alloc["DesiredDescription"] == "alloc is lost since its node is down"
+    nodes = {n["Name"]: n["Status"] for n in get(nomad, "/v1/nodes").json()}
+    assert nodes == {"n1": "down", "n2": "ready"}

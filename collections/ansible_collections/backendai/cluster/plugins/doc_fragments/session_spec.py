@@ -78,7 +78,9 @@ options:
             type: str
             required: true
           target:
-            description: Absolute path in the container, without C(..); each target at most once.
+            description:
+              - Absolute path in the container, without C(..); each target at most once.
+              - Not C(/proc), C(/sys) or C(/dev) or below them (the container runtime provides them).
             type: str
             required: true
           read_only:
@@ -135,10 +137,12 @@ options:
         suboptions:
           mode:
             description:
-              - V(auto) - bridge when the plan uses one agent, the session's private network across agents otherwise.
-              - V(bridge) - Nomad's bridge network (one agent only).
-              - V(cni/<name>) - a CNI network the Nomad clients already have.
+              - V(auto), the only mode - every session gets a private network of its own (Nomad network mode
+                C(cni/backendai), with signed C(cni { args })), on one agent or across agents.
+              - V(bridge) is refused (Nomad's shared bridge holds every other allocation of the agent), and so is
+                V(cni/<name>) (a CNI network of your own is not private to the session).
             type: str
+            choices: [auto]
             default: auto
       master_port:
         description: C(MASTER_PORT) of every container (torch's rendezvous port), 1 to 65535.

@@ -49,6 +49,15 @@ options:
     type: list
     elements: str
     default: []
+  node_details:
+    description:
+      - Read each node's full record (one request per node) for C(nomad_cni_plugins), C(nomad_host_networks) and
+        C(nomad_meta), which the node list does not carry.
+      - With V(false) the inventory costs a constant number of requests whatever the cluster size (the node list with
+        resources, and every live allocation in pages); those three variables are then empty.
+      - Capacity (C(nomad_free), C(backendai_agent)) is read in bulk either way.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -84,6 +93,7 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructa
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import (
     SCHEDULABLE_POOLS,
     agent_from_summary,
+    allocations_by_node,
     free_gpus,
     is_schedulable,
 )
@@ -157,15 +167,19 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         error: t.Optional[NomadError] = None
         try:
             with NomadClient(self._connection()) as client:
-                for stub in client.list_nodes():
+                # every node's live allocations in a few paged requests (not one request per node)
+                by_node = allocations_by_node(client)
+                details = self.get_option("node_details")
+                for stub in client.list_nodes(resources=not details):
                     if datacenters and stub.get("Datacenter") not in datacenters:
                         continue
                     if pools and stub.get("NodePool", "default") not in pools:
                         continue
-                    node = client.node(stub["ID"])
+                    # the full node: attributes (CNI plugins, address), meta, host networks
+                    node = client.node(stub["ID"]) if details else stub
                     if node is None:  # gone since the listing
                         continue
-                    summaries.append(summarize_node(node, client.node_allocations(node["ID"])))
+                    summaries.append(summarize_node(node, by_node.get(node["ID"], [])))
         except NomadError as exc:
             error = exc
         if error is not None:

@@ -20,11 +20,13 @@ The machine is one agent, ``local``, with its CPU (cores × MHz) and memory as c
 same placement rules apply (a session larger than the machine is PENDING). With ``agents`` (local
 agents made by ``_local_agents``: network-namespace "hosts" of this machine, each with its
 capacity and a ``local`` mapping) the session is placed on those instead, and a multi-node plan
-spreads its containers over them, joined by a VXLAN overlay (see ``_local_overlay``). The same plan, the
+spreads its containers over them, joined by a VXLAN segment (see ``_local_network``). The same plan, the
 same environment (``container_env``) and the same kind of keypair as the Nomad backend are used.
 A record next to the runtime's state (``backend.json``: the normalised spec, its digest and the
-public key) makes ``present`` idempotent: the same spec on a running session changes nothing; a
-changed spec, or a session that is not fully running, is recreated with the same keys.
+public key) makes ``present`` idempotent: the same spec on a session with no broken container
+changes nothing; a changed spec, or a session with a broken container (failed: its command exited
+non-zero or was killed, or an interactive container's sshd died), is recreated with the same keys.
+Container statuses and the session state follow the Nomad job's model (``_session_state``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime i
 from ansible_collections.backendai.cluster.plugins.module_utils._placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import SessionPlan, build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary
-from ansible_collections.backendai.cluster.plugins.module_utils._session_view import wait_progress
+from ansible_collections.backendai.cluster.plugins.module_utils._session_state import needs_repair
+from ansible_collections.backendai.cluster.plugins.module_utils._session_view import broken_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import SessionSpec, parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import (
     SSHKeypair,
@@ -174,9 +177,10 @@ def _view(status: t.Mapping[str, t.Any], record: t.Optional[t.Mapping[str, t.Any
         containers.append({
             "hostname": c["hostname"], "role": known.get("role", ""), "idx": known.get("idx", 0),
             "agent": known.get("agent") or LOCAL_AGENT, "address": c.get("address") or "", "status": c["state"],
-            "command": c.get("command"), "exit_code": c.get("exit_code"), "restarts": 0,
+            "command": c.get("command"), "exit_code": c.get("exit_code"), "restarts": 0, "reason": c.get("reason", ""),
             "log_tail": list(c.get("log_tail", [])), "log": c.get("log", ""),
         })
+    batch = any(c.get("command") not in (None, "none") for c in containers)
     published = status.get("published") or ""
     host, _sep, port = published.rpartition(":")
     ssh_config = os.path.join(status.get("state_dir", ""), "ssh_config") if status.get("state_dir") else ""
@@ -185,9 +189,10 @@ def _view(status: t.Mapping[str, t.Any], record: t.Optional[t.Mapping[str, t.Any
         "name": status["name"], "backend": "local", "session_id": status.get("session_id", plan.get("session_id", "")),
         "state": "SCHEDULED" if status["state"] == "CREATING" else status["state"], "mode": plan.get("mode", ""), "network_mode": plan.get("network_mode", ""),
         "state_dir": status.get("state_dir", ""), "containers": containers,
+        "reason": broken_summary(containers) or status.get("message", ""),
         "main1": {"address": host, "ssh_port": int(port) if port.isdigit() else None,
                   "ssh_command": "ssh -F %s main1" % ssh_config if ssh_config else ""},
-        "progress": wait_progress(containers),
+        "progress": wait_progress(containers, batch=batch),
     }
 
 
@@ -216,7 +221,11 @@ def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: 
     status = session_status(spec.name, root)
     digest = _digest(spec, agents)
     exists = status.get("exists", False)
-    if exists and record and record.get("digest") == digest and status["state"] == "RUNNING":
+    statuses = [c["state"] for c in status.get("containers", [])]
+    if exists and record and record.get("digest") == digest and statuses and not needs_repair(statuses) \
+            and status["state"] != "CREATING":
+        # RUNNING, or TERMINATED (every batch command completed: not run again, as on Nomad), or
+        # DEGRADED only because some commands completed while others run: nothing to repair
         return {"changed": False, "created": False, "session": _view(session_status(spec.name, root), record),
                 "plan": record["plan"]}
 
@@ -235,7 +244,7 @@ def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: 
     if check_mode or keys is None:
         return {"changed": True, "created": False, "session": _view(status, record) if exists else _planned_view(summary),
                 "plan": summary, "diff": diff}
-    if exists:  # a changed spec, or a session that is not fully running: recreate it with the same keys
+    if exists:  # a changed spec, or a broken container: recreate the session with the same keys (and ID)
         destroy_session(spec.name, root)
     create_session(runtime_session(plan, keys, behind), root)
     new_record = {"digest": digest, "public_key": keys.public_key, "plan": summary, "spec_text": _spec_text(spec)}

@@ -10,6 +10,7 @@ argument spec                      doc fragment
 :func:`nomad_connection_argument_spec`  ``backendai.cluster.nomad_connection``
 :func:`vault_connection_argument_spec`  ``backendai.cluster.vault_connection``
 :func:`local_runtime_argument_spec`     ``backendai.cluster.local_runtime``
+:func:`session_network_argument_spec`   ``backendai.cluster.session_network``
 =================================  ==========================================
 
 A unit test asserts that names, types, defaults, aliases, ``no_log`` and the environment variables
@@ -71,11 +72,25 @@ _LOCAL_RUNTIME: t.Dict[str, t.Dict[str, t.Any]] = {
     "state_dir": {"type": "path", "default": DEFAULT_STATE_ROOT},
 }
 
+#: Where the control node keeps the cluster network key (the overlay_agent role makes it there once).
+DEFAULT_NETWORK_KEY_FILE = "~/.config/backendai-cluster/network.key"
+NETWORK_ENV = {"network_key_file": "BACKENDAI_NETWORK_KEY_FILE",
+               "network_claims_namespace": "BACKENDAI_NETWORK_CLAIMS_NAMESPACE"}
+
+_SESSION_NETWORK: t.Dict[str, t.Dict[str, t.Any]] = {
+    # a path, not the key itself: keep it visible (the key's text is never read into a result)
+    "network_key_file": {"type": "path", "no_log": False, "default": DEFAULT_NETWORK_KEY_FILE,
+                         "fallback": (env_fallback, [NETWORK_ENV["network_key_file"]])},
+    "network_claims_namespace": {"type": "str", "default": "default",
+                                 "fallback": (env_fallback, [NETWORK_ENV["network_claims_namespace"]])},
+}
+
 #: Fragment name -> argument spec (what the pairing test walks).
 FRAGMENTS = {
     "nomad_connection": _NOMAD_CONNECTION,
     "vault_connection": _VAULT_CONNECTION,
     "local_runtime": _LOCAL_RUNTIME,
+    "session_network": _SESSION_NETWORK,
 }
 
 
@@ -95,6 +110,11 @@ def vault_connection_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
 def local_runtime_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
     """The local backend's state directory (doc fragment ``backendai.cluster.local_runtime``)."""
     return copy.deepcopy(_LOCAL_RUNTIME)
+
+
+def session_network_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
+    """The cluster network key file and the claims namespace (doc fragment ``backendai.cluster.session_network``)."""
+    return copy.deepcopy(_SESSION_NETWORK)
 
 
 def env_of(option: t.Mapping[str, t.Any]) -> t.List[str]:

@@ -12,7 +12,7 @@ Each agent is a network namespace with its own address on an underlay: a bridge 
 a namespace of its own, the agents' ``eth0`` being veth peers of its ports. Nothing is created in
 the host's namespace. A session's containers on an agent are namespaces behind it: the CNI
 plugins run inside the agent's namespace (``CNI_NETNS`` is the container's), and the session's
-VXLAN devices in the agents' namespaces join them across agents (see ``_local_overlay``).
+VXLAN devices in the agents' namespaces join them across agents (see ``_local_network``).
 
 The result lists the agents as the session modules take them (``{name, cpu, memory, gpu,
 datacenter}``) plus a ``local`` mapping (namespace, underlay address and MTU, CNI config dir)
@@ -32,6 +32,7 @@ import shutil
 import subprocess
 from typing import Any
 
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local_netns import delete_netns, netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._local_state import (
     SANE_PATH,
@@ -126,9 +127,36 @@ def _ip_batch(netns: str, lines: list[str]) -> None:
 
 
 def sessions_on(state_dir: str) -> list[str]:
-    """The CNI networks (sessions) installed on the agents of this fabric."""
-    return sorted({os.path.basename(p)[:-len(".conflist")]
-                   for p in glob.glob(os.path.join(state_dir, "cni", "*", "*.conflist"))})
+    """The sessions (their IDs) whose network is on an agent of this fabric, as its plugin records them."""
+    return sorted({os.path.basename(p)[:-len(".json")]
+                   for p in glob.glob(os.path.join(state_dir, "state", "*", "sessions", "*.json"))})
+
+
+_AGENT_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+_AGENT_KEYS = ("netns", "underlay_ip", "underlay_mtu", "cni_config_dir", "state_dir")
+
+
+def validate_session_agents(raw: Any, used: list[str]) -> dict[str, dict[str, Any]]:
+    """The ``agents`` of a local session: name -> its ``local`` mapping (as ``read_agents`` lists it)."""
+    if not isinstance(raw, dict):
+        raise LocalRuntimeError("invalid session: agents must map agent names to local agents")
+    out = {}
+    for name in used:
+        info = raw.get(name)
+        if not isinstance(info, dict):
+            raise LocalRuntimeError("invalid session: container placed on agent %r, which is not a local agent" % (name,))
+        if not _AGENT_RE.match(name) or any(k not in info for k in _AGENT_KEYS):
+            raise LocalRuntimeError("invalid session: agent %r needs %s (make the agents with local_agents)"
+                                    % (name, ", ".join(_AGENT_KEYS)))
+        try:
+            ipaddress.IPv4Address(str(info["underlay_ip"]))
+        except ValueError:
+            raise LocalRuntimeError("invalid session: agent %s has no IPv4 underlay address" % name) from None
+        if not os.path.exists(netns_path(str(info["netns"]))):
+            raise LocalRuntimeError("local agent %s is not running (network namespace %s missing); create the agents "
+                                    "with playbooks/local_agents.yml" % (name, info["netns"]))
+        out[name] = {k: info[k] for k in _AGENT_KEYS}
+    return out
 
 
 def _healthy(state_dir: str, desired: dict[str, Any]) -> bool:
@@ -203,7 +231,11 @@ def _build(state_dir: str, desired: dict[str, Any], journal: Journal) -> None:
     for a in desired["agents"]:
         _ip_batch(ns[a["name"]], ["link set lo up", "addr add %s/%d dev eth0" % (a["underlay_ip"], prefix),
                                   "link set eth0 up"])
-        os.makedirs(os.path.join(state_dir, "cni", a["name"]), mode=0o755, exist_ok=True)
+        # inside the agent's own namespace (as the role sets it on a Nomad client): egress is routed
+        subprocess.run(["ip", "netns", "exec", ns[a["name"]], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                       check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": SANE_PATH})
+    _local_network.install(state_dir, [(a["name"], a["underlay_ip"], mtu) for a in desired["agents"]],
+                           egress=True, uplinks=["eth0"], lock=False)  # _build runs under the fabric's lock
     write_file(os.path.join(state_dir, AGENTS_FILE), json.dumps(desired, indent=1, sort_keys=True), durable=True)
 
 

@@ -1,9 +1,9 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""CNI plumbing of the local runtime: the real plugins Nomad's bridge mode uses.
+"""CNI plumbing of the local runtime: a CNI runtime for a conflist, as libcni (inside Nomad) is one.
 
-The plugins (loopback, bridge + host-local IPAM, firewall, portmap) are executed directly
-with the CNI_* environment and the netconf on stdin, like libcni does for a conflist:
+The plugins of an agent's ``backendai.conflist`` (loopback, the session network plugin, portmap)
+are executed directly with the CNI_* environment and the netconf on stdin, like libcni does:
 ADD in list order, each plugin getting the previous result as ``prevResult``; the final
 result is cached, and DEL runs the plugins in reverse order with that cached result as
 ``prevResult`` (without it the firewall plugin leaves its CNI-FORWARD rules behind).
@@ -17,7 +17,7 @@ import os
 import shlex
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local_state import (
     SANE_PATH,
@@ -31,10 +31,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_state imp
 
 CNI_PATH = "/usr/lib/cni"
 CNI_VERSION = "1.0.0"
-PLUGINS = ("loopback", "bridge", "firewall", "portmap")
-REQUIRED_PLUGINS = ("loopback", "bridge", "host-local", "firewall", "portmap")
-IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
-ADMIN_CHAIN = "CNI-ADMIN"  # the firewall plugin's default iptablesAdminChainName
+PLUGINS = ("loopback", "backendai", "portmap")
+REQUIRED_PLUGINS = ("loopback", "bridge", "host-local", "portmap")
 
 # Chains shared by every user of these plugins on the host (Nomad included), and the only
 # rules they hold when no container uses them; see prune_shared_chains().
@@ -64,40 +62,11 @@ class Attachment:
     owner: str  # the session's state dir, see owner_env()
     ifname: str = "eth0"
     port_mappings: list[dict[str, Any]] = field(default_factory=list)
-    # The agent's network namespace the plugins run in (local agents, see _local_overlay); "" = this host's.
+    # The agent's network namespace the plugins run in (local agents, see _local_network); "" = this host's.
     agent_netns: str = ""
-
-
-def network_config(network: str, bridge: str, subnet: ipaddress.IPv4Network, ipam_dir: str) -> dict[str, Any]:
-    """A conflist like Nomad's bridge network, on a bridge and subnet of the session's own.
-
-    Difference from Nomad's: ``ipMasq`` is off (a session network is private: no NAT
-    rules to leak).  Isolation from other sessions: see isolate_bridge().
-    """
-    gateway = str(next(subnet.hosts()))
-    return {
-        "cniVersion": CNI_VERSION,
-        "name": network,
-        "plugins": [
-            {"type": "loopback"},
-            {
-                "type": "bridge",
-                "bridge": bridge,
-                "isGateway": True,
-                "ipMasq": False,
-                "forceAddress": True,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": str(subnet), "gateway": gateway}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": ipam_dir,
-                },
-            },
-            {"type": "firewall", "backend": "iptables"},
-            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
-        ],
-    }
+    # CNI_ARGS of ADD and CHECK (Nomad passes none on DEL), and the plugin search path.
+    cni_args: str = ""
+    cni_path: str = CNI_PATH
 
 
 def _plugin_conf(netconf: dict[str, Any], plugin: dict[str, Any], att: Attachment,
@@ -112,10 +81,19 @@ def _plugin_conf(netconf: dict[str, Any], plugin: dict[str, Any], att: Attachmen
     return conf
 
 
+def find_plugin(cni_path: str, plugin_type: str) -> str:
+    for d in cni_path.split(os.pathsep):
+        if d and os.access(os.path.join(d, plugin_type), os.X_OK):
+            return os.path.join(d, plugin_type)
+    raise LocalRuntimeError("CNI plugin %s is not in %s" % (plugin_type, cni_path))
+
+
 def _invoke(command: str, plugin: dict[str, Any], conf: dict[str, Any], att: Attachment) -> dict[str, Any] | None:
     env = dict(owner_env(att.owner), CNI_COMMAND=command, CNI_CONTAINERID=att.container_id,
-               CNI_NETNS=att.netns_path, CNI_IFNAME=att.ifname, CNI_PATH=CNI_PATH)
-    argv = [os.path.join(CNI_PATH, plugin["type"])]
+               CNI_NETNS=att.netns_path, CNI_IFNAME=att.ifname, CNI_PATH=att.cni_path)
+    if att.cni_args and command != "DEL":
+        env["CNI_ARGS"] = att.cni_args
+    argv = [find_plugin(att.cni_path, plugin["type"])]
     if att.agent_netns:
         argv = ["nsenter", "--net=" + att.agent_netns, "--"] + argv
     proc = subprocess.run(argv, input=json.dumps(conf).encode(),
@@ -153,7 +131,9 @@ def cni_add(netconf: dict[str, Any], att: Attachment, cache_path: str) -> dict[s
 
 def _lease_result(netconf: dict[str, Any], att: Attachment) -> dict[str, Any] | None:
     """Rebuild a prevResult from host-local's lease files when ADD died before caching."""
-    bridge = next(p for p in netconf["plugins"] if p["type"] == "bridge")
+    bridge = next((p for p in netconf["plugins"] if p["type"] == "bridge"), None)
+    if bridge is None:  # the session network plugin needs no prevResult on DEL
+        return None
     lease_dir = os.path.join(bridge["ipam"]["dataDir"], netconf["name"])
     try:
         names = os.listdir(lease_dir)
@@ -206,44 +186,6 @@ def result_ipv4(result: dict[str, Any]) -> str:
     raise LocalRuntimeError("CNI result has no IPv4 address: %s" % json.dumps(result.get("ips")))
 
 
-@contextlib.contextmanager
-def add_phase() -> Iterator[str]:
-    """Serialise ADD phases of concurrent sessions and undo the bridge plugin's sysctl.
-
-    With ``isGateway`` the bridge plugin turns on net.ipv4.ip_forward for the whole host.
-    Nothing here needs routing (containers talk over the bridge at layer 2, the host
-    reaches them directly), so if forwarding was off it is switched back off.  Yields the
-    value before, for the journal (a creator killed inside leaves it on: destroy resets it).
-    """
-    with flocked(CNI_PATH):
-        before = (read_text(IP_FORWARD) or "").strip()
-        try:
-            yield before
-        finally:
-            if before == "0":
-                forwarding_off()
-
-
-def forwarding_off() -> None:
-    if (read_text(IP_FORWARD) or "").strip() != "0":
-        with open(IP_FORWARD, "w", encoding="ascii") as f:
-            f.write("0\n")
-
-
-def isolate_bridge(bridge: str, comment: str, owner: str) -> None:
-    """Drop traffic forwarded into the bridge from anywhere but itself (other sessions'
-    bridges, the host's uplinks), so containers of different sessions cannot talk even
-    on a host that forwards.  The rule goes into the firewall plugin's admin-override
-    chain, which CNI-FORWARD consults before its per-container ACCEPTs; it must exist,
-    i.e. a firewall ADD has run.  (The plugin's own ``ingressPolicy: same-bridge`` does
-    the same with ~8 more iptables runs per container, racy when run concurrently.)"""
-    proc = subprocess.run(["iptables", "-w", "-A", ADMIN_CHAIN, "-o", bridge, "!", "-i", bridge,
-                           "-m", "comment", "--comment", comment, "-j", "DROP"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=owner_env(owner), check=False)
-    if proc.returncode != 0:
-        raise LocalRuntimeError("could not add the isolation rule for %s: %s" % (bridge, proc.stderr.decode().strip()))
-
-
 def _iptables_save(table: str) -> list[str]:
     proc = subprocess.run(["iptables-save", "-t", table], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           env={"PATH": SANE_PATH}, check=False)
@@ -277,13 +219,6 @@ def _target(tokens: list[str]) -> str:
         if flag in tokens:
             return tokens[tokens.index(flag) + 1]
     return ""
-
-
-def remove_bridge_rules(bridge: str) -> None:
-    """Delete every rule naming the session's bridge (its isolation rule; also per-bridge
-    rules of the plugin's ingressPolicy, which the plugin never deletes)."""
-    rules = _rules(_iptables_save("filter"))[1]
-    _iptables_restore("filter", ["-D " + line[3:] for _chain, tokens, line in rules if bridge in tokens])
 
 
 def prune_shared_chains() -> None:

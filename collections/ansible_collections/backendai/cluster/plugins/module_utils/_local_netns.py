@@ -6,8 +6,8 @@ A container is a process tree in its own network namespace (a named ``ip netns``
 namespace (its hostname) and mount namespace (private /run and /tmp, its own home as /root,
 /etc/hosts and ssh client config, the session's mounts).  Its first process is a small ``sh``
 supervisor (``init.sh``) that sets the namespaces up, starts sshd, runs the user
-command with exactly its environment, records the command's exit code and then waits
-for sshd.  The supervisor is started through ``setsid -f`` so that it is never a child
+command with exactly its environment once the session is up, records the command's exit code
+and then ends the container (stops sshd); without a command it waits for sshd.  The supervisor is started through ``setsid -f`` so that it is never a child
 of the caller (an Ansible module exits long before its containers do).
 """
 from __future__ import annotations
@@ -179,10 +179,18 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> dict[str, st
         "mount -n -a -T %s" % q(inside + "/final.fstab"),
         # env --default-signal: a background job of sh starts with SIGINT/SIGQUIT ignored.
         "env --default-signal %s -D -e -f %s &" % (SSHD, q(inside + "/sshd_config")),
-        "echo $! > %s" % q(inside + "/sshd.pid"),
+        "S=$!",
+        "echo $S > %s" % q(inside + "/sshd.pid"),
         "set +e",
     ]
     if setup.command:
+        # A batch container: its command starts once the whole session is up, and the container ends
+        # with it (sshd goes too): complete on exit 0, failed otherwise; no restart (see the README).
+        started = q(paths.in_container(paths.started))
+        lines += [
+            "i=0",
+            "while [ ! -e %s ]; do i=$((i+1)); [ $i -le 12000 ] || exit 75; sleep 0.05; done" % started,
+        ]
         env = dict(setup.env)
         env.setdefault("PATH", SANE_PATH)
         env.setdefault("HOME", "/root")
@@ -194,7 +202,9 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> dict[str, st
                 assignments, " ".join(q(a) for a in setup.command),
                 q(paths.in_container(paths.log(setup.hostname)))),
             "echo $? > %s.tmp && mv -f %s.tmp %s" % (exitcode, exitcode, exitcode),
+            "kill $S 2>/dev/null",
         ]
+    # An interactive container lives as long as its sshd.
     lines.append("wait")
     return {
         "init.sh": "\n".join(lines) + "\n",

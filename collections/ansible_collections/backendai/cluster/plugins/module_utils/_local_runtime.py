@@ -16,10 +16,11 @@ modules).  Each side effect is journaled before it is made; a failed create is r
 and destroy replays the journal backwards, so a creator killed at any point leaves
 nothing that destroy cannot remove.
 
-Multi-node: with ``agents`` (local agents made by ``_local_agents``, each container placed on
-one of them) the containers sit behind those agents instead of this host, joined across agents
-by the session's VXLAN overlay (``_local_overlay``), and main1 is published by a relay
-(``_local_publish``).
+The network is the one every backend uses: the ``backendai`` CNI plugin with the agent's one
+static config, admitted by signed parameters (``_local_network``). Without ``agents`` this
+machine is the agent; with ``agents`` (local agents made by ``_local_agents``, each container
+placed on one of them) the containers sit behind those agents, joined across agents by the
+session's VXLAN segment, and main1 is published by a relay (``_local_publish``).
 """
 from __future__ import annotations
 
@@ -35,30 +36,20 @@ import socket
 import subprocess
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_overlay
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_network
+from ansible_collections.backendai.cluster.plugins.module_utils._local_agents import validate_session_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import (
     CNI_PATH,
     REQUIRED_PLUGINS,
-    Attachment,
-    add_phase,
-    cni_add,
-    cni_del,
-    forwarding_off,
-    isolate_bridge,
-    network_config,
     prune_shared_chains,
-    remove_bridge_rules,
-    result_ipv4,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local_netns import (
     PRIVATE_DIRS,
     SSHD,
     ContainerSetup,
     add_netns,
-    delete_link,
     delete_netns,
     is_alive,
     kill_session_processes,
@@ -78,12 +69,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_sshd impo
     wait_for_ssh,
     write_key_files,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session_state import local_container_status, session_state
+from ansible_collections.backendai.cluster.plugins.module_utils._spec import _kernel_fs
 from ansible_collections.backendai.cluster.plugins.module_utils._local_state import (
     SANE_PATH,
     Journal,
     LocalRuntimeError,
     SessionPaths,
-    allocate_subnet,
     flocked,
     read_json,
     read_text,
@@ -101,7 +93,6 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _HOST_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_CONTAINERS = 250            # hosts of the session's /24, minus gateway
-CNI_WORKERS = 8
 
 # executable -> Debian package that provides it
 _TOOLS = {
@@ -219,6 +210,8 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
             raise fail("mounts[%d].source must be an absolute path" % i)
         if not isinstance(dst, str) or not os.path.isabs(dst) or os.path.normpath(dst) == "/":
             raise fail("mounts[%d].target must be an absolute path other than /" % i)
+        if _kernel_fs(dst):
+            raise fail("mounts[%d].target must not be %s or below it (the container's own)" % (i, _kernel_fs(dst)))
         if not os.path.exists(src):
             raise fail("mount source %s does not exist" % src)
         if not os.path.isdir(src) and not os.path.exists(dst):
@@ -226,8 +219,8 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
         mounts.append({"source": os.path.realpath(src), "target": os.path.normpath(dst),
                        "read_only": bool(m.get("read_only", False))})
     agents = {}
-    if with_agents:  # containers behind local agents (multi-node): see _local_overlay
-        agents = _local_overlay.validate_agents(session["agents"], list(dict.fromkeys(c["agent"] for c in out)))
+    if with_agents:  # containers behind local agents (multi-node): see _local_network
+        agents = validate_session_agents(session["agents"], list(dict.fromkeys(c["agent"] for c in out)))
     return {"name": name, "session_id": session_id, "containers": out, "mounts": mounts, "agents": agents,
             "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}}
 
@@ -237,11 +230,11 @@ def _validate(session: dict[str, Any]) -> dict[str, Any]:
 def _names(paths: SessionPaths, spec: dict[str, Any]) -> dict[str, Any]:
     digest = hashlib.sha256(("%s\0%s\0%s" % (paths.state_root, spec["name"], spec["session_id"])).encode()
                             ).hexdigest()[:8]
+    bridge, vxlan = _local_network.net.link_names(spec["session_id"])
     return {
         "digest": digest,
-        "bridge": "bai" + digest,                  # interface names: <= 15 chars
-        "vxlan": "baiv" + digest,                  # (in the agents' namespaces; multi-node only)
-        "network": "bai-" + digest,
+        "bridge": bridge,                          # made by the session network plugin
+        "vxlan": vxlan,                            # (only when the session spans agents)
         "netns": {c["hostname"]: "bai-%s-%s" % (digest, c["hostname"]) for c in spec["containers"]},
     }
 
@@ -314,7 +307,7 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
     netns = [names["netns"][h] for h in hosts]
     targets = [m["target"] for m in spec["mounts"]]
     journal.record("begin", name=spec["name"], session_id=spec["session_id"], bridge=names["bridge"],
-                   network=names["network"], netns=netns, hosts=hosts, targets=targets)
+                   netns=netns, hosts=hosts, targets=targets)
     # Never journal (hence never undo) something that is not ours.
     if link_exists(names["bridge"]):
         raise LocalRuntimeError("bridge %s already exists (left over by another session?)" % names["bridge"])
@@ -322,8 +315,6 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
     if taken:
         raise LocalRuntimeError("network namespace %s already exists (left over by another session?)"
                                 % ", ".join(taken))
-    with flocked(paths.state_root):
-        subnet = allocate_subnet(paths, _host_networks())
     published = _write_files(spec, paths, names)
 
     missing = _missing_dirs(targets)
@@ -336,10 +327,11 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
     add_netns(netns, owner=paths.root)
 
     t_net = time.monotonic()
-    if spec["agents"]:
-        addresses = _local_overlay.bring_up(spec, paths, names, subnet, journal)
-    else:
-        addresses = _attach(spec, paths, names, subnet, published, journal)
+    # main1 is published by portmap on this machine, by a relay behind local agents
+    mappings = {h: [{"hostPort": addr[1], "containerPort": spec["ssh"]["port"], "protocol": "tcp", "hostIP": addr[0]}]
+                for h, addr in published.items()} if not spec["agents"] else {}
+    addresses, network = _local_network.bring_up(spec, paths, names, mappings,
+                                                 [] if spec["agents"] else _host_networks(), journal)
     t_net = time.monotonic() - t_net
 
     main = hosts[0]
@@ -369,16 +361,18 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
         })
     info = {
         "name": spec["name"], "session_id": spec["session_id"], "state_dir": paths.root,
-        "bridge": names["bridge"], "subnet": str(subnet), "ssh_port": spec["ssh"]["port"],
+        "bridge": network["bridge"], "subnet": network["subnet"], "vni": network["vni"],
+        "ssh_port": spec["ssh"]["port"],
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
-        "vxlan": names["vxlan"] if len(spec["agents"]) > 1 else None,
+        "vxlan": network["vxlan"],
         "created_at": time.time(),
         "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
                     "total": round(time.monotonic() - t0, 3)},
     }
     write_file(paths.session_json, json.dumps(info, indent=1), mode=0o644, durable=True)
+    write_file(paths.started, "%f\n" % time.time(), mode=0o644)  # the batch commands start now
     journal.record("ready")
     return dict(_public(info), changed=True, state="RUNNING")
 
@@ -406,36 +400,6 @@ def _write_files(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any
         if c["publish"]:
             published[host] = ("127.0.0.1", free_local_port())
     return published
-
-
-def _attach(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], subnet: ipaddress.IPv4Network,
-            published: dict[str, tuple[str, int]], journal: Journal) -> dict[str, str]:
-    """CNI ADD of every container (in parallel); returns their addresses."""
-    netconf = network_config(names["network"], names["bridge"], subnet, paths.ipam_dir)
-    hosts = [c["hostname"] for c in spec["containers"]]
-    port = spec["ssh"]["port"]
-
-    mappings = {h: [{"hostPort": addr[1], "containerPort": port, "protocol": "tcp", "hostIP": addr[0]}]
-                for h, addr in published.items()}
-
-    def attach(host: str) -> str:
-        ns = names["netns"][host]
-        att = Attachment(ns, netns_path(ns), paths.root, port_mappings=mappings.get(host, []))
-        return result_ipv4(cni_add(netconf, att, paths.cni_cache(host)))
-
-    with add_phase() as ip_forward:
-        # bridge, veths, IPAM leases, firewall and portmap rules: made by the plugins
-        # (portmap's DEL does nothing without the mappings: they are journaled too)
-        journal.record("network", bridge=names["bridge"], netconf=netconf, hosts=hosts,
-                       netns=[names["netns"][h] for h in hosts], mappings=mappings, ip_forward=ip_forward)
-        # The first ADD alone: the firewall plugin's check-then-insert of its shared chains
-        # is racy (concurrent first ADDs insert the jumps twice); it also creates the admin
-        # chain isolate_bridge() needs.
-        addresses = {hosts[0]: attach(hosts[0])}
-        isolate_bridge(names["bridge"], "backendai-cluster session %s isolation" % spec["name"], paths.root)
-        with ThreadPoolExecutor(max_workers=max(1, min(CNI_WORKERS, len(hosts) - 1))) as pool:
-            addresses.update(zip(hosts[1:], pool.map(attach, hosts[1:])))
-    return addresses
 
 
 def _start_containers(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], addresses: dict[str, str],
@@ -506,13 +470,9 @@ def _teardown(paths: SessionPaths, entries: list[dict[str, Any]], keep_logs: boo
     for entry in reversed(entries):
         op = entry["op"]
         if op == "network":
-            errors += _network_down(paths, entry)
-            if entry.get("ip_forward") == "0" and entries[-1] is entry:
-                forwarding_off()  # the creator died inside add_phase(), before restoring it
-        elif op == "agent_network":
-            errors += _local_overlay.network_down(paths, entry)
-        elif op == "overlay":
-            errors += _local_overlay.overlay_down(paths, entry)
+            errors += _local_network.network_down(paths, entry)
+        elif op == "slot":
+            errors += _local_network.slot_down(entry) if not errors else []
         elif op == "netns":
             errors += delete_netns(entry["names"])
         elif op == "mkdirs":
@@ -534,26 +494,6 @@ def _teardown(paths: SessionPaths, entries: list[dict[str, Any]], keep_logs: boo
     else:
         shutil.rmtree(paths.root)
     return []
-
-
-def _network_down(paths: SessionPaths, entry: dict[str, Any]) -> list[str]:
-    netconf = entry["netconf"]
-
-    def detach(pair: tuple[str, str]) -> list[str]:
-        host, ns = pair
-        att = Attachment(ns, netns_path(ns), paths.root, port_mappings=entry.get("mappings", {}).get(host, []))
-        return cni_del(netconf, att, paths.cni_cache(host))
-
-    errors: list[str] = []
-    with ThreadPoolExecutor(max_workers=min(CNI_WORKERS, max(1, len(entry["hosts"])))) as pool:
-        for errs in pool.map(detach, zip(entry["hosts"], entry["netns"])):
-            errors += errs
-    errors += delete_link(entry["bridge"])
-    try:
-        remove_bridge_rules(entry["bridge"])
-    except LocalRuntimeError as e:
-        errors.append(e.message)
-    return errors
 
 
 def _other_sessions(paths: SessionPaths) -> list[str]:
@@ -626,17 +566,21 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
 # ---------------------------------------------------------------------------- status
 
 def _container_status(paths: SessionPaths, c: dict[str, Any], log_lines: int) -> dict[str, Any]:
+    """A container's status in the job model both backends share (see ``_session_state.local_container_status``)."""
     host = c["hostname"]
-    running = is_alive(c.get("pid"), c.get("pid_starttime")) and is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
+    supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
+    sshd = is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
     code_text = (read_text(paths.exitcode(host)) or "").strip()
     exit_code = int(code_text) if code_text.lstrip("-").isdigit() else None
-    if not c.get("has_command", True):
+    has_command = bool(c.get("has_command", True))
+    status, reason = local_container_status(has_command, supervisor, sshd, exit_code)
+    if not has_command:
         command = "none"
     elif exit_code is not None:
         command = "exited"
     else:
-        command = "running" if running else "killed"
-    out = {"hostname": host, "state": "running" if running else "exited", "command": command,
+        command = "running" if supervisor else "killed"
+    out = {"hostname": host, "state": status, "command": command, "reason": reason,
            "exit_code": exit_code, "address": c.get("address"), "netns": c.get("netns"),
            "pid": c.get("pid"), "sshd_pid": c.get("sshd_pid"), "published": c.get("published"),
            "log": paths.log(host)}
@@ -646,8 +590,9 @@ def _container_status(paths: SessionPaths, c: dict[str, Any], log_lines: int) ->
 
 
 def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> dict[str, Any]:
-    """State RUNNING (every container up), DEGRADED (some container's process died, or the
-    creator died half-way), TERMINATED (all down, or only kept logs), CREATING, missing."""
+    """The session's state by the rule both backends share (``_session_state.session_state``: RUNNING,
+    DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
+    work), DEGRADED with a message (the creator died half-way), TERMINATED (only kept logs), missing."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise LocalRuntimeError("invalid session name %r" % (name,))
     paths = SessionPaths(os.path.abspath(os.path.expanduser(state_root)), name)
@@ -665,13 +610,7 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
             result["message"] = "creation did not complete (creator killed?); destroy the session"
         return result
     containers = [_container_status(paths, c, log_lines) for c in info["containers"]]
-    up = sum(c["state"] == "running" for c in containers)
-    if not has_journal or up == 0:
-        state = "TERMINATED"
-    elif up == len(containers):
-        state = "RUNNING"
-    else:
-        state = "DEGRADED"
+    state = session_state([c["state"] for c in containers], stopped=not has_journal)
     public = _public(info)
     public.update(exists=True, state=state, containers=containers)
     return public

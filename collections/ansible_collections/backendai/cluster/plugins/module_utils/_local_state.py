@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import ipaddress
 import json
 import os
 import signal
@@ -24,8 +23,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import B
 # journal is about to receive its (N+1)-th record (so N side effects were started).
 FAULT_ENV = "BACKENDAI_CLUSTER_LOCAL_FAULT"
 
-SUBNET_POOL = ipaddress.IPv4Network("10.231.0.0/16")
-SUBNET_PREFIX = 24
 
 # Path under which a container sees its session's state directory.
 CONTAINER_STATE_DIR = "/run/backendai-cluster"
@@ -70,10 +67,6 @@ class SessionPaths:
     @property
     def session_json(self) -> str:
         return self._p("session.json")
-
-    @property
-    def subnet_file(self) -> str:
-        return self._p("subnet")
 
     @property
     def hosts_file(self) -> str:
@@ -122,6 +115,12 @@ class SessionPaths:
 
     def exitcode(self, host: str) -> str:
         return self._p("logs", host + ".exitcode")
+
+    @property
+    def started(self) -> str:
+        """Written once every container's sshd answers: the commands start then (as on Nomad, where the
+        entrypoint runs the command only once every peer is registered)."""
+        return self._p("started")
 
     def cni_cache(self, host: str) -> str:
         return self._p("cni", host + ".json")
@@ -271,23 +270,3 @@ def session_names(state_root: str) -> list[str]:
         return []
     return [e for e in entries
             if not e.startswith(".") and os.path.isdir(os.path.join(state_root, e))]
-
-
-def allocate_subnet(paths: SessionPaths, host_networks: Iterable[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
-    """Claim a free /24 of SUBNET_POOL for this session (caller holds the state_root lock).
-
-    A subnet is taken if another session directory of this state_root records it, or if
-    it overlaps a network of an address already on the host (e.g. another state_root's bridge).
-    """
-    taken: list[ipaddress.IPv4Network] = list(host_networks)
-    for other in session_names(paths.state_root):
-        text = read_text(os.path.join(paths.state_root, other, "subnet"))
-        if text:
-            with contextlib.suppress(ValueError):
-                taken.append(ipaddress.IPv4Network(text.strip()))
-    for candidate in SUBNET_POOL.subnets(new_prefix=SUBNET_PREFIX):
-        if not any(candidate.overlaps(t) for t in taken):
-            write_file(paths.subnet_file, str(candidate) + "\n", durable=True)
-            return candidate
-    raise LocalRuntimeError("no free /%d left in %s for a new session network"
-                            % (SUBNET_PREFIX, SUBNET_POOL))

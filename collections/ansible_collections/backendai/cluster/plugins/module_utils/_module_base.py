@@ -12,6 +12,7 @@ Ansible masks them in every result and log line.
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -20,6 +21,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_ap
 from ansible_collections.backendai.cluster.plugins.module_utils._common_args import (
     local_runtime_argument_spec,
     nomad_connection_argument_spec,
+    session_network_argument_spec,
     vault_connection_argument_spec,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError
@@ -27,6 +29,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import B
 NOMAD = "nomad"
 VAULT = "vault"
 LOCAL = "local"
+NETWORK = "network"
 #: Python library name -> (available?, import error) as pip names it.
 _LIBRARIES = {
     "python-nomad": lambda: (_nomad_api.HAS_PYTHON_NOMAD and _nomad_api.HAS_REQUESTS, _nomad_api.PYTHON_NOMAD_IMPORT_ERROR),
@@ -44,7 +47,7 @@ class ModuleFailure(BackendAIClusterError):
 
 
 def merged_argument_spec(argument_spec: t.Mapping[str, t.Any], options: t.Iterable[str]) -> t.Dict[str, t.Any]:
-    """The module's own options plus the shared option groups named in ``options`` (nomad, vault, local)."""
+    """The module's own options plus the shared option groups named in ``options`` (nomad, vault, local, network)."""
     spec: t.Dict[str, t.Any] = {}
     groups = set(options)
     if NOMAD in groups:
@@ -53,11 +56,34 @@ def merged_argument_spec(argument_spec: t.Mapping[str, t.Any], options: t.Iterab
         spec.update(vault_connection_argument_spec())
     if LOCAL in groups:
         spec.update(local_runtime_argument_spec())
+    if NETWORK in groups:
+        spec.update(session_network_argument_spec())
     clash = set(spec) & set(argument_spec)
     if clash:
         raise ValueError("module options %s clash with the shared connection options" % ", ".join(sorted(clash)))
     spec.update(argument_spec)
     return spec
+
+
+#: Options naming a directory this collection keeps state in (created when missing), and the
+#: playbook variables that set them.
+DIRECTORY_OPTIONS = {"state_dir": "-e session_state_dir / -e local_agents_state_dir in the playbooks"}
+
+
+def check_directory_option(option: str, value: str) -> None:
+    """A state directory option must be a directory, or a path whose first existing part is one."""
+    path = os.path.abspath(os.path.expanduser(str(value)))
+    probe = path
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return
+        probe = parent
+    if not os.path.isdir(probe):
+        kind = "a regular file" if os.path.isfile(probe) else "not a directory"
+        what = probe if probe == path else "%s lies below %s, which" % (path, probe)
+        raise ModuleFailure("%s: must be a directory (it is created if missing), but %s is %s (%s)"
+                            % (option, what, kind, DIRECTORY_OPTIONS.get(option, "the module option")))
 
 
 class ClusterModule:
@@ -150,6 +176,9 @@ class ClusterModule:
         """Call ``body(self)``; exit with its result, or fail with the message of an expected error."""
         failure: t.Optional[t.Tuple[str, t.Dict[str, t.Any]]] = None
         try:
+            for option in DIRECTORY_OPTIONS:
+                if self.params.get(option):
+                    check_directory_option(option, self.params[option])
             result = body(self)
         except InputError as exc:
             failure = (str(exc), {"problems": [str(p) for p in exc.problems]})

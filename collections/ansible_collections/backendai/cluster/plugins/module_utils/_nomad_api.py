@@ -76,6 +76,12 @@ NOMAD_ENV = {
 }
 _TRUE = frozenset(("1", "t", "true", "y", "yes", "on"))
 _TERMINAL_CLIENT_STATUSES = frozenset(("complete", "failed", "lost"))
+#: Nomad's filter expression (go-bexpr, over AllocListStub fields) for allocations that hold
+#: resources on their node: not terminal in the sense of ``Allocation.TerminalStatus``.
+LIVE_ALLOCATIONS_FILTER = ('DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
+                           'and ClientStatus != "lost"')
+#: Page size of the allocation list (Nomad's ``per_page``).
+DEFAULT_PAGE_SIZE = 1000
 
 
 class NomadError(Exception):
@@ -301,6 +307,8 @@ class NomadClient:
         self._node = nomad_api.Node(**settings)
         self._variable = nomad_api.Variable(**settings)
         self._variables = nomad_api.Variables(**settings)
+        self._allocations = nomad_api.Allocations(**settings)
+        self._evaluation = nomad_api.Evaluation(**settings)
         self._logs = _NomadStreamLogs(**settings)
 
     def __repr__(self) -> str:
@@ -453,6 +461,57 @@ class NomadClient:
             return None
         return summarize_node(node, self.node_allocations(node["ID"]))
 
+    def live_allocations(self, per_page: int = DEFAULT_PAGE_SIZE) -> t.List[t.Dict[str, t.Any]]:
+        """Every allocation that holds resources, in every namespace, with its ``AllocatedResources``.
+
+        ``GET /v1/allocations?namespace=*&resources=true&task_states=false&filter=...`` with Nomad's
+        server-side filter for non-terminal allocations (:data:`LIVE_ALLOCATIONS_FILTER`), paged
+        with ``per_page`` / ``next_token`` (Nomad's ``X-Nomad-NextToken`` header): one request per
+        ``per_page`` live allocations, whatever the number of nodes.
+        """
+        out: t.List[t.Dict[str, t.Any]] = []
+        token: t.Optional[str] = None
+        while True:
+            params = {"namespace": "*", "resources": "true", "task_states": "false", "filter": LIVE_ALLOCATIONS_FILTER,
+                      "per_page": int(per_page), "next_token": token}
+            response = self._call("listing live allocations",
+                                  lambda: self._allocations.request(method="get", params=dict(params)))
+            out.extend(response.json() or [])
+            token = response.headers.get("X-Nomad-NextToken") or None
+            if not token:
+                return out
+
+    # Evaluations ------------------------------------------------------------------------------
+    def evaluation(self, eval_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+        """``GET /v1/evaluation/:id``: Status, FailedTGAllocs, BlockedEval, QueuedAllocations ..., or None."""
+        return self._call_or_none("reading evaluation %r" % eval_id,
+                                  lambda: self._evaluation.request(_quote_id(eval_id), method="get").json())
+
+    # Variable locks ---------------------------------------------------------------------------
+    def _lock_operation(self, operation: str, path: str, body: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        params = {operation: "", "namespace": self.connection.namespace or None}
+        result = self._call("%s on variable %r" % (operation, path),
+                            lambda: self._variable.request(_quote_path(path), method="put", params=dict(params),
+                                                           json=dict(body)).json())
+        return result if isinstance(result, dict) else {}
+
+    def acquire_lock(self, path: str, ttl: float, lock_delay: float, items: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
+        """``PUT /v1/var/:path?lock-acquire`` (Nomad 1.7+): the variable with ``Lock.ID``.
+
+        Raises :class:`CASConflict` (HTTP 409) while another holder has the lock or its lock delay runs.
+        """
+        body = {"Path": path.strip("/"), "Items": dict(items),
+                "Lock": {"TTL": "%gs" % float(ttl), "LockDelay": "%gs" % float(lock_delay)}}
+        return self._lock_operation("lock-acquire", path, body)
+
+    def renew_lock(self, path: str, lock_id: str) -> t.Dict[str, t.Any]:
+        """``PUT /v1/var/:path?lock-renew``: restart the lock's TTL (409 if the lock was lost)."""
+        return self._lock_operation("lock-renew", path, {"Path": path.strip("/"), "Lock": {"ID": lock_id}})
+
+    def release_lock(self, path: str, lock_id: str) -> t.Dict[str, t.Any]:
+        """``PUT /v1/var/:path?lock-release``: give the lock up (409 if another holder has it now)."""
+        return self._lock_operation("lock-release", path, {"Path": path.strip("/"), "Lock": {"ID": lock_id}})
+
     # Variables --------------------------------------------------------------------------------
     def get_variable(self, path: str) -> t.Optional[t.Dict[str, t.Any]]:
         """``GET /v1/var/:path``: the variable with its Items (secret!), or None if absent."""
@@ -594,7 +653,7 @@ def summarize_node(node: t.Mapping[str, t.Any], allocations: t.Iterable[t.Mappin
         "status": node.get("Status"),
         "eligible": node.get("SchedulingEligibility") == "eligible",
         "drain": bool(node.get("Drain")),
-        "address": attributes.get("unique.network.ip-address", ""),
+        "address": attributes.get("unique.network.ip-address") or node.get("Address") or "",
         "drivers": sorted(name for name, info in drivers.items()
                           if (info or {}).get("Detected") and (info or {}).get("Healthy")),
         "cni_plugins": sorted(k[len("plugins.cni.version."):] for k in attributes if k.startswith("plugins.cni.version.")),

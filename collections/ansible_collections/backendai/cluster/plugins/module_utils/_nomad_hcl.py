@@ -39,10 +39,10 @@ ATTR = "attr"  # a scalar attribute: string, number or bool
 LIST = "list"  # a list of scalars
 DURATION = "duration"  # integer nanoseconds, written as a Go duration string ("5m", "10s")
 MAP = "map"  # map[string]string (meta, env): a block, or map assignment for non-identifier keys
+MAP_ATTR = "map_attr"  # map[string]string that the jobspec takes only as an attribute (cni's ``args = {...}``)
 BLOCK = "block"  # one nested struct, as a block
 BLOCKS = "blocks"  # a list of structs, as repeated blocks (labelled when the struct has a LABEL)
 CONFIG = "config"  # free-form driver config
-MAP_ASSIGN = "map_assign"  # map[string]string written as `name = { "k" = "v" }` (cni args)
 
 
 class Field(t.NamedTuple):
@@ -105,7 +105,8 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
         "CNI": Field("cni", BLOCK, "CNIConfig"),
     },
     "CNIConfig": {
-        "Args": Field("args", MAP_ASSIGN),
+        # api.CNIConfig: Args map[string]string `hcl:"args,optional"` (an attribute, not a block)
+        "Args": Field("args", MAP_ATTR),
     },
     "Port": {
         "Label": Field("port", LABEL),
@@ -331,14 +332,14 @@ def _attribute(lines: t.List[str], depth: int, name: str, value: str) -> None:
     lines.append("%s%s = %s" % (INDENT * depth, name, value))
 
 
-def _map(lines: t.List[str], depth: int, name: str, value: t.Any, where: str, assign: bool = False) -> None:
+def _map(lines: t.List[str], depth: int, name: str, value: t.Any, where: str, attribute: bool = False) -> None:
     if not isinstance(value, dict):
         raise ValueError("%s: expected a map of strings, got %r" % (where, value))
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise ValueError("%s: expected a map of strings, got %r = %r" % (where, k, v))
     pad = INDENT * depth
-    if not assign and all(is_plain_name(k) for k in value):
+    if not attribute and all(is_plain_name(k) for k in value):
         lines.append("%s%s {" % (pad, name))
         for k, v in value.items():
             _attribute(lines, depth + 1, k, string(v))
@@ -427,8 +428,10 @@ def _body(lines: t.List[str], depth: int, struct: str, value: t.Mapping[str, t.A
             _attribute(lines, depth, field.hcl, expression(item, at))
         elif field.kind == DURATION:
             _attribute(lines, depth, field.hcl, go_duration(item, at))
-        elif field.kind in (MAP, MAP_ASSIGN):
-            _map(lines, depth, field.hcl, item, at, assign=field.kind == MAP_ASSIGN)
+        elif field.kind == MAP:
+            _map(lines, depth, field.hcl, item, at)
+        elif field.kind == MAP_ATTR:
+            _map(lines, depth, field.hcl, item, at, attribute=True)
         elif field.kind == BLOCK:
             if not isinstance(item, dict):
                 raise ValueError("%s: expected a %s object, got %r" % (at, field.struct, item))

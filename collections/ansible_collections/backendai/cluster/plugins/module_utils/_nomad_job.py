@@ -5,7 +5,9 @@
 Shape of the job (one task group per container, named by its hostname, ``Count`` 1):
 
 * pinned to the planned agent with a ``${node.unique.name}`` constraint;
-* network ``bridge`` (one agent) or ``cni/<overlay>`` (several), with the container's hostname;
+* network ``cni/backendai`` for every group, with the container's hostname and the session
+  network's parameters in ``cni { args }``, signed for this job and group (``_job_network``);
+  a job constraint keeps Nomad clients older than 1.10 out;
 * a Nomad-provider service per container, all under one service name and tagged with the
   hostname, so that one constant template renders every peer's address (``nomadService``);
 * session-wide values (HOSTS, SIZE, REPLICAS, MODE, SESSION_ID, MASTER_*, the TF worker list)
@@ -33,6 +35,14 @@ from ansible_collections.backendai.cluster.plugins.module_utils._cluster_env imp
     tf_workers_json,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._job_network import (
+    VERSION_CONSTRAINT,
+    JobNetwork,
+    RenderedNetwork,
+    group_args,
+    session_network,
+    session_slots,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import Container, SessionPlan
 
 #: Job Meta key that marks jobs made by this collection (``session_info`` finds sessions by it).
@@ -142,9 +152,11 @@ def _templates(plan: SessionPlan) -> t.List[t.Dict[str, t.Any]]:
     ]
 
 
-def _group(plan: SessionPlan, container: Container) -> t.Dict[str, t.Any]:
+def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t.Optional[bytes],
+           namespace: str) -> t.Dict[str, t.Any]:
     spec = plan.spec
-    network: t.Dict[str, t.Any] = {"Mode": plan.network_mode, "Hostname": container.hostname}
+    network: t.Dict[str, t.Any] = {"Mode": plan.network_mode, "Hostname": container.hostname,
+                                   "CNI": {"Args": group_args(net, key, namespace, spec.name, container.hostname)}}
     if container.is_main:
         network["DynamicPorts"] = [{"Label": "ssh", "To": spec.ssh.port}] + [
             {"Label": p.label, "To": p.port} for p in spec.ports]
@@ -200,11 +212,23 @@ def job_ui(plan: SessionPlan) -> t.Dict[str, t.Any]:
     return {"Description": text, "Links": [dict(UI_LINK)]}
 
 
-def render_job(plan: SessionPlan, namespace: str = "", region: str = "") -> t.Dict[str, t.Any]:
-    """The bare Nomad job (the value of ``Job`` in a register request) for a PLACED plan."""
+def render_network(plan: SessionPlan, namespace: str = "", network: t.Optional[JobNetwork] = None) -> RenderedNetwork:
+    """The session network of a PLACED plan (see ``_job_network``)."""
+    return session_network(plan.session_id, plan.agents_used, namespace, plan.spec.name, network,
+                           session_slots([c.agent for c in plan.containers]))
+
+
+def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
+               network: t.Optional[JobNetwork] = None) -> t.Dict[str, t.Any]:
+    """The bare Nomad job (the value of ``Job`` in a register request) for a PLACED plan.
+
+    ``network``: the claimed slot, the agents' underlay addresses and the cluster key; without it
+    (or without its key) the job is rendered unsigned, for reading only (``_job_network``).
+    """
     if not plan.placed:
         raise PlanError("the session cannot be placed (PENDING): %s" % plan.reason)
     spec = plan.spec
+    net = render_network(plan, namespace, network)
     meta = dict(session_values(plan))
     meta[TF_WORKERS_META_KEY] = tf_workers_json(plan)
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
@@ -220,7 +244,9 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "") -> t.Di
         "Datacenters": datacenters,
         "UI": job_ui(plan),
         "Meta": dict(sorted(meta.items())),
-        "TaskGroups": [_group(plan, c) for c in plan.containers],
+        # clients older than the minimum do not add Nomad's identity to CNI_ARGS: keep them out
+        "Constraints": [dict(VERSION_CONSTRAINT)],
+        "TaskGroups": [_group(plan, c, net, network.key if network else None, namespace) for c in plan.containers],
     }
     if namespace:
         job["Namespace"] = namespace

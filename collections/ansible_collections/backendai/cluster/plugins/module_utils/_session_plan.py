@@ -11,13 +11,15 @@ from __future__ import annotations
 import typing as t
 from dataclasses import dataclass
 
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
 from ansible_collections.backendai.cluster.plugins.module_utils._placement import PENDING, PLACED, Agent, place
+from ansible_collections.backendai.cluster.plugins.module_utils._session_network import NETWORK_NAME
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import Resources, SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import derive_kernel_id
 
 SINGLE_NODE = "single-node"
 MULTI_NODE = "multi-node"
+#: Every group of every session, single-node or multi-node: the one static CNI network of each agent.
+NETWORK_MODE = "cni/" + NETWORK_NAME
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class SessionPlan:
     session_id: str
     containers: t.Tuple[Container, ...]
     mode: str  # BACKENDAI_CLUSTER_MODE: single-node when all containers share one agent
-    network_mode: str  # "bridge" or "cni/<name>"
+    network_mode: str  # always NETWORK_MODE: the session network (see _session_network)
 
     @property
     def placed(self) -> bool:
@@ -81,7 +83,6 @@ def build_plan(spec: SessionSpec, agents: t.Sequence[Agent], session_id: str) ->
     """Place the session on ``agents`` and lay out its containers.
 
     A PENDING plan still lists the containers (with an empty agent) so that callers can show them.
-    Raises :class:`PlanError` when the spec cannot be honoured as written (bridge across agents).
     """
     layout = expand_roles(spec)
     placement = place([entry[3].resources for entry in layout], agents, spec.cluster_mode,
@@ -101,13 +102,6 @@ def build_plan(spec: SessionSpec, agents: t.Sequence[Agent], session_id: str) ->
         ))
     spans = len(placement.agents_used) if placement.status == PLACED else 0
     mode = MULTI_NODE if spans > 1 else SINGLE_NODE
-    if spans > 1:
-        if spec.network_mode == "bridge":
-            raise PlanError("session.network.mode: bridge cannot join containers on %d agents (%s); use auto or "
-                            "cni/<overlay network>" % (spans, ", ".join(placement.agents_used)))
-        network_mode = "cni/" + spec.overlay_network
-    else:
-        network_mode = spec.network_mode if spec.network_mode.startswith("cni/") else "bridge"
     return SessionPlan(spec=spec, status=placement.status if placement.status == PLACED else PENDING,
                        reason=placement.reason, session_id=session_id, containers=tuple(containers),
-                       mode=mode, network_mode=network_mode)
+                       mode=mode, network_mode=NETWORK_MODE)

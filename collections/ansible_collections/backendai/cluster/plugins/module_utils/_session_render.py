@@ -12,8 +12,9 @@ import typing as t
 from dataclasses import dataclass
 
 from ansible_collections.backendai.cluster.plugins.module_utils._cluster_env import container_env, mpi_hostfile
+from ansible_collections.backendai.cluster.plugins.module_utils._job_network import JobNetwork
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_hcl import render_hcl
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import dumps, register_request, render_job
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import dumps, register_request, render_job, render_network
 from ansible_collections.backendai.cluster.plugins.module_utils._placement import parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import SessionPlan, build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
@@ -26,6 +27,7 @@ class RenderedSession:
     job: t.Optional[t.Dict[str, t.Any]]  # None while PENDING
     hcl: str
     hostfile: str
+    network: t.Optional[t.Dict[str, t.Any]] = None  # the session network's summary (secret-free); None while PENDING
 
     @property
     def job_json(self) -> str:
@@ -46,12 +48,15 @@ def plan_session(spec_raw: t.Any, agents_raw: t.Any, public_key: str = "", sessi
 
 
 def render_session(spec_raw: t.Any, agents_raw: t.Any, public_key: str = "", session_id: str = "",
-                   namespace: str = "", region: str = "", with_hcl: bool = True) -> RenderedSession:
+                   namespace: str = "", region: str = "", with_hcl: bool = True,
+                   network: t.Optional[JobNetwork] = None) -> RenderedSession:
+    """``network``: see ``_nomad_job.render_job`` (without it the job is unsigned, for reading only)."""
     plan = plan_session(spec_raw, agents_raw, public_key, session_id)
     if not plan.placed:
         return RenderedSession(plan, None, "", "")
-    job = render_job(plan, namespace=namespace, region=region)
-    return RenderedSession(plan, job, render_hcl(job) if with_hcl else "", mpi_hostfile(plan))
+    job = render_job(plan, namespace=namespace, region=region, network=network)
+    return RenderedSession(plan, job, render_hcl(job) if with_hcl else "", mpi_hostfile(plan),
+                           render_network(plan, namespace, network).summary())
 
 
 def plan_summary(plan: SessionPlan, with_env: bool = False) -> t.Dict[str, t.Any]:

@@ -21,19 +21,14 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import MANAGED_META_KEY, TASK_NAME
 
-PENDING = "PENDING"
-SCHEDULED = "SCHEDULED"
-RUNNING = "RUNNING"
-DEGRADED = "DEGRADED"
-TERMINATED = "TERMINATED"
-ERROR = "ERROR"
-STATES = (PENDING, SCHEDULED, RUNNING, DEGRADED, TERMINATED, ERROR)
+from ansible_collections.backendai.cluster.plugins.module_utils._session_state import (
+    BROKEN,
+    LIVE,
+    RESTARTING,
+    UNPLACED,
+    session_state,
+)
 
-#: Per-container statuses besides Nomad's ClientStatus values (pending, running, complete, failed, lost).
-UNPLACED = "unplaced"
-RESTARTING = "restarting"
-_BROKEN = frozenset(("failed", "lost", RESTARTING))
-_LIVE = frozenset(("running", "pending"))
 _EXIT_CODE = re.compile(r"[Ee]xit [Cc]ode:? *(-?\d+)")
 
 
@@ -70,7 +65,7 @@ def container_status(alloc: t.Optional[t.Mapping[str, t.Any]]) -> str:
         return UNPLACED
     status = str(alloc.get("ClientStatus") or "pending")
     task = _task_state(alloc)
-    if status in _LIVE and int(task.get("Restarts") or 0) > 0 and task.get("State") != "running":
+    if status in LIVE and int(task.get("Restarts") or 0) > 0 and task.get("State") != "running":
         return RESTARTING
     return status
 
@@ -95,24 +90,44 @@ def exit_code(alloc: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[int]:
     return None
 
 
-def session_state(statuses: t.Sequence[str], stopped: bool = False) -> str:
-    if stopped:
-        return TERMINATED
-    if not statuses:
-        return PENDING
-    broken = any(s in _BROKEN for s in statuses)
-    live = any(s in _LIVE for s in statuses)
-    if broken:
-        return DEGRADED if live else ERROR
-    if UNPLACED in statuses:
-        return PENDING
-    if all(s == "running" for s in statuses):
-        return RUNNING
-    if all(s == "complete" for s in statuses):
-        return TERMINATED
-    if "complete" in statuses and "running" in statuses:
-        return DEGRADED
-    return SCHEDULED
+def container_reason(alloc: t.Optional[t.Mapping[str, t.Any]]) -> str:
+    """Why a container is not running as it should, in Nomad's words (empty when it is fine)."""
+    if alloc is None:
+        return "no allocation: Nomad could not place it"
+    status = container_status(alloc)
+    if status not in BROKEN:
+        return ""
+    for text in (alloc.get("ClientDescription"), alloc.get("DesiredDescription")):
+        if text:
+            return str(text)
+    for event in reversed(_task_state(alloc).get("Events") or []):
+        if event.get("DisplayMessage"):
+            return str(event["DisplayMessage"])
+    return ""
+
+
+def failed_placement_reason(failed: t.Mapping[str, t.Any]) -> str:
+    """Nomad's reason per task group it could not place, from an evaluation's ``FailedTGAllocs``
+    (AllocMetric), e.g. ``sub1: resources exhausted on 2 of 2 nodes (memory: 2)``."""
+    parts = []
+    for group in sorted(failed):
+        metric = failed[group] or {}
+        if metric.get("reason"):
+            parts.append("%s: %s" % (group, metric["reason"]))
+            continue
+        evaluated = int(metric.get("NodesEvaluated") or 0)
+        notes = []
+        if metric.get("NodesExhausted"):
+            dims = ", ".join("%s: %s" % kv for kv in sorted((metric.get("DimensionExhausted") or {}).items()))
+            shown = " (%s)" % dims if dims else ""
+            notes.append("resources exhausted on %s of %d nodes%s" % (metric["NodesExhausted"], evaluated, shown))
+        if metric.get("NodesFiltered"):
+            why = ", ".join("%s: %s" % kv for kv in sorted((metric.get("ConstraintFiltered") or {}).items()))
+            notes.append("%s of %d nodes filtered%s" % (metric["NodesFiltered"], evaluated, " (%s)" % why if why else ""))
+        if not evaluated:
+            notes.append("no node in the job's datacenters and node pool is ready")
+        parts.append("%s: %s" % (group, "; ".join(notes) or "not placed"))
+    return "; ".join(parts)
 
 
 def wait_progress(containers: t.Sequence[t.Mapping[str, t.Any]], batch: bool = False) -> t.Dict[str, t.Any]:
@@ -147,6 +162,18 @@ def wait_progress(containers: t.Sequence[t.Mapping[str, t.Any]], batch: bool = F
         parts.append("waiting for " + ", ".join(notes[n] for n in waiting))
     return {"total": len(containers), "running": len(running), "waiting": waiting, "failed": failed,
             "done": bool(containers) and not waiting and not failed, "summary": "; ".join(parts)}
+
+
+def broken_summary(containers: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    """Which containers are broken and why, one line (empty when none is): what DEGRADED/ERROR mean here."""
+    parts = []
+    for c in containers:
+        if c.get("status") in BROKEN:
+            where = " on %s" % c["agent"] if c.get("agent") else ""
+            code = ", exit code %s" % c["exit_code"] if c.get("exit_code") is not None else ""
+            why = ": %s" % c["reason"] if c.get("reason") else ""
+            parts.append("%s %s%s%s%s" % (c.get("hostname"), c.get("status"), where, code, why))
+    return "; ".join(parts)
 
 
 def _shared_network(full: t.Optional[t.Mapping[str, t.Any]]) -> t.Mapping[str, t.Any]:
@@ -202,6 +229,7 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
             "status": container_status(alloc),
             "exit_code": exit_code(alloc),
             "restarts": int(task.get("Restarts") or 0),
+            "reason": container_reason(alloc),
             "alloc_id": (alloc or {}).get("ID") or "",
             "node_id": (alloc or {}).get("NodeID") or "",
         }
@@ -219,6 +247,7 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
         "mode": meta.get("BACKENDAI_CLUSTER_MODE", ""),
         "network_mode": network_mode,
         "containers": containers,
+        "reason": broken_summary(containers),
         "main1": _main1(job, current, full),
         "progress": wait_progress(containers, batch=job.get("Type") == "batch"),
     }

@@ -9,6 +9,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import typing as t
 from dataclasses import dataclass, field
@@ -20,7 +21,12 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # or "worker1" + idx 1 and "worker" + idx 11 would both be "worker11".
 ROLE_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,30}[a-z])?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CNI_NETWORK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+#: The only network mode: every session is on its own private network (``_session_network``).
+NETWORK_MODE_AUTO = "auto"
+NETWORK_MODE_HELP = (
+    "must be auto (every session gets a private network of its own on the backendai CNI network; bridge would "
+    "put it on Nomad's shared bridge with every other allocation of the agent, and a cni/<name> network of "
+    "your own is not private to the session, so neither is offered)")
 PORT_LABEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 MAX_CLUSTER_SIZE = 4096
@@ -72,7 +78,7 @@ SCHEMA: t.Dict[str, t.Dict[str, t.Any]] = {
         "path": {"type": "str"},
         "role": {"type": "str"}}},
     "network": {"type": "dict", "suboptions": {
-        "mode": {"type": "str", "default": "auto"}}},
+        "mode": {"type": "str", "choices": [NETWORK_MODE_AUTO], "default": NETWORK_MODE_AUTO}}},
     "master_port": {"type": "int", "default": 12345},
     "env": {"type": "dict"},
     "roles": {"type": "list", "elements": "dict", "suboptions": {
@@ -178,7 +184,7 @@ class SessionSpec:
     mounts: t.Tuple[Mount, ...]
     ssh: SSHSpec
     secrets: SecretsSpec
-    network_mode: str  # "auto", "bridge" or "cni/<name>"
+    network_mode: str  # "auto" (the only mode)
     master_port: int
     env: t.Tuple[t.Tuple[str, str], ...]
     roles: t.Tuple[Role, ...]
@@ -187,13 +193,6 @@ class SessionSpec:
     ports: t.Tuple[PublishedPort, ...]
     mpi_slots: int
     heterogeneous: bool = field(default=False)
-
-    @property
-    def overlay_network(self) -> str:
-        """CNI network name used when the session spans agents."""
-        if self.network_mode.startswith("cni/"):
-            return self.network_mode[4:]
-        return "backendai-%s" % self.name
 
 
 # --- a small collecting validator -------------------------------------------------------------
@@ -362,10 +361,8 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
 
     net_raw = c.mapping(top.get("network"), path + ".network", _keys("network"))
     network_mode = net_raw.get("mode") if net_raw.get("mode") is not None else _default("network", "mode")
-    if network_mode not in ("auto", "bridge") and not (
-            isinstance(network_mode, str) and network_mode.startswith("cni/")
-            and CNI_NETWORK_RE.match(network_mode[4:])):
-        c.bad(path + ".network.mode", "must be auto, bridge or cni/<network name>", network_mode)
+    if network_mode not in _choices("network", "mode")[0]:
+        c.bad(path + ".network.mode", NETWORK_MODE_HELP, network_mode)
         network_mode = _default("network", "mode")
 
     master_port = c.integer(top, "master_port", path, _default("master_port"), 1, 65535, unit="MASTER_PORT")
@@ -410,6 +407,19 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
     )
 
 
+#: Mount targets the container runtime owns (and everything below them).
+RESERVED_TARGETS = ("/proc", "/sys", "/dev")
+
+
+def _kernel_fs(target: str) -> str:
+    """The reserved directory ``target`` is or lies below ('' if none)."""
+    norm = posixpath.normpath("/" + target.lstrip("/"))
+    for top in RESERVED_TARGETS:
+        if norm == top or norm.startswith(top + "/"):
+            return top
+    return ""
+
+
 def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
     if raw is None:
         return ()
@@ -429,6 +439,10 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
         for key, val in (("source", src), ("target", dst)):
             if val and (not val.startswith("/") or "/../" in val + "/" or "\n" in val):
                 c.bad("%s.%s" % (where, key), "must be an absolute path without '..'", val)
+        if dst and dst.startswith("/") and _kernel_fs(dst):
+            c.bad(where + ".target", "must not be %s or below it: the container runtime provides /proc, /sys and /dev "
+                  "(a mount there replaces them: ps and the like fail inside, and Docker refuses it when the task "
+                  "starts); choose another target" % _kernel_fs(dst), dst)
         if dst in targets:
             c.bad(where + ".target", "is mounted twice", dst)
         targets.add(dst)

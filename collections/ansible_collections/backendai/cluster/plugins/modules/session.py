@@ -15,14 +15,24 @@ description:
     each other without setup.
   - "With O(backend=nomad): places the containers on the free capacity of the ready, eligible Nomad client nodes
     (or on O(agents)), generates the session's SSH keypair, writes it to Nomad Variables (C(nomad/jobs/<name>)) or
-    Vault KV v2 with check-and-set C(cas=0) B(before) registering the job, registers the job, and optionally waits
-    until every container runs."
-  - If a step after the keypair is written fails (job registration, waiting), the session is rolled back - the job is
-    deregistered and purged and the secret deleted - and the error names the failed step.
+    Vault KV v2 with check-and-set C(cas=0) B(before) registering the job, claims a session network slot (a VNI and a
+    subnet unique in the cluster, C(backendai-cluster/network/slots/<n>) in O(network_claims_namespace), also with
+    C(cas=0)), registers the job with every group on the C(cni/backendai) network and its network parameters signed
+    with the cluster key (O(network_key_file)), and optionally waits until every container runs."
+  - Nothing on the agents is touched - they were prepared once by the role C(backendai.cluster.overlay_agent).
+  - If a step after the keypair is written fails (slot claim, job registration, waiting), the session is rolled back -
+    the job is deregistered and purged, the network slot released and the secret deleted - and the error names the
+    failed step. O(state=absent) removes the same three.
+  - "All or nothing: placing and registering happen under a cluster-wide admission lock (a Nomad variable lock on
+    C(backendai-cluster/admission) in the C(default) namespace, TTL 15 s), and the job's evaluation is followed; if
+    Nomad cannot place some container (capacity taken by another job), the new session is rolled back at once and,
+    with O(wait_for_resources), placed again on fresh capacity, else the error gives Nomad's reason per container."
+  - A session with a failed or lost container (C(DEGRADED), C(ERROR)) is brought back by O(state=present) with the
+    same keys and session ID (on Nomad each broken container gets a new allocation; locally the session is recreated).
   - Idempotent. For an existing session the keys are never regenerated; the job is re-rendered with the stored
     public key's session ID and Nomad's job plan decides whether anything changed.
   - With O(backend=local), the session runs on this machine (see the local runtime); the result has the same shape.
-  - The private key and tokens never appear in results, diffs or logs.
+  - The private key, the cluster network key and tokens never appear in results, diffs or logs.
 author:
   - backendai.cluster contributors (@backendai-cluster)
 extends_documentation_fragment:
@@ -33,6 +43,7 @@ extends_documentation_fragment:
   - backendai.cluster.vault_connection
   - backendai.cluster.local_runtime
   - backendai.cluster.session_spec
+  - backendai.cluster.session_network
 attributes:
   check_mode:
     support: full
@@ -79,6 +90,9 @@ options:
     description:
       - Agents with their B(free) capacity, each C({name, cpu, memory, gpu, datacenter, drivers}) (CPU in MHz,
         memory in MB, GPU devices); extra keys are ignored.
+      - For the nomad backend an agent may also give C(underlay_ip) and C(underlay_mtu), its address and MTU for the
+        session network; the default is the Nomad node's meta C(backendai.underlay_ip) / C(backendai.underlay_mtu), else
+        its C(Address) and 1500.
       - For the nomad backend the default is live node data - every ready, eligible, non-draining client node of the
         C(default) node pool, with its free capacity as the C(backendai.cluster.nomad_nodes) inventory plugin computes
         it (for an existing session its own allocations count as free).
@@ -212,9 +226,9 @@ session:
       type: str
       sample: single-node
     network_mode:
-      description: Network of the containers - C(bridge) or C(cni/<network>).
+      description: Always C(cni/backendai) - the session's own network on every agent's one static CNI network.
       type: str
-      sample: bridge
+      sample: cni/backendai
     state_dir:
       description: The local session's state directory (logs, C(ssh_config)); empty before it exists.
       type: str
@@ -223,6 +237,10 @@ session:
       description: Where the keypair lives (backend, path, item names); never the key.
       type: dict
       returned: nomad backend, when the secret was looked up
+    reason:
+      description: Which containers are broken and why, one line (what C(DEGRADED) or C(ERROR) means here); empty when
+        none is.
+      type: str
     containers:
       description: One entry per container, main1 first.
       type: list
@@ -246,7 +264,12 @@ session:
         status:
           description:
             - Nomad's client status (C(pending), C(running), C(complete), C(failed), C(lost)), C(restarting) or
-              C(unplaced); the local backend's C(running), C(exited), C(dead) or C(planned) (check mode).
+              C(unplaced); the local backend uses the same job model (C(running), C(complete), C(failed)) and
+              C(planned) (check mode).
+          type: str
+        reason:
+          description: Why the container is not running as it should (Nomad's words, or the local runtime's); empty
+            when it is fine.
           type: str
         exit_code:
           description: Exit code of its command once it ended, else null.
@@ -263,7 +286,8 @@ session:
           type: str
           returned: nomad backend
         command:
-          description: The command line it runs, as one string.
+          description: Where its command stands - C(running), C(exited), C(killed), or C(none) (an interactive
+            container); null in check mode.
           type: str
           returned: local backend
         log:
@@ -340,9 +364,9 @@ plan:
       type: str
       sample: single-node
     network_mode:
-      description: Network mode of every group, C(bridge) or C(cni/<network>).
+      description: Nomad network mode of every group, always C(cni/backendai).
       type: str
-      sample: bridge
+      sample: cni/backendai
     cluster_size:
       description: Number of containers.
       type: int
@@ -378,12 +402,22 @@ secret:
   type: dict
   sample: {backend: nomad-variables, path: nomad/jobs/train-42, private_key_item: ssh_private_key,
            public_key_item: ssh_public_key}
+network:
+  description:
+    - The session's network - C(name) (C(backendai)), C(slot), C(vni), C(subnet), C(agents) (underlay addresses in
+      plan order), C(mtu), C(signed) (always true once submitted) and C(placeholder_agents). Never the key.
+  returned: success, O(state=present), nomad backend
+  type: dict
+  sample: {name: backendai, slot: 771, vni: 66307, subnet: 10.203.3.0/24, agents: [10.0.0.10, 10.0.0.11], mtu: 1450,
+           signed: true, placeholder_agents: []}
 removed:
-  description: What O(state=absent) removed (or would remove) - C(job) (bool) and C(secrets) (descriptions).
+  description:
+    - What O(state=absent) removed (or would remove) - C(job) (bool), C(secrets) (descriptions) and C(network_slot)
+      (the released slot, or null).
   returned: O(state=absent), nomad backend
   type: dict
 failed_step:
-  description: The step that failed (C(write keypair secret), C(register job), C(wait for containers)).
+  description: The step that failed (C(write keypair secret), C(claim network slot), C(register job), C(wait for containers)).
   returned: on failure after placement
   type: str
 rollback:
@@ -396,7 +430,8 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
 from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend, refuse_all_namespaces
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NOMAD, VAULT, ClusterModule, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl
 
 
 def _name(module: ClusterModule) -> t.Optional[str]:
@@ -426,7 +461,8 @@ def run(module: ClusterModule) -> t.Dict[str, t.Any]:
     secrets = (p["spec"] or {}).get("secrets") if isinstance(p["spec"], dict) else None
     if isinstance(secrets, dict) and secrets.get("backend") == "vault":
         module.vault()  # library and options checked before anything is written
-    nomad = NomadBackend(module.nomad(), module.vault, module.hide, module.warn)
+    network = NetworkControl(p["network_key_file"], p["network_claims_namespace"], module.hide)
+    nomad = NomadBackend(module.nomad(), module.vault, module.hide, module.warn, network=network)
     if p["state"] == "present":
         return nomad.present(p["spec"], agents=p["agents"], check_mode=module.check_mode, diff=module.diff_mode,
                              wait=p["wait"], wait_timeout=float(p["wait_timeout"]),
@@ -447,7 +483,7 @@ def main() -> None:
             wait_for_resources=dict(type="int", default=0),
             keep_logs=dict(type="bool", default=False),
         ),
-        shared=(NOMAD, VAULT, LOCAL),
+        shared=(NOMAD, VAULT, LOCAL, NETWORK),
         required_if=[("state", "present", ["spec"]), ("state", "absent", ["name", "spec"], True)],
     )
     module.run(run)

@@ -29,6 +29,7 @@ extends_documentation_fragment:
   - backendai.cluster.nomad_connection
   - backendai.cluster.vault_connection
   - backendai.cluster.local_runtime
+  - backendai.cluster.session_network
 attributes:
   check_mode:
     support: full
@@ -53,8 +54,8 @@ options:
     type: int
     default: 0
 notes:
-  - The Vault options are accepted so that one C(module_defaults) group serves every module; this module does not
-    contact Vault.
+  - The Vault and session network options are accepted so that one C(module_defaults) group serves every module; this
+    module does not contact Vault or read the network key.
 requirements:
   - python-nomad (nomad backend)
 seealso:
@@ -122,9 +123,9 @@ sessions:
       type: str
       sample: single-node
     network_mode:
-      description: Network of the containers - C(bridge) or C(cni/<network>).
+      description: Always C(cni/backendai) - the session's own network on every agent's one static CNI network.
       type: str
-      sample: bridge
+      sample: cni/backendai
     state_dir:
       description: The local session's state directory (logs, C(ssh_config)); empty before it exists.
       type: str
@@ -133,6 +134,10 @@ sessions:
       description: Where the keypair lives (backend, path, item names); never the key.
       type: dict
       returned: nomad backend, when the secret was looked up
+    reason:
+      description: Which containers are broken and why, one line (what C(DEGRADED) or C(ERROR) means here); empty when
+        none is.
+      type: str
     containers:
       description: One entry per container, main1 first.
       type: list
@@ -156,7 +161,12 @@ sessions:
         status:
           description:
             - Nomad's client status (C(pending), C(running), C(complete), C(failed), C(lost)), C(restarting) or
-              C(unplaced); the local backend's C(running), C(exited), C(dead) or C(planned) (check mode).
+              C(unplaced); the local backend uses the same job model (C(running), C(complete), C(failed)) and
+              C(planned) (check mode).
+          type: str
+        reason:
+          description: Why the container is not running as it should (Nomad's words, or the local runtime's); empty
+            when it is fine.
           type: str
         exit_code:
           description: Exit code of its command once it ended, else null.
@@ -173,7 +183,8 @@ sessions:
           type: str
           returned: nomad backend
         command:
-          description: The command line it runs, as one string.
+          description: Where its command stands - C(running), C(exited), C(killed), or C(none) (an interactive
+            container); null in check mode.
           type: str
           returned: local backend
         log:
@@ -224,7 +235,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
 from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NOMAD, VAULT, ClusterModule, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
 
 
 def run(module: ClusterModule) -> t.Dict[str, t.Any]:
@@ -247,7 +258,7 @@ def main() -> None:
             backend=dict(type="str", choices=["nomad", "local"]),
             log_lines=dict(type="int", default=0),
         ),
-        shared=(NOMAD, VAULT, LOCAL),
+        shared=(NOMAD, VAULT, LOCAL, NETWORK),
     )
     module.run(run)
 

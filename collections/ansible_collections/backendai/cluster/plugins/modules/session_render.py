@@ -14,6 +14,12 @@ description:
     as the JSON body of C(PUT /v1/jobs) and as an HCL2 jobspec for C(nomad job run), plus an OpenMPI hostfile.
   - Nothing is submitted and no key is generated; the job reads the session keypair at runtime from the secret
     backend, so the rendered files hold no secret.
+  - "The job is B(not signed): every group's C(cni { args }) carries the marker C(BAI_MAC=UNSIGNED-RENDER-ONLY) instead
+    of the MAC made with the cluster network key, so the agents' CNI plugin refuses to start it. Signing needs a
+    network slot claimed in the cluster, which only M(backendai.cluster.session) does (it then signs with the real
+    key). C(BAI_VNI)/C(BAI_NET) show the slot the session would try first; agents without C(underlay_ip) get a
+    placeholder address from C(198.18.0.0/15); with live agents from Nomad they are the nodes' addresses, read as
+    M(backendai.cluster.session) reads them."
   - With O(output_dir), writes C(<name>.json), C(<name>.nomad.hcl) and C(<name>.hostfile) there, only when their
     content changes.
   - Without O(agents), the agents are read (read-only) from the Nomad cluster at O(nomad_addr), as the
@@ -27,6 +33,7 @@ extends_documentation_fragment:
   - backendai.cluster.nomad_connection
   - backendai.cluster.vault_connection
   - backendai.cluster.session_spec
+  - backendai.cluster.session_network
 attributes:
   check_mode:
     support: full
@@ -48,7 +55,8 @@ options:
   agents:
     description:
       - Agents (Nomad client nodes) with their free capacity, each C({name, cpu, memory, gpu, datacenter, drivers}).
-      - C(cpu) is in MHz and C(memory) in MB; extra keys are ignored.
+      - C(cpu) is in MHz and C(memory) in MB; C(underlay_ip) (the agent's session network address) is shown in the
+        job's C(BAI_AGENTS); other keys are ignored.
       - Required unless a Nomad address is given (O(nomad_addr) or E(NOMAD_ADDR)); then the default is the free
         capacity of the cluster's ready, eligible nodes.
     type: list
@@ -82,6 +90,8 @@ options:
         waits for it; the M(backendai.cluster.session) module writes the variable itself.
       - An existing file is kept (same keys, same session ID); delete it to make new keys. The key is never in a
         result. Needs O(output_dir), the C(nomad-variables) secret backend and the cryptography library.
+      - The job itself stays B(unsigned) (see above), so agents whose CNI plugin checks the session network signature
+        refuse to start it. Use M(backendai.cluster.session) to run a session on such a cluster.
     type: bool
     default: false
   secret_format:
@@ -92,8 +102,8 @@ options:
 notes:
   - Placement follows Backend.AI's rules; see the README section on placement.
   - O(namespace) and O(region) go into the rendered job.
-  - The Vault options are accepted so that one C(module_defaults) group serves every module; this module does not
-    contact Vault.
+  - The Vault and session network options are accepted so that one C(module_defaults) group serves every module; this
+    module does not contact Vault, read the network key or claim a network slot.
 seealso:
   - name: Nomad job HTTP API
     description: The register request body this module renders.
@@ -170,9 +180,9 @@ plan:
       type: str
       sample: single-node
     network_mode:
-      description: Network mode of every group, C(bridge) or C(cni/<network>).
+      description: Nomad network mode of every group, always C(cni/backendai).
       type: str
-      sample: bridge
+      sample: cni/backendai
     cluster_size:
       description: Number of containers.
       type: int
@@ -195,6 +205,12 @@ plan:
 job:
   description: 'The register request body (C({"Job": ...})) for C(PUT /v1/jobs); null when pending.'
   returned: always
+  type: dict
+network:
+  description:
+    - The session network of the rendered job - C(name), C(slot) (the one it would try first), C(vni), C(subnet),
+      C(agents), C(mtu), C(signed) (always false here) and C(placeholder_agents) (agents given without C(underlay_ip)).
+  returned: when placed
   type: dict
 hcl:
   description: The same job as an HCL2 jobspec; empty when pending.
@@ -235,11 +251,13 @@ import typing as t
 from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import refuse_all_namespaces
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import NOMAD, VAULT, ClusterModule
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._job_network import JobNetwork
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import NETWORK, NOMAD, VAULT, ClusterModule
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents, underlay_addresses
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_var_file
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import secret_path
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import signed
 from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_summary, render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import SSHKeypair, generate_keypair
@@ -282,7 +300,7 @@ def main() -> None:
             write_secret=dict(type="bool", default=False),
             secret_format=dict(type="str", choices=["hcl", "json"], default="hcl"),
         ),
-        shared=(NOMAD, VAULT),
+        shared=(NOMAD, VAULT, NETWORK),
         required_if=[("write_secret", True, ["output_dir"])],
     )
     module = base.module
@@ -292,23 +310,36 @@ def main() -> None:
     except BackendAIClusterError as exc:
         module.fail_json(msg=str(exc))
     agents = p["agents"]
-    if agents is None:
+    live = agents is None
+    if live:
         if not base.nomad_address_given():
             module.fail_json(msg="agents is required unless a Nomad address is given (nomad_addr or NOMAD_ADDR)")
         try:
-            with base.nomad() as client:
-                agents = live_agents(client, namespace=p["namespace"] or "default")
+            agents = live_agents(base.nomad(), namespace=p["namespace"] or "default")
         except NomadError as exc:
+            base.close()
             module.fail_json(msg="reading the agents from Nomad: %s" % exc, exception="")
+    # unsigned on purpose: see the description (no slot is claimed here)
+    underlay = {str(a.get("name")): str(a["underlay_ip"]) for a in agents if isinstance(a, dict) and a.get("underlay_ip")}
     try:
         keypair, secret_file = _secret_keypair(base, p) if p["write_secret"] else (None, "")
         rendered = render_session(p["spec"], agents, public_key=keypair.public_key if keypair else "",
                                   session_id=p["session_id"] or "",
-                                  namespace=p["namespace"] or "", region=p["region"] or "")
+                                  namespace=p["namespace"] or "", region=p["region"] or "",
+                                  network=JobNetwork(underlay=underlay))
     except InputError as exc:
         module.fail_json(msg=str(exc), problems=[str(x) for x in exc.problems])
     except BackendAIClusterError as exc:
         module.fail_json(msg=str(exc))
+    if live and rendered.plan.placed:  # the agents' real underlay addresses, as the session module reads them
+        try:
+            found = underlay_addresses(base.nomad(), rendered.plan.agents_used, agents)
+            rendered = signed(rendered, JobNetwork(underlay={a: ip for a, (ip, _mtu) in found.items()},
+                                                   underlay_mtu=min(mtu for _ip, mtu in found.values())),
+                              p["namespace"] or "", p["region"] or "")
+        except (NomadError, ValueError, BackendAIClusterError) as exc:
+            module.warn("the agents' underlay addresses could not be read (%s); the job shows placeholders" % exc)
+    base.close()
     plan = plan_summary(rendered.plan)
     result: t.Dict[str, t.Any] = dict(changed=False, plan=plan, job=None, hcl=rendered.hcl, hostfile=rendered.hostfile)
     if not rendered.plan.placed:
@@ -318,6 +349,7 @@ def main() -> None:
     result["job"] = {"Job": rendered.job}
     if rendered.plan.spec.secrets.backend == "nomad-variables":
         result["secret_path"] = secret_path(rendered.plan)
+    result["network"] = rendered.network
     if p["output_dir"]:
         out = p["output_dir"]
         if not module.check_mode:

@@ -102,7 +102,8 @@ INVERSE: t.Dict[str, t.Dict[str, t.Tuple[str, str, str]]] = {
     "job": {"name": ("Name", "value", ""), "type": ("Type", "value", ""),
             "namespace": ("Namespace", "value", ""), "region": ("Region", "value", ""),
             "datacenters": ("Datacenters", "list", ""), "meta": ("Meta", "map", ""),
-            "ui": ("UI", "block", "ui"), "group": ("TaskGroups", "labelled", "group")},
+            "ui": ("UI", "block", "ui"), "constraint": ("Constraints", "blocks", "constraint"),
+            "group": ("TaskGroups", "labelled", "group")},
     "ui": {"description": ("Description", "value", ""), "link": ("Links", "blocks", "link")},
     "link": {"label": ("Label", "value", ""), "url": ("URL", "value", "")},
     "group": {"count": ("Count", "value", ""), "meta": ("Meta", "map", ""),
@@ -115,7 +116,7 @@ INVERSE: t.Dict[str, t.Dict[str, t.Tuple[str, str, str]]] = {
                    "operator": ("Operand", "value", "")},
     "network": {"mode": ("Mode", "value", ""), "hostname": ("Hostname", "value", ""),
                 "port": ("DynamicPorts", "labelled", "port"), "cni": ("CNI", "block", "cni")},
-    "cni": {"args": ("Args", "map", "")},
+    "cni": {"args": ("Args", "attrmap", "")},
     "port": {"to": ("To", "value", ""), "static": ("Value", "value", "")},
     "service": {"name": ("Name", "value", ""), "provider": ("Provider", "value", ""),
                 "address_mode": ("AddressMode", "value", ""), "port": ("PortLabel", "value", ""),
@@ -189,6 +190,9 @@ def to_api(block_type: str, body: t.Dict[str, t.Any], label: t.Optional[str] = N
             out[key] = go_duration_ns(hcl_string(value))
         elif kind == "map":
             out[key] = hcl_map(value, where)
+        elif kind == "attrmap":  # api.CNIConfig.Args is `hcl:"args,optional"`: an attribute, never a block
+            assert isinstance(value, dict), "%s: must be an attribute (args = {...}), got %r" % (where, value)
+            out[key] = hcl_map(value, where)
         elif kind == "block":
             out[key] = to_api(nested, single_block(value, where))
         elif kind == "blocks":
@@ -246,7 +250,7 @@ def fixture_single_node_job() -> t.Dict[str, t.Any]:
 def test_single_node_three_containers(single_node_job: t.Dict[str, t.Any]) -> None:
     job = single_node_job
     assert [g["Name"] for g in job["TaskGroups"]] == ["main1", "sub1", "sub2"]
-    assert job["TaskGroups"][0]["Networks"][0]["Mode"] == "bridge"
+    assert job["TaskGroups"][0]["Networks"][0]["Mode"] == "cni/backendai"
     text = render_hcl(job)
     assert text.startswith('job "sn-3" {\n')
     assert 'attribute = "$${node.unique.name}"' in flat(text)

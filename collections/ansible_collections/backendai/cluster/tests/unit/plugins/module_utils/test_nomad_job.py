@@ -47,7 +47,7 @@ def test_one_group_per_container_pinned_to_its_agent() -> None:
         assert group["Count"] == 1
         assert group["Constraints"] == [{"LTarget": "${node.unique.name}", "RTarget": container.agent, "Operand": "="}]
         assert group["Meta"]["BACKENDAI_CLUSTER_ROLE"] == container.role
-        assert group["Networks"][0]["Mode"] == "cni/backendai-train-42"
+        assert group["Networks"][0]["Mode"] == "cni/backendai"
         assert group["Networks"][0]["Hostname"] == container.hostname
         assert group["Services"][0]["Tags"][0] == container.hostname
         assert group["Services"][0]["Provider"] == "nomad" and group["Services"][0]["AddressMode"] == "alloc"
@@ -76,10 +76,12 @@ def test_only_main1_publishes_ports() -> None:
     assert all("DynamicPorts" not in n and "ReservedPorts" not in n for n in nets[1:])
 
 
-def test_single_node_uses_bridge() -> None:
+def test_single_node_uses_the_session_network_too() -> None:
+    """Nomad's shared bridge network is never rendered: one agent or several, every group is on cni/backendai."""
     job = render_job(make_plan(cluster_size=3))
-    assert {g["Networks"][0]["Mode"] for g in job["TaskGroups"]} == {"bridge"}
+    assert {g["Networks"][0]["Mode"] for g in job["TaskGroups"]} == {"cni/backendai"}
     assert job["Datacenters"] == ["dc1"]
+    assert job["Constraints"] == [{"LTarget": "${attr.nomad.version}", "RTarget": ">= 1.10.0", "Operand": "semver"}]
 
 
 def test_no_secret_in_the_job_and_keys_rendered_at_runtime() -> None:

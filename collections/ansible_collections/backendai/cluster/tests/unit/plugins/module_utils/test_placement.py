@@ -9,7 +9,7 @@ import typing as t
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError
 from ansible_collections.backendai.cluster.plugins.module_utils._placement import (
     PENDING,
     PLACED,
@@ -141,15 +141,9 @@ def test_plan_is_pending_but_lists_containers() -> None:
     assert all(c.agent == "" for c in plan.containers)
 
 
-def test_bridge_network_cannot_span_agents() -> None:
-    with pytest.raises(PlanError, match="session.network.mode: bridge cannot join containers on 2 agents"):
-        make_plan(agents_list(("a", 1000, 1024, 0), ("b", 1000, 1024, 0)), cluster_size=2,
-                  cluster_mode="multi-node", resources={"memory": 1024}, network={"mode": "bridge"})
-
-
-def test_network_mode_follows_placement() -> None:
+def test_every_session_is_on_the_session_network() -> None:
     two = agents_list(("a", 1000, 1024, 0), ("b", 1000, 1024, 0))
     spread = make_plan(two, cluster_size=2, cluster_mode="multi-node", resources={"memory": 1024})
-    assert (spread.mode, spread.network_mode) == ("multi-node", "cni/backendai-train-42")
+    assert (spread.mode, spread.network_mode) == ("multi-node", "cni/backendai")
     one = make_plan(cluster_size=2, cluster_mode="multi-node")
-    assert (one.mode, one.network_mode) == ("single-node", "bridge")
+    assert (one.mode, one.network_mode) == ("single-node", "cni/backendai")

@@ -88,11 +88,12 @@ def test_master_port_must_differ_from_ssh_port() -> None:
     assert problems(spec_dict(master_port=2200)) == ["session.master_port: must differ from ssh.port (2200) (got 2200)"]
 
 
-def test_network_modes() -> None:
-    assert parse_spec(spec_dict(network={"mode": "cni/overlay-1"})).overlay_network == "overlay-1"
-    assert parse_spec(spec_dict()).overlay_network == "backendai-train-42"
-    assert problems(spec_dict(network={"mode": "host"})) == [
-        'session.network.mode: must be auto, bridge or cni/<network name> (got "host")']
+@pytest.mark.parametrize("mode", ["bridge", "cni/overlay-1", "host"])
+def test_auto_is_the_only_network_mode(mode: str) -> None:
+    assert parse_spec(spec_dict(network={"mode": "auto"})).network_mode == "auto"
+    (problem,) = problems(spec_dict(network={"mode": mode}))
+    assert problem.startswith("session.network.mode: must be auto (every session gets a private network")
+    assert "Nomad's shared bridge" in problem and problem.endswith('(got "%s")' % mode)
 
 
 def test_mounts() -> None:
@@ -137,3 +138,17 @@ def test_published_ports() -> None:
 def test_command_must_be_argv() -> None:
     assert problems(spec_dict(command="python train.py")) == [
         'session.command: must be a list of strings (argv, e.g. [python, train.py]) (got "python train.py")']
+
+
+@pytest.mark.parametrize("target", ["/proc", "/proc/sys", "/sys", "/sys/fs/cgroup", "/dev", "/dev/shm/x", "//proc/", "/proc/."])
+def test_mount_targets_of_the_runtime_are_refused(target: str) -> None:
+    raw = {"name": "s", "image": "img", "mounts": [{"source": "/data", "target": "/data"}, {"source": "/data", "target": target}]}
+    (problem,) = problems(raw)
+    top = "/" + target.strip("/").split("/")[0]
+    assert problem.startswith("session.mounts[1].target: must not be %s or below it" % top), problem
+    assert target in problem
+
+
+@pytest.mark.parametrize("target", ["/procs", "/device", "/home/work/proc", "/system"])
+def test_mount_targets_that_only_look_alike_are_fine(target: str) -> None:
+    parse_spec({"name": "s", "image": "img", "mounts": [{"source": "/data", "target": target}]})

@@ -1,0 +1,360 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The session network: its parameters, their admission, and its layout on an agent. Pure, stdlib only.
+
+Every session of every backend is on ONE static CNI network per agent, ``backendai``
+(``network { mode = "cni/backendai" }``), served by this collection's CNI plugin (``_cni_plugin``).
+What makes a session's network its own are the parameters each task group carries in
+``network { cni { args = {...} } }``:
+
+=============  =========================================================================
+``BAI_V``      version of this format (``1``)
+``BAI_SID``    the session ID (a UUID, fresh for every create)
+``BAI_VNI``    the session's VXLAN network identifier (claimed cluster-wide, see *slots*)
+``BAI_NET``    the session's subnet (claimed with the VNI)
+``BAI_AGENTS`` the underlay IPv4 addresses of the session's agents, in plan order
+``BAI_MTU``    the MTU inside the session network
+``BAI_MAC``    HMAC-SHA256, with the cluster key, over all of the above and Nomad's identity
+               of the allocation: ``NOMAD_NAMESPACE``, ``NOMAD_JOB_ID``, ``NOMAD_GROUP_NAME``
+=============  =========================================================================
+
+Nomad (1.10 and later) adds ``NOMAD_REGION``, ``NOMAD_NAMESPACE``, ``NOMAD_JOB_ID``,
+``NOMAD_GROUP_NAME`` and ``NOMAD_ALLOC_ID`` to ``CNI_ARGS`` *after* the job's own args, so a job
+cannot present another job's identity (``client/allocrunner/networking_cni.go``:
+``addCustomCNIArgs`` then ``addNomadWorkloadCNIArgs``). A copy of session B's parameters in
+another job fails the MAC, and so does any edited parameter: only the holder of the cluster key
+(the control node, which never puts it in a job or a variable) can admit a group to a network.
+
+*Slots*: a session claims one slot ``s`` of the pool; its VNI is ``VNI_BASE + s`` and its
+subnet is the ``s``-th /24 of ``SUBNET_POOL``, so one claim makes both unique cluster-wide.
+
+Layout on an agent: the agent's position ``i`` in ``BAI_AGENTS`` gives it the ``i``-th disjoint
+block of the subnet for host-local IPAM; the block's first address is the bridge's (the
+containers' gateway). A session with one agent has a bridge only; one with several also has a
+VXLAN device that floods to exactly the other agents (head-end replication).
+"""
+
+from __future__ import annotations
+
+# The plugin imports this module for every container it attaches: only cheap imports here
+# (no typing, dataclasses, uuid or OpenSSL at run time; see ``_hmac_sha256``).
+import ipaddress
+import os
+import re
+from collections import namedtuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import typing as t
+
+try:  # the interpreter's own SHA-256 (no OpenSSL to load): 3.12+ names it _sha2, 3.6-3.11 _sha256
+    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        from hashlib import sha256 as _sha256  # type: ignore[assignment]
+try:
+    from _operator import _compare_digest as compare_digest  # what hmac.compare_digest is
+except ImportError:
+    from hmac import compare_digest
+
+NETWORK_NAME = "backendai"
+PLUGIN_TYPE = "backendai"
+CNI_VERSION = "1.0.0"
+ARGS_VERSION = "1"
+#: Nomad adds NOMAD_* to CNI_ARGS from this version on (hashicorp/nomad#24319); ``cni { args }`` came in 1.9.
+MIN_NOMAD_VERSION = "1.10.0"
+VXLAN_PORT = 4789
+VXLAN_OVERHEAD_IPV4 = 50
+MIN_MTU = 576
+VNI_BASE = 0x10000
+VNI_MAX = 0xFFFFFF
+SUBNET_POOL = "10.200.0.0/13"
+SUBNET_PREFIX = 24
+KEY_BYTES = 32
+BRIDGE_PREFIX = "bai"   # + 12 hex: every session bridge matches "bai+" in iptables
+VXLAN_PREFIX = "baix"   # + 11 hex
+PARAM_KEYS = ("BAI_V", "BAI_SID", "BAI_VNI", "BAI_NET", "BAI_AGENTS", "BAI_MTU")
+MAC_KEY = "BAI_MAC"
+IDENTITY_KEYS = ("NOMAD_NAMESPACE", "NOMAD_JOB_ID", "NOMAD_GROUP_NAME")
+ALLOC_KEY = "NOMAD_ALLOC_ID"
+#: The order in which Nomad's client adds its keys after the job's args (a ``map``: order is not kept
+#: in CNI_ARGS; the keys are what matters).
+NOMAD_KEYS = ("NOMAD_REGION", "NOMAD_NAMESPACE", "NOMAD_JOB_ID", "NOMAD_GROUP_NAME", "NOMAD_ALLOC_ID")
+
+
+class NetworkError(ValueError):
+    """Parameters that cannot be laid out, or that are not admitted; the message says why."""
+
+
+class AdmissionError(NetworkError):
+    """CNI_ARGS that do not admit this allocation to a session network."""
+
+
+# ---------------------------------------------------------------------------- parameters
+
+class NetworkParams(namedtuple("NetworkParams", "session_id vni subnet agents mtu")):
+    """What a session's network is, the same for every group of the session: the session ID, its VNI and
+    subnet, the underlay IPv4 addresses of its agents (plan order), the MTU inside."""
+
+    __slots__ = ()
+
+    def args(self) -> t.Dict[str, str]:
+        return {"BAI_V": ARGS_VERSION, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
+                "BAI_AGENTS": ",".join(self.agents), "BAI_MTU": str(self.mtu)}
+
+    @property
+    def spans(self) -> bool:
+        return len(self.agents) > 1
+
+
+def slot_count(pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX) -> int:
+    net = ipaddress.IPv4Network(pool)
+    if not net.prefixlen <= prefix <= 28:
+        raise NetworkError("session subnets of /%d do not fit the pool %s" % (prefix, pool))
+    return min(1 << (prefix - net.prefixlen), VNI_MAX - VNI_BASE + 1)
+
+
+def slot_network(slot: int, pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX) -> t.Tuple[int, str]:
+    """(VNI, subnet) of slot ``slot``."""
+    count = slot_count(pool, prefix)
+    if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < count:
+        raise NetworkError("network slot must be an integer from 0 to %d, got %r" % (count - 1, slot))
+    net = ipaddress.IPv4Network(pool)
+    subnet = ipaddress.IPv4Network((int(net.network_address) + (slot << (32 - prefix)), prefix))
+    return VNI_BASE + slot, str(subnet)
+
+
+def overlay_mtu(underlay_mtu: int) -> int:
+    mtu = int(underlay_mtu) - VXLAN_OVERHEAD_IPV4
+    if mtu < MIN_MTU:
+        raise NetworkError("underlay MTU %s leaves %d bytes inside the session network (VXLAN over IPv4 takes %d); "
+                           "at least %d are needed" % (underlay_mtu, mtu, VXLAN_OVERHEAD_IPV4, MIN_MTU))
+    return mtu
+
+
+def make_params(session_id: str, slot: int, agents: t.Sequence[str], underlay_mtu: int = 1500,
+                pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX) -> NetworkParams:
+    vni, subnet = slot_network(slot, pool, prefix)
+    return check_params(NetworkParams(str(session_id), vni, subnet, tuple(str(a) for a in agents),
+                                      overlay_mtu(underlay_mtu)))
+
+
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def check_params(p: NetworkParams) -> NetworkParams:
+    """The parameters, validated (raises NetworkError naming the bad one)."""
+    sid = str(p.session_id).lower()
+    if not _UUID_RE.match(sid):
+        raise NetworkError("BAI_SID must be a UUID, got %r" % (p.session_id,))
+    if not VNI_BASE <= p.vni <= VNI_MAX:
+        raise NetworkError("BAI_VNI must be from %d to %d, got %r" % (VNI_BASE, VNI_MAX, p.vni))
+    try:
+        net = ipaddress.IPv4Network(p.subnet)
+    except ValueError:
+        raise NetworkError("BAI_NET must be an IPv4 network, got %r" % (p.subnet,)) from None
+    if not net.is_private or net.prefixlen > 28:
+        raise NetworkError("BAI_NET must be a private IPv4 network of at least 16 addresses, got %s" % net)
+    if not p.agents:
+        raise NetworkError("BAI_AGENTS must list at least one agent")
+    agents = []
+    for a in p.agents:
+        try:
+            agents.append(str(ipaddress.IPv4Address(a)))
+        except ValueError:
+            raise NetworkError("BAI_AGENTS must be IPv4 addresses, got %r" % (a,)) from None
+    if len(set(agents)) != len(agents):
+        raise NetworkError("BAI_AGENTS lists an address twice: %s" % ",".join(agents))
+    if not MIN_MTU <= p.mtu <= 65535:
+        raise NetworkError("BAI_MTU must be from %d to 65535, got %r" % (MIN_MTU, p.mtu))
+    agent_blocks(str(net), len(agents))  # the subnet has room for every agent
+    return NetworkParams(sid, int(p.vni), str(net), tuple(agents), int(p.mtu))
+
+
+# ---------------------------------------------------------------------------- MAC and CNI_ARGS
+
+def generate_key() -> str:
+    """A new cluster key, as the hex text stored in key files."""
+    return os.urandom(KEY_BYTES).hex()
+
+
+def parse_key(text: str, where: str = "the network key") -> bytes:
+    text = (text or "").strip()
+    if not re.fullmatch(r"[0-9a-f]{%d,}" % (2 * KEY_BYTES), text):
+        raise NetworkError("%s must hold at least %d hex digits (made by the overlay_agent role or local_agents)"
+                           % (where, 2 * KEY_BYTES))
+    return bytes.fromhex(text)
+
+
+def read_key(path: str) -> bytes:
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read()
+    except OSError as e:
+        raise NetworkError("cannot read the network key %s: %s" % (path, e.strerror or e)) from None
+    except UnicodeDecodeError:
+        text = ""
+    return parse_key(text, "the network key %s" % path)
+
+
+def _message(namespace: str, job_id: str, group: str, params: t.Mapping[str, str]) -> bytes:
+    fields = [("NOMAD_NAMESPACE", namespace), ("NOMAD_JOB_ID", job_id), ("NOMAD_GROUP_NAME", group)]
+    fields += [(k, params[k]) for k in PARAM_KEYS]
+    return ("backendai-session-network\n" + "".join("%s=%s\n" % kv for kv in fields)).encode("utf-8")
+
+
+def _hmac_sha256(key: bytes, message: bytes) -> str:
+    """HMAC-SHA256 (RFC 2104), written out over the interpreter's own SHA-256: the stdlib ``hmac`` loads
+    OpenSSL, which costs the plugin more than its whole ADD. Checked against ``hmac`` in the unit tests."""
+    block = 64
+    if len(key) > block:
+        key = _sha256(key).digest()
+    key = key.ljust(block, b"\0")
+    inner = _sha256(bytes(b ^ 0x36 for b in key) + message).digest()
+    return _sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest()
+
+
+def sign(key: bytes, namespace: str, job_id: str, group: str, params: NetworkParams) -> str:
+    return _hmac_sha256(key, _message(namespace, job_id, group, params.args()))
+
+
+def job_args(key: bytes, namespace: str, job_id: str, group: str, params: NetworkParams) -> t.Dict[str, str]:
+    """The ``cni { args }`` of one task group (``group`` is its name: the container's hostname)."""
+    args = params.args()
+    args[MAC_KEY] = sign(key, namespace, job_id, group, params)
+    return args
+
+
+def nomad_cni_args(args: t.Mapping[str, str], region: str, namespace: str, job_id: str, group: str,
+                   alloc_id: str) -> str:
+    """``CNI_ARGS`` exactly as Nomad's client builds it: ``IgnoreUnknown``, the job's args, then the NOMAD_*
+    keys, which override the job's (a value with ``;`` is skipped, as Nomad does)."""
+    out: t.Dict[str, str] = {"IgnoreUnknown": "true"}
+    out.update(args)
+    for k, v in zip(NOMAD_KEYS, (region, namespace, job_id, group, alloc_id)):
+        if ";" not in v:
+            out[k] = v
+    return ";".join("%s=%s" % kv for kv in out.items())
+
+
+def parse_cni_args(text: str) -> t.Dict[str, str]:
+    """``K=V;K=V`` -> dict (libcni's format; a later key wins)."""
+    out = {}
+    for pair in (text or "").split(";"):
+        if not pair:
+            continue
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise AdmissionError("CNI_ARGS item %r is not KEY=VALUE" % pair[:40])
+        out[key] = value
+    return out
+
+
+class Admission(namedtuple("Admission", "namespace job_id group alloc_id params")):
+    """An allocation admitted to a session network: Nomad's identity of it and its ``NetworkParams``."""
+
+    __slots__ = ()
+
+
+def admit(key: bytes, cni_args: t.Mapping[str, str]) -> Admission:
+    """Check CNI_ARGS: Nomad's identity present, every parameter present and valid, the MAC right."""
+    missing = [k for k in IDENTITY_KEYS if not cni_args.get(k)]
+    if missing:
+        raise AdmissionError("CNI_ARGS lack %s: Nomad 1.10 or later adds them; an older client or another runtime "
+                             "cannot join a session network" % ", ".join(missing))
+    missing = [k for k in PARAM_KEYS + (MAC_KEY,) if not cni_args.get(k)]
+    if missing:
+        raise AdmissionError("CNI_ARGS lack the session network parameters %s: the group's network block needs "
+                             "cni { args } as rendered by backendai.cluster" % ", ".join(missing))
+    if cni_args["BAI_V"] != ARGS_VERSION:
+        raise AdmissionError("BAI_V %r is not a version this plugin knows (%s)" % (cni_args["BAI_V"], ARGS_VERSION))
+    try:
+        raw = NetworkParams(cni_args["BAI_SID"], int(cni_args["BAI_VNI"]), cni_args["BAI_NET"],
+                            tuple(a for a in cni_args["BAI_AGENTS"].split(",") if a), int(cni_args["BAI_MTU"]))
+    except ValueError:
+        raise AdmissionError("BAI_VNI and BAI_MTU must be integers") from None
+    ns, job, group = (cni_args[k] for k in IDENTITY_KEYS)
+    want = _hmac_sha256(key, _message(ns, job, group, {k: cni_args[k] for k in PARAM_KEYS}))
+    if not compare_digest(want, cni_args[MAC_KEY].lower()):
+        raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r: "
+                             "their MAC does not match (parameters of another job, or edited ones)" % (job, group, ns))
+    try:
+        params = check_params(raw)
+    except NetworkError as e:
+        raise AdmissionError(str(e)) from None
+    return Admission(ns, job, group, cni_args.get(ALLOC_KEY, ""), params)
+
+
+# ---------------------------------------------------------------------------- layout on an agent
+
+class AgentLayout(namedtuple("AgentLayout", "index bridge vxlan gateway prefixlen range_start range_end peers")):
+    """One session on one agent: its position among the session's agents, its bridge and VXLAN device, the
+    bridge's address (the first of the agent's block), the block for IPAM, the other agents' underlay addresses."""
+
+    __slots__ = ()
+
+
+def agent_blocks(subnet: str, count: int) -> t.List[t.Tuple[str, str, str]]:
+    """``count`` disjoint blocks of ``subnet``: (gateway, first container address, last)."""
+    net = ipaddress.IPv4Network(subnet)
+    first = int(net.network_address) + 1
+    per = (net.num_addresses - 2) // max(1, count)
+    if per < 2:
+        raise NetworkError("subnet %s is too small for %d agents" % (subnet, count))
+    out = []
+    for i in range(count):
+        lo = first + i * per
+        out.append((str(ipaddress.IPv4Address(lo)), str(ipaddress.IPv4Address(lo + 1)),
+                    str(ipaddress.IPv4Address(lo + per - 1))))
+    return out
+
+
+def link_names(session_id: str) -> t.Tuple[str, str]:
+    """(bridge, vxlan) names of a session on every agent (IFNAMSIZ: 15 characters)."""
+    digest = _sha256(("links\0" + session_id).encode()).hexdigest()
+    return BRIDGE_PREFIX + digest[:12], VXLAN_PREFIX + digest[:11]
+
+
+def layout(params: NetworkParams, underlay_ip: str) -> AgentLayout:
+    """Where ``underlay_ip`` (this agent) stands in the session; NetworkError if it is not one of its agents."""
+    if underlay_ip not in params.agents:
+        raise AdmissionError("this agent (underlay address %s) is not one of the session's agents (%s)"
+                             % (underlay_ip, ", ".join(params.agents)))
+    index = params.agents.index(underlay_ip)
+    gateway, start, end = agent_blocks(params.subnet, len(params.agents))[index]
+    bridge, vxlan = link_names(params.session_id)
+    return AgentLayout(index, bridge, vxlan, gateway, ipaddress.IPv4Network(params.subnet).prefixlen, start, end,
+                       tuple(a for a in params.agents if a != underlay_ip))
+
+
+def vni_match(vni: int) -> str:
+    """An iptables ``u32`` expression matching a VXLAN header's VNI (``lo:hi`` for a range).
+
+    ``0>>22&0x3C@`` moves past the IPv4 header; the VNI is the top 24 bits of the 32-bit word at
+    offset 12 of the UDP header (8 bytes of UDP, then the VXLAN header's second word)."""
+    return "0>>22&0x3C@12>>8=%s" % vni
+
+
+VNI_RANGE_MATCH = "0>>22&0x3C@12>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
+
+
+# ---------------------------------------------------------------------------- the static config
+
+def static_conflist(underlay_ip: str, key_file: str, state_dir: str, egress: bool = True,
+                    uplinks: t.Sequence[str] = (), underlay_mtu: int = 1500, vxlan_port: int = VXLAN_PORT,
+                    portmap: bool = True) -> t.Dict[str, t.Any]:
+    """The one network config of an agent (``<cni_config_dir>/backendai.conflist``).
+
+    ``uplinks``: interfaces egress may leave by (default: those of the agent's default routes).
+    """
+    plugin: t.Dict[str, t.Any] = {"type": PLUGIN_TYPE, "underlayIP": str(ipaddress.IPv4Address(underlay_ip)),
+                                  "underlayMTU": int(underlay_mtu), "vxlanPort": int(vxlan_port),
+                                  "keyFile": key_file, "stateDir": state_dir, "egress": bool(egress)}
+    if uplinks:
+        plugin["uplinks"] = list(uplinks)
+    plugins: t.List[t.Dict[str, t.Any]] = [{"type": "loopback"}, plugin]
+    if portmap:
+        plugins.append({"type": "portmap", "capabilities": {"portMappings": True}, "snat": True})
+    return {"cniVersion": CNI_VERSION, "name": NETWORK_NAME, "plugins": plugins}

@@ -1,0 +1,450 @@
+"""Attacks on the session network, with the real plugins in real namespaces on local agents.
+
+Three local agents carry session B (main1, sub1 on agent1; sub2, sub3 on agent2) and session A
+(main1 on agent1; sub1, sub2 on agent3). A host on the underlay that is not an agent ("stranger")
+and an allocation on Nomad's own bridge network of agent1 (Nomad's conflist and NOMAD-ADMIN rule,
+``client/allocrunner/cni/bridge.go`` and ``networking_iptables.go``) stand beside them.
+
+Every refusal has its control: the same forged VXLAN packet sent by one of B's own agents *is*
+delivered, a port that is "closed" across sessions is open within one, so each test would fail
+if the defence were missing rather than the packet being malformed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import typing as t
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_network as lnet
+from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils import _session_network as net
+from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import Attachment, cni_add, cni_del
+
+from conftest import PROBE, make_session
+
+PORT = 2200
+UNDERLAY = "10.230.0.0/24"
+STRANGER_IP = "10.230.0.200"
+NOMAD_SUBNET = "172.26.64.0/20"  # Nomad's default bridge_network_subnet
+LISTEN = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[2]))); s.settimeout(float(sys.argv[3]))
+if sys.argv[1] == "tcp":
+    s.listen(8)
+print("ready", flush=True)
+got = []
+try:
+    while True:
+        if sys.argv[1] == "udp":
+            data, peer = s.recvfrom(65535); got.append([data.decode(errors="replace"), peer[0]])
+        else:
+            c, peer = s.accept(); got.append(["conn", peer[0]]); c.close()
+except socket.timeout:
+    pass
+print(__import__("json").dumps(got), flush=True)
+"""
+SEND = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for dst in sys.argv[2:]:
+    for _ in range(3):
+        s.sendto(bytes.fromhex(sys.argv[1]), (dst, 4789))
+print("sent")
+"""
+
+
+def ns_python(netns: str, code: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nsenter", "--net=/run/netns/" + netns, "--", sys.executable, "-c", code] + list(args),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+class Listener:
+    def __init__(self, netns: str, proto: str, port: int, seconds: float) -> None:
+        self.proc = subprocess.Popen(["nsenter", "--net=/run/netns/" + netns, "--", sys.executable, "-c", LISTEN,
+                                      proto, str(port), str(seconds)], stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def result(self) -> list[list[str]]:
+        out, _ = self.proc.communicate(timeout=30)
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def _csum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    s = (s >> 16) + (s & 0xFFFF)
+    return ~(s + (s >> 16)) & 0xFFFF
+
+
+def vxlan_packet(vni: int, dst_mac: str, src_ip: str, dst_ip: str, dport: int, text: str) -> bytes:
+    """A VXLAN payload: header with ``vni``, an Ethernet frame to ``dst_mac`` carrying IPv4/UDP to ``dst_ip``."""
+    data = text.encode()
+    udp = struct.pack("!HHHH", 5555, dport, 8 + len(data), 0) + data
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, socket.inet_aton(src_ip),
+                     socket.inet_aton(dst_ip))
+    ip = ip[:10] + struct.pack("!H", _csum(ip)) + ip[12:]
+    eth = bytes.fromhex(dst_mac.replace(":", "")) + bytes.fromhex("02aabbccddee") + b"\x08\x00"
+    return struct.pack("!B3xI", 0x08, vni << 8) + eth + ip + udp
+
+
+class World:
+    def __init__(self, run_dir: str, keypair: tuple[str, str]) -> None:
+        self.tag = uuid.uuid4().hex[:6]
+        self.root = os.path.join(run_dir, "agents-" + self.tag)
+        self.state_root = os.path.join(run_dir, "net-" + self.tag)
+        agents = [{"name": "agent%d" % i, "cpu": 8000, "memory": 8192} for i in (1, 2, 3)]
+        self.agents = {a["name"]: a["local"] for a in local_agents.create_agents(agents, self.root)["agents"]}
+        self.fabric = os.path.join(self.root, "local")
+        self.keypair = keypair
+        self.made: list[str] = []
+        self.sessions: dict[str, dict[str, t.Any]] = {}
+
+    # ----------------------------------------------------------- sessions
+    def session(self, name: str, placement: dict[str, str]) -> dict[str, t.Any]:
+        s = make_session(name, self.keypair, size=len(placement), port=PORT)
+        for c in s["containers"]:
+            c["agent"] = placement[c["hostname"]]
+        s["agents"] = {a: self.agents[a] for a in set(placement.values())}
+        info = rt.create_session(s, self.state_root)
+        info["by_host"] = {c["hostname"]: c for c in info["containers"]}
+        self.sessions[name] = info
+        return info
+
+    def netns(self, session: str, host: str) -> str:
+        return self.sessions[session]["by_host"][host]["netns"]
+
+    def addr(self, session: str, host: str) -> str:
+        return self.sessions[session]["by_host"][host]["address"]
+
+    def mac(self, netns: str, ifname: str = "eth0") -> str:
+        out = subprocess.run(["ip", "-n", netns, "-j", "link", "show", ifname], capture_output=True, text=True,
+                             check=True).stdout
+        return json.loads(out)[0]["address"]
+
+    # ----------------------------------------------------------- other hosts
+    def add_stranger(self) -> None:
+        """A host on the underlay that is not an agent."""
+        ns, ul = "bai-t-%s-x" % self.tag, local_agents.namespaces(self.fabric, [])[""]
+        self.made.append(ns)
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        cmds = ["link add xs%s type veth peer name eth0 netns %s" % (self.tag, ns), "link set xs%s master ul0 up" % self.tag]
+        subprocess.run(["ip", "-n", ul, "-batch", "-"], input="\n".join(cmds) + "\n", text=True, check=True)
+        subprocess.run(["ip", "-n", ns, "-batch", "-"], text=True, check=True,
+                       input="link set lo up\naddr add %s/24 dev eth0\nlink set eth0 up\n" % STRANGER_IP)
+        self.stranger = ns
+
+    def add_nomad_alloc(self, agent: str) -> None:
+        """An allocation on Nomad's own bridge network of ``agent`` (Nomad's bridge conflist, its NOMAD-ADMIN rule)."""
+        ns = "bai-t-%s-nomad" % self.tag
+        self.made.append(ns)
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        agent_ns = self.agents[agent]["netns"]
+        self.nomad_conf = {"cniVersion": "0.4.0", "name": "nomad", "plugins": [
+            {"type": "loopback"},
+            {"type": "bridge", "bridge": "nomad", "ipMasq": True, "isGateway": True, "forceAddress": True,
+             "hairpinMode": False, "ipam": {"type": "host-local", "ranges": [[{"subnet": NOMAD_SUBNET}]],
+                                            "routes": [{"dst": "0.0.0.0/0"}],
+                                            "dataDir": os.path.join(self.root, "nomad-ipam")}},
+            {"type": "firewall", "backend": "iptables", "iptablesAdminChainName": "NOMAD-ADMIN"},
+            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True}]}
+        for args in (["-N", "NOMAD-ADMIN"], ["-A", "NOMAD-ADMIN", "-o", "nomad", "-d", NOMAD_SUBNET, "-j", "ACCEPT"]):
+            subprocess.run(["ip", "netns", "exec", agent_ns, "iptables", "-w"] + args, check=True)
+        self.nomad_att = Attachment(ns, "/run/netns/" + ns, self.state_root, agent_netns="/run/netns/" + agent_ns)
+        os.makedirs(self.state_root, exist_ok=True)
+        result = cni_add(self.nomad_conf, self.nomad_att, os.path.join(self.root, "nomad-cache.json"))
+        self.nomad_alloc, self.nomad_ip = ns, result["ips"][0]["address"].split("/")[0]
+
+    # ----------------------------------------------------------- agents
+    def agent_state(self, agent: str) -> dict[str, t.Any]:
+        ns = self.agents[agent]["netns"]
+        links = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show"], capture_output=True, text=True,
+                                          check=True).stdout)
+        rules = subprocess.run(["ip", "netns", "exec", ns, "iptables-save"], capture_output=True, text=True,
+                               check=True).stdout
+        state = os.path.join(self.fabric, "state", agent)
+        files = sorted(os.path.relpath(os.path.join(d, f), state) for d, _, fs in os.walk(state) for f in fs
+                       if f != "lock")
+        return {"links": sorted(x["ifname"] for x in links),
+                "rules": sorted(x for x in rules.splitlines() if x.startswith(("-A", ":"))), "files": files}
+
+    def close(self) -> None:
+        for name in list(self.sessions):
+            rt.destroy_session(name, self.state_root)
+        if hasattr(self, "nomad_att"):
+            cni_del(self.nomad_conf, self.nomad_att, os.path.join(self.root, "nomad-cache.json"))
+        for ns in self.made:
+            subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+        local_agents.destroy_agents(self.root, force=True)
+
+
+@pytest.fixture(scope="module")
+def world(run_dir: str, keypair: tuple[str, str]) -> t.Iterator[World]:
+    w = World(run_dir, keypair)
+    try:
+        w.add_stranger()
+        w.add_nomad_alloc("agent1")
+        w.session("sb", {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2"})
+        w.session("sa", {"main1": "agent1", "sub1": "agent3", "sub2": "agent3"})
+        yield w
+    finally:
+        w.close()
+
+
+def _key(w: World) -> bytes:
+    return net.read_key(os.path.join(w.fabric, "network.key"))
+
+
+def _params(w: World, session: str) -> net.NetworkParams:
+    info = w.sessions[session]
+    order = list(dict.fromkeys(c["agent"] for c in info["containers"]))
+    return net.NetworkParams(info["session_id"], info["vni"], info["subnet"],
+                             tuple(w.agents[a]["underlay_ip"] for a in order), 1450)
+
+
+def _plugin(w: World, agent: str, command: str, container: str, netns: str, cni_args: str,
+            prev: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """Run the agent's ``backendai`` plugin once, as libcni would (loopback left out)."""
+    with open(os.path.join(w.fabric, "cni", agent, "backendai.conflist"), encoding="utf-8") as f:
+        conf = json.load(f)
+    plugin = dict(conf["plugins"][1], cniVersion=conf["cniVersion"], name=conf["name"])
+    if prev is not None:
+        plugin["prevResult"] = prev
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_COMMAND": command, "CNI_CONTAINERID": container,
+           "CNI_NETNS": "/run/netns/" + netns, "CNI_IFNAME": "eth0", "CNI_ARGS": cni_args,
+           "CNI_PATH": os.path.join(w.fabric, "bin") + ":/usr/lib/cni"}
+    proc = subprocess.run(["nsenter", "--net=/run/netns/" + w.agents[agent]["netns"], "--",
+                           os.path.join(w.fabric, "bin", "backendai")], input=json.dumps(plugin), env=env,
+                          capture_output=True, text=True, check=False)
+    return {"rc": proc.returncode, "out": json.loads(proc.stdout) if proc.stdout.strip() else None, "err": proc.stderr}
+
+
+# ---------------------------------------------------------------------------- 1. admission
+
+def test_admission_refuses_copied_tampered_and_missing_parameters(world: World) -> None:
+    w = world
+    key, params = _key(w), _params(w, "sb")
+    b_main1 = net.job_args(key, lnet.LOCAL_NAMESPACE, "sb", "main1", params)
+    evil_ns = "bai-t-%s-evil" % w.tag
+    w.made.append(evil_ns)
+    subprocess.run(["ip", "netns", "add", evil_ns], check=True)
+    before = w.agent_state("agent1")
+
+    def tampered(**change: str) -> dict[str, str]:
+        return dict(b_main1, **change)
+
+    cases = {
+        "B's parameters in another job": net.nomad_cni_args(b_main1, "local", lnet.LOCAL_NAMESPACE, "evil", "main1", "a1"),
+        "B's parameters in another namespace": net.nomad_cni_args(b_main1, "local", "other", "sb", "main1", "a2"),
+        "a job naming itself B in its args": net.nomad_cni_args(
+            dict(b_main1, NOMAD_JOB_ID="sb", NOMAD_NAMESPACE=lnet.LOCAL_NAMESPACE), "local", lnet.LOCAL_NAMESPACE,
+            "evil", "main1", "a3"),
+        "another subnet": net.nomad_cni_args(tampered(BAI_NET="10.200.99.0/24"), "local", lnet.LOCAL_NAMESPACE, "sb",
+                                             "main1", "a4"),
+        "the stranger added to the agents": net.nomad_cni_args(
+            tampered(BAI_AGENTS=b_main1["BAI_AGENTS"] + "," + STRANGER_IP), "local", lnet.LOCAL_NAMESPACE, "sb",
+            "main1", "a5"),
+        "another VNI": net.nomad_cni_args(tampered(BAI_VNI=str(params.vni + 1)), "local", lnet.LOCAL_NAMESPACE, "sb",
+                                          "main1", "a6"),
+        "no parameters": net.nomad_cni_args({}, "local", lnet.LOCAL_NAMESPACE, "evil", "main1", "a7"),
+        "a client that adds no NOMAD_* (older than 1.10)": "IgnoreUnknown=true;" + ";".join(
+            "%s=%s" % kv for kv in b_main1.items()),
+    }
+    for what, cni_args in cases.items():
+        r = _plugin(w, "agent1", "ADD", "evil-" + uuid.uuid4().hex[:8], evil_ns, cni_args)
+        assert r["rc"] != 0 and r["out"]["code"] == 101, (what, r)
+        assert "admission refused" in r["out"]["msg"], (what, r["out"])
+    assert w.agent_state("agent1") == before, "a refused ADD changed the agent"
+    links = json.loads(subprocess.run(["ip", "-n", evil_ns, "-j", "link", "show"], capture_output=True, text=True,
+                                      check=True).stdout)
+    assert [x["ifname"] for x in links] == ["lo"], "a refused ADD gave the namespace an interface"
+    # control: the right job and group are admitted by the same plugin run the same way
+    ok = _plugin(w, "agent1", "ADD", "ctl-" + w.tag, evil_ns,
+                 net.nomad_cni_args(b_main1, "local", lnet.LOCAL_NAMESPACE, "sb", "main1", "a8"))
+    assert ok["rc"] == 0, ok
+    assert _plugin(w, "agent1", "DEL", "ctl-" + w.tag, evil_ns, "")["rc"] == 0
+    assert w.agent_state("agent1") == before
+
+
+def test_check_re_admits_and_finds_the_links(world: World) -> None:
+    """CHECK (what Nomad runs after a client restart) passes for a live container and fails for another
+    job's copy of its parameters or when the session's bridge is gone."""
+    w = world
+    info = w.sessions["sb"]
+    main1 = info["by_host"]["main1"]
+    with open(os.path.join(info["state_dir"], "cni", "main1.json"), encoding="utf-8") as f:
+        prev = json.load(f)["result"]
+    args = net.job_args(_key(w), lnet.LOCAL_NAMESPACE, "sb", "main1", _params(w, "sb"))
+
+    def check(job: str, prev_result: dict[str, t.Any] | None = prev) -> dict[str, t.Any]:
+        return _plugin(w, "agent1", "CHECK", main1["netns"], main1["netns"],
+                       net.nomad_cni_args(args, "local", lnet.LOCAL_NAMESPACE, job, "main1", "x"), prev_result)
+
+    ok = check("sb")
+    assert ok["rc"] == 0, ok
+    refused = check("evil")
+    assert refused["rc"] != 0 and refused["out"]["code"] == 101, refused
+    assert check("sb", None)["out"]["msg"] == "CHECK needs prevResult"
+
+
+# ---------------------------------------------------------------------------- 2. and 3. forged VXLAN
+
+def _forge_and_listen(w: World, senders: list[tuple[str, list[str]]]) -> dict[str, list[list[str]]]:
+    """Send B's-VNI packets to each B container through its agent from every sender; what each B container got."""
+    vni = w.sessions["sb"]["vni"]
+    targets = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2"}
+    listeners = {h: Listener(w.netns("sb", h), "udp", 9999, 3.0) for h in targets}
+    for sender_ns, via in senders:
+        for host, agent in targets.items():
+            if w.agents[agent]["underlay_ip"] not in via:
+                continue
+            pkt = vxlan_packet(vni, w.mac(w.netns("sb", host)), w.addr("sb", "sub3" if host != "sub3" else "sub2"),
+                               w.addr("sb", host), 9999, "forged:" + sender_ns)
+            p = ns_python(sender_ns, SEND, pkt.hex(), w.agents[agent]["underlay_ip"])
+            assert p.returncode == 0, p.stderr
+    return {h: lis.result() for h, lis in listeners.items()}
+
+
+def test_forged_vxlan_from_another_sessions_containers_never_arrives(world: World) -> None:
+    w = world
+    b_agents = [w.agents[a]["underlay_ip"] for a in ("agent1", "agent2")]
+    senders = [(w.netns("sa", "main1"), b_agents),  # on an agent of B
+               (w.netns("sa", "sub1"), b_agents)]   # on an agent that is not B's
+    got = _forge_and_listen(w, senders)
+    assert got == {h: [] for h in got}, "forged VXLAN reached B: %s" % got
+    # control: the same packets from one of B's agents (agent2 -> B's containers on agent1) are delivered
+    control = _forge_and_listen(w, [(w.agents["agent2"]["netns"], [w.agents["agent1"]["underlay_ip"]])])
+    assert control["main1"] and control["sub1"], "the control packet was not delivered: the test proves nothing"
+
+
+def test_forged_vxlan_from_a_host_on_the_underlay_never_arrives(world: World) -> None:
+    w = world
+    got = _forge_and_listen(w, [(w.stranger, [w.agents[a]["underlay_ip"] for a in ("agent1", "agent2")])])
+    assert got == {h: [] for h in got}, "forged VXLAN from the underlay reached B: %s" % got
+    control = _forge_and_listen(w, [(w.agents["agent1"]["netns"], [w.agents["agent2"]["underlay_ip"]])])
+    assert control["sub2"] and control["sub3"], "the control packet was not delivered: the test proves nothing"
+
+
+# ---------------------------------------------------------------------------- 4. reachability
+
+def _probe(netns: str, address: str, port: int = PORT) -> str:
+    return ns_python(netns, PROBE, address, str(port)).stdout.split()[0]
+
+
+def test_sessions_and_nomads_bridge_cannot_reach_each_other(world: World) -> None:
+    w = world
+    nomad_listener = Listener(w.nomad_alloc, "tcp", 8080, 12.0)
+    pairs = {  # (from netns, to address, port): expected
+        (w.netns("sa", "main1"), w.addr("sb", "main1"), PORT): "closed",  # same agent
+        (w.netns("sa", "main1"), w.addr("sb", "sub2"), PORT): "closed",   # across agents
+        (w.netns("sa", "sub1"), w.addr("sb", "main1"), PORT): "closed",   # from an agent B is not on
+        (w.netns("sb", "main1"), w.addr("sa", "main1"), PORT): "closed",
+        (w.netns("sb", "sub2"), w.addr("sa", "sub1"), PORT): "closed",
+        (w.netns("sb", "main1"), w.nomad_ip, 8080): "closed",             # into Nomad's bridge
+        (w.netns("sa", "main1"), w.nomad_ip, 8080): "closed",
+        (w.nomad_alloc, w.addr("sb", "main1"), PORT): "closed",            # out of Nomad's bridge
+        (w.nomad_alloc, w.addr("sa", "main1"), PORT): "closed",
+        # controls: inside a session everything is open, and the Nomad allocation does listen
+        (w.netns("sb", "main1"), w.addr("sb", "sub3"), PORT): "open",
+        (w.netns("sa", "sub2"), w.addr("sa", "main1"), PORT): "open",
+        (w.agents["agent1"]["netns"], w.nomad_ip, 8080): "open",
+    }
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        got = dict(zip(pairs, pool.map(lambda k: _probe(*k), pairs)))
+    wrong = {k: v for k, v in got.items() if v != pairs[k]}
+    assert not wrong, wrong
+    nomad_listener.result()
+    # main1's published port is reachable (the relay on this machine)
+    for session in ("sa", "sb"):
+        info = w.sessions[session]
+        p = subprocess.run(["ssh", "-F", info["ssh_config"], "main1", "hostname"], capture_output=True, text=True,
+                           timeout=30, check=False)
+        assert p.stdout.strip() == "main1", p.stderr
+
+
+# ---------------------------------------------------------------------------- 5. egress
+
+def test_session_containers_reach_outside_the_session_through_their_agent(world: World) -> None:
+    w = world
+    listener = Listener(w.stranger, "tcp", 8080, 4.0)
+    assert _probe(w.netns("sb", "sub2"), STRANGER_IP, 8080) == "open"
+    assert _probe(w.netns("sa", "main1"), STRANGER_IP, 8080) == "open"
+    peers = sorted(p for _, p in listener.result())
+    # NAT'd: the stranger sees the agents, not the containers' session addresses
+    assert peers == sorted([w.agents["agent2"]["underlay_ip"], w.agents["agent1"]["underlay_ip"]])
+
+
+# ---------------------------------------------------------------------------- 6. DEL alone cleans an agent
+
+def test_cni_del_of_every_container_leaves_nothing_on_any_agent(world: World) -> None:
+    w = world
+    before = {a: w.agent_state(a) for a in w.agents}
+    info = w.session("sc", {"main1": "agent2", "sub1": "agent3", "sub2": "agent3"})
+    during = {a: w.agent_state(a) for a in w.agents}
+    assert during["agent2"] != before["agent2"] and during["agent3"] != before["agent3"]
+    for c in info["containers"]:  # what Nomad's client does when an allocation stops: DEL, no CNI_ARGS
+        agent = w.agents[c["agent"]]
+        with open(os.path.join(w.fabric, "cni", c["agent"], "backendai.conflist"), encoding="utf-8") as f:
+            conf = json.load(f)
+        att = Attachment(c["netns"], "/run/netns/" + c["netns"], info["state_dir"],
+                         agent_netns="/run/netns/" + agent["netns"], cni_path=os.path.join(w.fabric, "bin") + ":/usr/lib/cni")
+        assert cni_del(conf, att, os.path.join(info["state_dir"], "cni", c["hostname"] + ".json")) == []
+    assert {a: w.agent_state(a) for a in w.agents} == before
+    rt.destroy_session("sc", w.state_root)  # the containers' processes and namespaces (DEL again: a no-op)
+    del w.sessions["sc"]
+    assert {a: w.agent_state(a) for a in w.agents} == before
+
+
+# ---------------------------------------------------------------------------- 7. concurrency
+
+@pytest.mark.parametrize("sessions", [1, 4])
+def test_16_concurrent_adds_and_dels_on_one_agent(world: World, sessions: int) -> None:
+    w = world
+    agent = "agent3"
+    before = w.agent_state(agent)
+    key = _key(w)
+    owners = [{"state_dir": "/nonexistent/test-" + uuid.uuid4().hex, "session_id": str(uuid.uuid4())}
+              for _ in range(sessions)]
+    slots = [lnet.claim_slot(os.path.join(w.fabric, "slots"), o, 1000 + i, []) for i, o in enumerate(owners)]
+    params = [net.make_params(o["session_id"], s, [w.agents[agent]["underlay_ip"]]) for o, s in zip(owners, slots)]
+    names = ["bai-t-%s-%d-c%02d" % (w.tag, sessions, i) for i in range(16)]
+    w.made += names
+    subprocess.run(["ip", "-batch", "-"], input="".join("netns add %s\n" % n for n in names), text=True, check=True)
+
+    def add(i: int) -> dict[str, t.Any]:
+        p = params[i % sessions]
+        args = net.nomad_cni_args(net.job_args(key, "load", "job%d" % (i % sessions), "g%d" % i, p), "local",
+                                  "load", "job%d" % (i % sessions), "g%d" % i, str(uuid.uuid4()))
+        return _plugin(w, agent, "ADD", names[i], names[i], args)
+
+    try:
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            results = list(pool.map(add, range(16)))
+        assert all(r["rc"] == 0 for r in results), [r for r in results if r["rc"]]
+        addresses = [r["out"]["ips"][0]["address"] for r in results]
+        assert len(set(addresses)) == 16
+        # containers of one session reach each other across the bridge
+        first, other = results[0]["out"]["ips"][0]["address"].split("/")[0], names[sessions]
+        lis = Listener(names[0], "tcp", 7000, 4.0)
+        assert _probe(other, first, 7000) == "open"
+        lis.result()
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            dels = list(pool.map(lambda i: _plugin(w, agent, "DEL", names[i], names[i], ""), range(16)))
+        assert all(r["rc"] == 0 for r in dels), [r for r in dels if r["rc"]]
+        assert w.agent_state(agent) == before
+    finally:
+        for o in owners:
+            lnet.release_slots(os.path.join(w.fabric, "slots"), o)
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join("netns del %s\n" % n for n in names), text=True,
+                       check=False, capture_output=True)

@@ -1,0 +1,276 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""All or nothing under contention, against the Nomad API double (not Nomad): admission under the
+variable lock, a killed lock holder, a foreign job taking the capacity between plan and register,
+and a node going down under a running session."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import typing as t
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from ansible_collections.backendai.cluster.plugins.module_utils._admission import LOCK_PATH
+from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._common_args import NETWORK_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadClient, NomadConnection
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl
+from module_helpers import NOMAD_TOKEN, spec
+from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
+from nomad_double.server import NomadAPIDouble
+from nomad_double.watch import HalfPlacedWatch
+from repo_helpers import REPO
+
+POLL = 0.5
+
+
+def backend(double: NomadAPIDouble, **options: t.Any) -> NomadBackend:
+    client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
+    network = NetworkControl(key_file=os.environ[NETWORK_ENV["network_key_file"]])  # the tests' key (conftest)
+    return NomadBackend(client, lambda: None, lambda *a: None, lambda msg: None, poll_interval=POLL, network=network,
+                        **options)
+
+
+def two_nodes(double: NomadAPIDouble) -> None:
+    # each node holds two 2-container sessions of 1000 MHz / 1024 MB per container: the cluster holds 4
+    double.add_node("n1", cpu=4000, memory=8192)
+    double.add_node("n2", cpu=4000, memory=8192)
+
+
+def create(b: NomadBackend, name: str, **extra: t.Any) -> t.Tuple[str, t.Any]:
+    try:
+        return "ok", b.present(spec(name=name), **extra)
+    except ModuleFailure as err:
+        return "failed", str(err)
+
+
+def leftovers(double: NomadAPIDouble, names: t.Iterable[str]) -> t.List[str]:
+    names = list(names)
+    out = []
+    for name in names:
+        if double.stored_job(name) is not None:
+            out.append("job " + name)
+        if double.stored_variable("nomad/jobs/" + name) is not None:
+            out.append("variable nomad/jobs/" + name)
+    if double.stored_variable(LOCK_PATH) is not None:
+        out.append("admission lock variable")
+    with double._lock:  # network slots claimed and not released (issue 11)
+        claims = [(path, var) for (_ns, path), var in double._vars.items() if path.startswith("backendai-cluster/network/")]
+    out += ["slot claim %s" % path for path, var in claims if (var.get("Items") or {}).get("job") in set(names)]
+    return out
+
+
+# 1 ------------------------------------------------------------------------------------------------
+
+def test_eight_creates_for_four_slots_exactly_four_run_the_rest_fail_cleanly(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.05)
+    two_nodes(double)
+    names = ["c%d" % i for i in range(8)]
+    with HalfPlacedWatch(double) as watch, ThreadPoolExecutor(8) as pool:
+        start = time.monotonic()
+        outcomes = dict(zip(names, pool.map(lambda n: create(backend(double), n), names)))
+        settled = time.monotonic() - start
+    won = sorted(n for n, (kind, _r) in outcomes.items() if kind == "ok")
+    lost = sorted(n for n, (kind, _r) in outcomes.items() if kind == "failed")
+    assert len(won) == 4 and len(lost) == 4, outcomes
+    assert all(outcomes[n][1]["session"]["state"] == "RUNNING" for n in won)
+    for n in lost:
+        assert outcomes[n][1].startswith("session %s is PENDING: " % n), outcomes[n][1]
+        assert "short by" in outcomes[n][1]
+    assert leftovers(double, lost) == [], "the losers left something behind"
+    assert double.lock_of(LOCK_PATH) is None
+    assert watch.worst <= POLL, watch.longest
+    assert settled < 30, settled
+
+
+def test_eight_creates_waiting_for_resources_run_once_the_first_four_are_removed(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.05)
+    two_nodes(double)
+    names = ["w%d" % i for i in range(8)]
+    results: t.Dict[str, t.Tuple[str, t.Any]] = {}
+
+    def one(name: str) -> None:
+        results[name] = create(backend(double), name, wait_for_resources=60.0)
+
+    with HalfPlacedWatch(double) as watch:
+        threads = [threading.Thread(target=one, args=(n,)) for n in names]
+        for th in threads:
+            th.start()
+        deadline = time.monotonic() + 30
+        while len(results) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first = sorted(results)
+        assert len(first) == 4 and all(results[n][0] == "ok" for n in first), results
+        time.sleep(3 * POLL)
+        assert len(results) == 4, "a fifth session ran although the cluster holds four"
+        for n in first:
+            backend(double).absent(name=n)
+        for th in threads:
+            th.join(60)
+    assert all(kind == "ok" and r["session"]["state"] == "RUNNING" for kind, r in results.values()), results
+    assert watch.worst <= POLL, watch.longest
+    assert leftovers(double, first) == []
+
+
+# 2 ------------------------------------------------------------------------------------------------
+
+KILLED_CREATE = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {collections!r}); sys.path.insert(0, {tests!r})
+    from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_api
+    from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
+    from module_helpers import spec
+
+    def stuck(self, body):  # the create is killed while it holds the admission lock
+        print("holding the lock", flush=True)
+        time.sleep(3600)
+
+    _nomad_api.NomadClient.register_job = stuck
+    client = _nomad_api.NomadClient(_nomad_api.NomadConnection(nomad_addr={url!r}, token={token!r}))
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl
+    NomadBackend(client, lambda: None, lambda *a: None, print, lock_ttl=10, lock_delay=1,
+                 network=NetworkControl(key_file={key_file!r})).present(spec(name="killed"))
+""")
+
+
+def test_a_create_killed_while_holding_the_lock_delays_the_next_only_until_the_ttl(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    two_nodes(double)
+    script = KILLED_CREATE.format(collections=os.path.join(REPO, "collections"), tests=os.path.join(REPO, "tests"),
+                                  url=double.url, token=NOMAD_TOKEN, key_file=os.environ[NETWORK_ENV["network_key_file"]])
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.strip() == "holding the lock", (line, proc.stderr.read() if proc.stderr else "")
+        killed_at = time.monotonic()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+    assert double.lock_of(LOCK_PATH) is not None, "the killed create's lock should still be held"
+    kind, result = create(backend(double, lock_wait=30.0), "next")
+    waited = time.monotonic() - killed_at
+    assert kind == "ok" and result["session"]["state"] == "RUNNING", result
+    assert 9.0 <= waited <= 10 + 1 + 5, waited  # the TTL (10 s) plus the lock delay (1 s), not the wait limit
+    assert double.lock_of(LOCK_PATH) is None
+
+
+# 3 ------------------------------------------------------------------------------------------------
+
+def foreign_job(node: str, cpu: int) -> t.Dict[str, t.Any]:
+    return {"ID": "web", "Name": "web", "Type": "service", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "Count": 1,
+                            "Constraints": [{"LTarget": "${node.unique.name}", "RTarget": node, "Operand": "="}],
+                            "Tasks": [{"Name": "t", "Driver": "docker", "Config": {"image": "nginx"},
+                                       "Resources": {"CPU": cpu, "MemoryMB": 256}}]}]}
+
+
+def foreign_job_at_register(double: NomadAPIDouble, node: str, cpu: int) -> t.List[float]:
+    """Before the first register of s1 is handled, a job that is not ours takes ``cpu`` MHz of ``node``."""
+    fired: t.List[float] = []
+
+    def hook(req: t.Any) -> None:
+        if not fired and req.method in ("PUT", "POST") and req.path == "/v1/jobs" and b'"ID": "s1"' in req.body:
+            fired.append(time.monotonic())
+            answer = requests.put(double.url + "/v1/jobs", json={"Job": foreign_job(node, cpu)},
+                                  headers={"X-Nomad-Token": NOMAD_TOKEN}, timeout=5)
+            assert answer.status_code == 200, answer.text
+
+    double.before_request.append(hook)
+    return fired
+
+
+def test_foreign_job_between_plan_and_register_rolls_the_session_back_at_once(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.1)
+    double.add_node("n1", cpu=4000, memory=8192)
+    fired = foreign_job_at_register(double, "n1", 2500)
+    with HalfPlacedWatch(double) as watch:
+        kind, message = create(backend(double), "s1")
+    rolled_back_after = time.monotonic() - fired[0]
+    assert kind == "failed", message
+    assert "Nomad cannot place every container now: sub1: resources exhausted on 1 of 1 nodes (cpu: 1)" in message, message
+    assert re.search(r"Rolled back: job s1 deregistered \(purged\); network slot .* released; Nomad variable "
+                     r"nomad/jobs/s1 deleted", message), message
+    assert rolled_back_after < 2.0, rolled_back_after
+    assert watch.worst <= POLL, watch.longest
+    assert leftovers(double, ["s1"]) == [] and double.stored_job("web") is not None
+
+
+def test_foreign_job_with_wait_for_resources_places_again_on_fresh_capacity(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    double.add_node("n1", cpu=4000, memory=8192)
+    double.add_node("n2", cpu=2000, memory=8192)  # the tightest fit: the first plan puts s1 here
+    fired = foreign_job_at_register(double, "n2", 1500)
+    kind, result = create(backend(double), "s1", wait_for_resources=10.0)
+    assert fired and kind == "ok", result
+    assert result["session"]["state"] == "RUNNING"
+    assert {c["agent"] for c in result["session"]["containers"]} == {"n1"}
+    assert double.stored_variable(LOCK_PATH) is None
+
+
+# 4 ------------------------------------------------------------------------------------------------
+
+def test_node_down_makes_the_session_degraded_and_present_repairs_it(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    two_nodes(double)
+    b = backend(double)
+    made = b.present(spec(name="s1"))
+    assert made["session"]["state"] == "RUNNING"
+    node = made["session"]["containers"][0]["agent"]
+    public_key = double.stored_variable("nomad/jobs/s1")["Items"]["ssh_public_key"]
+    double.set_node_status(node, "down")
+    (view,) = b.info("s1")  # one poll
+    assert view["state"] == "DEGRADED" or view["state"] == "ERROR", view
+    assert {c["hostname"]: c["status"] for c in view["containers"]} == {"main1": "lost", "sub1": "lost"}
+    assert "main1 lost on %s: alloc is lost since its node is down" % node in view["reason"], view["reason"]
+    repaired = b.present(spec(name="s1"))
+    assert repaired["changed"] is True and repaired["session"]["state"] == "RUNNING", repaired["session"]
+    assert repaired["session"]["session_id"] == made["session"]["session_id"]
+    assert double.stored_variable("nomad/jobs/s1")["Items"]["ssh_public_key"] == public_key
+    other = "n2" if node == "n1" else "n1"
+    assert {c["agent"] for c in repaired["session"]["containers"]} == {other}  # single-node: together again
+    assert b.present(spec(name="s1"))["changed"] is False  # repaired and stable
+
+
+def test_one_lost_container_of_a_multi_node_session_is_named_and_replaced(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    for name in ("n1", "n2", "n3"):
+        double.add_node(name, cpu=1000, memory=2048)
+    b = backend(double)
+    made = b.present(spec(name="m1", cluster_mode="multi-node"))
+    placed = {c["hostname"]: c["agent"] for c in made["session"]["containers"]}
+    assert len(set(placed.values())) == 2, placed
+    double.set_node_status(placed["sub1"], "down")
+    (view,) = b.info("m1")
+    assert view["state"] == "DEGRADED", view
+    assert view["reason"].startswith("sub1 lost on %s" % placed["sub1"]), view["reason"]
+    repaired = b.present(spec(name="m1", cluster_mode="multi-node"))["session"]
+    assert repaired["state"] == "RUNNING" and repaired["session_id"] == made["session"]["session_id"]
+    assert placed["sub1"] not in {c["agent"] for c in repaired["containers"]}
+
+
+def test_repair_that_cannot_be_placed_says_why(nomad_double_factory: t.Any) -> None:
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    double.add_node("n1", cpu=4000, memory=8192)
+    b = backend(double)
+    b.present(spec(name="s1"))
+    double.set_node_status("n1", "down")
+    with pytest.raises(ModuleFailure) as err:
+        b.present(spec(name="s1"))
+    assert "session s1 is PENDING" in str(err.value), str(err.value)

@@ -1,0 +1,243 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The session network on the Nomad path, against the Nomad API double: slot claims (check-and-set in Nomad
+Variables), their release on rollback and destroy, re-runs keeping the slot, the submitted job admitted for
+itself only, and the cluster network key in no output, job, variable or log."""
+
+from __future__ import annotations
+
+import json
+import os
+import typing as t
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils import _network_claims
+from ansible_collections.backendai.cluster.plugins.module_utils._job_network import client_args, preferred_slot
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadClient, NomadConnection
+from ansible_collections.backendai.cluster.plugins.module_utils._session_network import (
+    VNI_BASE,
+    AdmissionError,
+    admit,
+    nomad_cni_args,
+    parse_cni_args,
+    read_key,
+)
+from ansible_collections.backendai.cluster.plugins.modules import session as session_module
+from ansible_collections.backendai.cluster.plugins.modules import session_render as render_module
+from module_helpers import ENV_VARS, NOMAD_TOKEN, ModuleRun, spec
+from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
+from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
+from nomad_double.server import NomadAPIDouble
+from repo_helpers import lint_job_files, run_playbook
+
+PREFIX = "backendai-cluster/network/slots/"
+
+
+@pytest.fixture
+def nomad(nomad_double_factory: t.Any) -> NomadAPIDouble:
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    double.add_node("n1", cpu=8000, memory=16384, address="192.168.60.1")
+    double.add_node("n2", cpu=8000, memory=16384, address="192.168.60.2", meta={"backendai.underlay_ip": "10.9.0.2"})
+    return double
+
+
+def args(double: NomadAPIDouble, name: str = "s1", **extra: t.Any) -> t.Dict[str, t.Any]:
+    out: t.Dict[str, t.Any] = {"nomad_addr": double.url, "token": NOMAD_TOKEN, "spec": spec(name), "wait": False}
+    out.update(extra)
+    return out
+
+
+def claims(double: NomadAPIDouble, namespace: str = "default") -> t.Dict[int, t.Dict[str, str]]:
+    out = {}
+    for (ns, path), var in sorted(double._vars.items()):  # the double's store, read directly
+        if ns == namespace and path.startswith(PREFIX):
+            out[int(path[len(PREFIX):])] = var["Items"]
+    return out
+
+
+def slot_in_job(double: NomadAPIDouble, name: str) -> int:
+    job = double.stored_job(name)
+    assert job is not None
+    return _network_claims.slot_of_job(job)[0]
+
+
+def test_two_sessions_never_share_a_slot_and_the_job_carries_the_claimed_one(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    one = run(session_module, args(nomad, "s1"))
+    two = run(session_module, args(nomad, "s2"))
+    assert not one.get("failed") and not two.get("failed"), (one.get("msg"), two.get("msg"))
+    assert one["network"]["slot"] != two["network"]["slot"]
+    assert one["network"]["slot"] == preferred_slot("default", "s1") == slot_in_job(nomad, "s1")
+    assert claims(nomad) == {
+        one["network"]["slot"]: {"namespace": "default", "job": "s1", "session_id": one["plan"]["session_id"],
+                                 "first": str(one["network"]["slot"]), "slots": "1"},
+        two["network"]["slot"]: {"namespace": "default", "job": "s2", "session_id": two["plan"]["session_id"],
+                                 "first": str(two["network"]["slot"]), "slots": "1"}}
+    assert one["network"]["signed"] is True and one["network"]["vni"] == VNI_BASE + one["network"]["slot"]
+
+
+def test_a_taken_preferred_slot_and_a_lost_race_give_the_next_free_one(nomad: NomadAPIDouble, run: ModuleRun,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    first = run(session_module, args(nomad, "s1"))["network"]["slot"]
+    # s2 is made to start where s1 is, and to miss s1's claim in its listing (another run claimed it meanwhile):
+    # its cas=0 write gets Nomad's 409 and it takes the next slot
+    monkeypatch.setattr(_network_claims, "preferred_slot", lambda namespace, job, count=None: first)
+    monkeypatch.setattr(_network_claims.NetworkClaims, "claimed", lambda self: set())
+    nomad.clear_requests()
+    second = run(session_module, args(nomad, "s2"))
+    assert not second.get("failed"), second.get("msg")
+    assert second["network"]["slot"] == (first + 1) % 2048
+    tries = [r for r in nomad.find("PUT", "^/v1/var/" + PREFIX)]
+    assert [(r.path, r.status, r.q("cas")) for r in tries] == [
+        ("/v1/var/%s%d" % (PREFIX, first), 409, "0"), ("/v1/var/%s%d" % (PREFIX, second["network"]["slot"]), 200, "0")]
+    assert claims(nomad)[first]["job"] == "s1"
+
+
+def test_a_rerun_keeps_the_slot_and_remakes_a_lost_claim(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    slot = run(session_module, args(nomad))["network"]["slot"]
+    again = run(session_module, args(nomad))
+    assert again["changed"] is False and again["network"]["slot"] == slot == slot_in_job(nomad, "s1")
+    nomad._vars.pop(("default", PREFIX + str(slot)))  # someone deleted the claim
+    checked = run(session_module, args(nomad), check=True)
+    assert checked["changed"] is True and slot not in claims(nomad)  # would make it again; check mode writes nothing
+    third = run(session_module, args(nomad))
+    assert third["changed"] is True and third["changes"] == ["network slot %d: lost claim made again" % slot]
+    assert claims(nomad)[slot]["job"] == "s1"
+    assert run(session_module, args(nomad))["changed"] is False
+
+
+def test_a_failed_registration_releases_the_slot_and_the_secret(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    nomad.fail_next("POST", "^/v1/jobs$", status=500, body="injected: raft down")
+    failed = run(session_module, args(nomad))
+    assert failed.get("failed") and failed["failed_step"] == "register job"
+    assert "network slot %d" % preferred_slot("default", "s1") in failed["rollback"] and "released" in failed["rollback"]
+    assert claims(nomad) == {} and nomad.stored_variable("nomad/jobs/s1") is None and nomad.stored_job("s1") is None
+
+
+def test_a_failed_claim_rolls_back_the_secret(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    nomad.fail_next("PUT", "^/v1/var/" + PREFIX, status=403, body="Permission denied")
+    failed = run(session_module, args(nomad))
+    assert failed.get("failed") and failed["failed_step"] == "claim network slot", failed.get("msg")
+    assert claims(nomad) == {} and nomad.stored_variable("nomad/jobs/s1") is None and nomad.stored_job("s1") is None
+
+
+def test_destroy_releases_the_slot_also_when_the_job_is_gone(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    one = run(session_module, args(nomad, "s1"))["network"]["slot"]
+    two = run(session_module, args(nomad, "s2"))["network"]["slot"]
+    gone = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN, "name": "s1", "state": "absent"})
+    assert gone["removed"]["network_slot"] == one and list(claims(nomad)) == [two]
+    # a create that stopped after its claim: only the secret and the claim are left, no job
+    client = NomadClient(NomadConnection(nomad_addr=nomad.url, token=NOMAD_TOKEN))
+    client.deregister_job("s2", purge=True)
+    half = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN, "name": "s2", "state": "absent"})
+    assert half["changed"] is True and half["removed"]["network_slot"] == two and claims(nomad) == {}
+    nothing = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN, "name": "s2", "state": "absent"})
+    assert nothing["changed"] is False and nothing["removed"]["network_slot"] is None
+
+
+def test_claims_live_in_the_claims_namespace(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    result = run(session_module, args(nomad, namespace="team-a", network_claims_namespace="infra"))
+    assert not result.get("failed"), result.get("msg")
+    assert claims(nomad, "infra") == {result["network"]["slot"]: {
+        "namespace": "team-a", "job": "s1", "session_id": result["plan"]["session_id"],
+        "first": str(result["network"]["slot"]), "slots": "1"}}
+    assert claims(nomad) == {}
+
+
+def test_the_submitted_job_is_admitted_for_itself_only_and_passes_the_lint(nomad: NomadAPIDouble, run: ModuleRun,
+                                                                           network_key_file: str, tmp_path: t.Any) -> None:
+    result = run(session_module, args(nomad, spec=spec("mn", 4, cluster_mode="multi-node",
+                                                       resources={"cpu": 3000, "memory": 1024})))
+    assert result["plan"]["agents"] == ["n1", "n2"]
+    # the underlay addresses: n1's Address, n2's node meta backendai.underlay_ip
+    assert result["network"]["agents"] == ["192.168.60.1", "10.9.0.2"]
+    key = read_key(network_key_file)
+    job = nomad.stored_job("mn")
+    for group in job["TaskGroups"]:
+        mine = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "mn", group["Name"], "a"))
+        assert admit(key, mine).params.agents == ("192.168.60.1", "10.9.0.2")
+        with pytest.raises(AdmissionError):
+            admit(key, parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "other",
+                                                     group["Name"], "b")))
+    path = tmp_path / "mn.json"
+    path.write_text(json.dumps(result["job"]))
+    lint = lint_job_files(str(path))
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_a_missing_key_fails_before_anything_is_written(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:
+    nomad.clear_requests()
+    failed = run(session_module, args(nomad, network_key_file=str(tmp_path / "nope.key")))
+    assert failed.get("failed") and "cannot read the network key" in failed["msg"] and "overlay_agent" in failed["msg"]
+    assert [r for r in nomad.requests if r.method != "GET"] == []
+
+
+def test_render_is_unsigned_and_needs_no_key(run: ModuleRun, tmp_path: t.Any) -> None:
+    rendered = run(render_module, {"spec": spec("r1", 2), "network_key_file": str(tmp_path / "absent.key"),
+                                   "agents": [{"name": "a", "cpu": 8000, "memory": 8192, "underlay_ip": "10.1.1.1"}]})
+    assert not rendered.get("failed"), rendered.get("msg")
+    assert rendered["network"]["signed"] is False and rendered["network"]["agents"] == ["10.1.1.1"]
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_MAC"] for g in rendered["job"]["Job"]["TaskGroups"]} == {"UNSIGNED-RENDER-ONLY"}
+
+
+def test_the_key_is_in_no_output_job_or_variable(nomad: NomadAPIDouble, network_key_file: str, tmp_path: t.Any) -> None:
+    """create_session.yml and destroy_session.yml at -vvv, and render_session.yml: the key's text appears nowhere."""
+    with open(network_key_file, encoding="ascii") as f:
+        key_text = f.read().strip()
+    env = {var: "" for var in ENV_VARS}
+    env.update(NOMAD_ADDR=nomad.url, NOMAD_TOKEN=NOMAD_TOKEN)
+    session = json.dumps({"session": spec("vvv", 2)})
+    outputs = []
+    for playbook in ("create_session.yml", "destroy_session.yml"):
+        proc = run_playbook(playbook, "-vvv", "-e", session, "-e", "wait_timeout=20", env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        outputs.append(proc.stdout + proc.stderr)
+    proc = run_playbook("render_session.yml", "-vvv", "-e", session, "-e", "output_dir=" + str(tmp_path),
+                        "-e", json.dumps({"agents": [{"name": "a", "cpu": 8000, "memory": 8192}]}))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    outputs.append(proc.stdout + proc.stderr)
+    outputs += [open(os.path.join(tmp_path, f), encoding="utf-8").read() for f in os.listdir(tmp_path)]
+    outputs += [r.text for r in nomad.requests]
+    for text in outputs:
+        for piece in (key_text, key_text[:16], key_text[-16:]):
+            assert piece not in text
+    assert nomad.find("POST", "^/v1/jobs$") and claims(nomad) == {}
+
+
+def test_a_session_larger_than_a_slot_claims_an_aligned_block(nomad_double_factory: t.Any, run: ModuleRun) -> None:
+    """300 containers do not fit a /24: the session takes a block of two slots (a /23), claims both, gives both back."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    for i in range(4):
+        double.add_node("big%d" % i, cpu=100000, memory=200000)
+    small = run(session_module, args(double, "s0"))["network"]
+    big = run(session_module, args(double, "big", spec=spec("big", 300, cluster_mode="multi-node",
+                                                              resources={"cpu": 1000, "memory": 1024})))
+    assert not big.get("failed"), big.get("msg")
+    net = big["network"]
+    assert net["slots"] == 2 and net["slot"] % 2 == 0 and net["subnet"].endswith("/23")
+    assert small["slot"] not in (net["slot"], net["slot"] + 1)
+    assert {s for s, items in claims(double).items() if items["job"] == "big"} == {net["slot"], net["slot"] + 1}
+    assert _network_claims.slot_of_job(double.stored_job("big")) == (net["slot"], 2)
+    again = run(session_module, args(double, "big", spec=spec("big", 300, cluster_mode="multi-node",
+                                                                resources={"cpu": 1000, "memory": 1024})))
+    assert again["changed"] is False and again["network"]["slot"] == net["slot"]
+    gone = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "name": "big", "state": "absent"})
+    assert gone["removed"]["network_slot"] == net["slot"] and list(claims(double)) == [small["slot"]]
+
+
+def test_check_mode_claims_nothing_and_shows_an_unsigned_job(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    nomad.clear_requests()
+    planned = run(session_module, args(nomad), check=True)
+    assert planned["changed"] is True and not planned.get("failed"), planned.get("msg")
+    assert [r for r in nomad.requests if r.method != "GET"] == [] and claims(nomad) == {}
+    assert planned["network"]["signed"] is False and planned["network"]["slot"] == preferred_slot("default", "s1")
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_MAC"] for g in planned["job"]["Job"]["TaskGroups"]} == {
+        "UNSIGNED-RENDER-ONLY"}
+
+
+def test_render_against_nomad_shows_the_nodes_underlay_addresses_unsigned(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    rendered = run(render_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN,
+                                   "spec": spec("r2", 4, cluster_mode="multi-node", resources={"cpu": 3000, "memory": 1024})})
+    assert not rendered.get("failed"), rendered.get("msg")
+    assert rendered["network"]["agents"] == ["192.168.60.1", "10.9.0.2"] and rendered["network"]["signed"] is False
+    assert rendered["network"]["placeholder_agents"] == [] and claims(nomad) == {}

@@ -112,7 +112,8 @@ def test_scheduled_while_allocations_are_pending(nomad_double_factory: t.Any, ru
 
 def test_pending_when_nomad_cannot_place(nomad: NomadAPIDouble, run: ModuleRun) -> None:
     # (the session module rolls such a job back at once; a job registered by hand shows PENDING)
-    planned = run(session_module, dict(conn(nomad, spec=spec(size=3)), agents=[{"name": "ghost", "cpu": 8000, "memory": 16384}]),
+    planned = run(session_module, dict(conn(nomad, spec=spec(size=3)), agents=[{"name": "ghost", "cpu": 8000, "memory": 16384,
+                                                                        "underlay_ip": "192.168.77.7"}]),
                   check=True)
     answer = requests.put(nomad.url + "/v1/jobs", json=planned["job"], headers={"X-Nomad-Token": NOMAD_TOKEN}, timeout=5)
     assert answer.status_code == 200, answer.text

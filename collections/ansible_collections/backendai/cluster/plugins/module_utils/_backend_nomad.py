@@ -306,6 +306,7 @@ class NomadBackend:
             rendered = self._unclaimed(rendered, agents)  # nothing is claimed: unsigned
             return self._result(True, rendered, diff, before="", after=dumps(register_request(rendered.job)),
                                 session=None, changes=["job %s: added" % spec.name])
+        self.network.key()  # a missing or bad cluster key fails before anything is written, the lock included
         keypair = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
         self._hide(keypair.private_key)
         session_id = derive_session_id(spec.name, keypair.public_key)

@@ -40,7 +40,6 @@ from __future__ import annotations
 # Started once for every container attached or detached: only cheap imports (no typing, subprocess
 # or contextlib at run time), which keeps an ADD within 1.5 times the plain bridge chain's.
 import fcntl
-import ipaddress
 import json
 import os
 import re
@@ -162,10 +161,10 @@ class Config:
 
     def __init__(self, conf: t.Mapping[str, t.Any]) -> None:
         try:
-            self.underlay_ip = str(ipaddress.IPv4Address(conf["underlayIP"]))
+            self.underlay_ip = net.ip4_text(net.ip4(conf["underlayIP"]))
             self.state_dir = str(conf["stateDir"])
             self.key_file = str(conf["keyFile"])
-        except (KeyError, ValueError) as e:
+        except (KeyError, ValueError) as e:  # (NetworkError is a ValueError)
             raise PluginError(E_CONFIG, "the backendai plugin needs underlayIP, stateDir and keyFile in its config",
                               str(e)) from None
         self.underlay_mtu = int(conf.get("underlayMTU", 1500))
@@ -335,13 +334,13 @@ def _rules_down(sid: str, last_session: bool) -> None:
 # ---------------------------------------------------------------------------- links
 
 def _check_subnet(st: t.Mapping[str, t.Any]) -> None:
-    subnet = ipaddress.IPv4Network(st["subnet"])
+    subnet = net.net4(st["subnet"])
     for link in json.loads(_run(["ip", "-j", "-4", "addr", "show"]).stdout.decode() or "[]"):
         for a in link.get("addr_info", []):
-            iface = ipaddress.IPv4Interface("%s/%s" % (a["local"], a["prefixlen"]))
-            if link["ifname"] != st["bridge"] and iface.network.overlaps(subnet):
-                raise PluginError(E_CONFLICT, "the session subnet %s overlaps %s on %s of this agent"
-                                  % (subnet, iface, link["ifname"]))
+            iface = net.net4("%s/%s" % (a["local"], a["prefixlen"]), strict=False)
+            if link["ifname"] != st["bridge"] and net.overlaps(iface, subnet):
+                raise PluginError(E_CONFLICT, "the session subnet %s overlaps %s/%s on %s of this agent"
+                                  % (st["subnet"], a["local"], a["prefixlen"], link["ifname"]))
 
 
 def _links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
@@ -396,14 +395,14 @@ def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
                               % want["sid"])
         return
     sessions = _sessions(cfg)
-    subnet = ipaddress.IPv4Network(want["subnet"])
+    subnet = net.net4(want["subnet"])
     for sid, other in sessions.items():
         if other["vni"] == want["vni"]:
             raise PluginError(E_CONFLICT, "VNI %d is in use on this agent by another session (job %r in namespace %r)"
                               % (want["vni"], other["job"], other["namespace"]))
-        if ipaddress.IPv4Network(other["subnet"]).overlaps(subnet):
+        if net.overlaps(net.net4(other["subnet"]), subnet):
             raise PluginError(E_CONFLICT, "subnet %s is in use on this agent by another session (job %r in "
-                              "namespace %r)" % (subnet, other["job"], other["namespace"]))
+                              "namespace %r)" % (want["subnet"], other["job"], other["namespace"]))
     _check_subnet(want)
     # Recorded before anything is made: whatever a killed ADD made, the DEL of its container removes.
     _write(cfg.path("sessions", want["sid"] + ".json"), json.dumps(want))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
 import subprocess
 import sys
@@ -129,6 +130,34 @@ def test_the_plugin_modules_import_nothing_slow():
     more than its ADD (benchmarks/cni_add.py)."""
     here = os.path.dirname(net.__file__)
     code = ("import sys; sys.path.insert(0, %r); import _cni_plugin; bad = {'typing', 'dataclasses', 'subprocess', "
-            "'_hashlib', 'uuid', 'contextlib'} & set(sys.modules); print(sorted(bad))" % here)
+            "'_hashlib', 'uuid', 'contextlib', 'ipaddress'} & set(sys.modules); print(sorted(bad))" % here)
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("text", ["10.0.0.1", "0.0.0.0", "255.255.255.255", "192.168.1.10"])
+def test_ip4_agrees_with_ipaddress(text):
+    assert net.ip4(text) == int(ipaddress.IPv4Address(text)) and net.ip4_text(net.ip4(text)) == text
+
+
+@pytest.mark.parametrize("text", ["10.0.0", "10.0.0.256", "a.b.c.d", "10.0.0.01", "1.2.3.4.5", "", "\u0661.1.1.1"])
+def test_ip4_refuses_what_ipaddress_refuses(text):
+    with pytest.raises(ValueError):
+        ipaddress.IPv4Address(text)
+    with pytest.raises(net.NetworkError):
+        net.ip4(text)
+
+
+@pytest.mark.parametrize("a,b", [("10.200.0.0/24", "10.200.0.0/16"), ("10.200.1.0/24", "10.200.2.0/24"),
+                                 ("10.0.0.0/8", "172.16.0.0/12"), ("0.0.0.0/0", "192.168.1.0/24"),
+                                 ("10.200.5.128/25", "10.200.5.0/25")])
+def test_net4_and_overlaps_agree_with_ipaddress(a, b):
+    na, nb = ipaddress.IPv4Network(a), ipaddress.IPv4Network(b)
+    assert net.net4(a) == (int(na.network_address), na.prefixlen) and net.net4_text(net.net4(a)) == a
+    assert net.overlaps(net.net4(a), net.net4(b)) is na.overlaps(nb)
+    assert net._private(net.net4(a)) is (na.is_private and na.prefixlen >= 8 and not na.is_loopback
+                                         and na.subnet_of(ipaddress.IPv4Network("10.0.0.0/8"))
+                                         or na.subnet_of(ipaddress.IPv4Network("172.16.0.0/12"))
+                                         or na.subnet_of(ipaddress.IPv4Network("192.168.0.0/16")))
+    with pytest.raises(net.NetworkError, match="host bits"):
+        net.net4("10.200.5.1/24")

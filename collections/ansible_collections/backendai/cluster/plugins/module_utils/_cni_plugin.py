@@ -348,8 +348,8 @@ def _links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     lines = ["link add %s mtu %d type bridge" % (br, mtu),
              "addr add %s/%d dev %s" % (st["gateway"], st["prefixlen"], br)]
     if st["peers"]:
-        lines += ["link add %s mtu %d type vxlan id %d local %s dstport %d" % (vx, mtu, st["vni"], cfg.underlay_ip,
-                                                                             cfg.vxlan_port),
+        lines += ["link add %s mtu %d type vxlan id %d local %s dstport %d"
+                  % (vx, mtu, st["vni"], cfg.underlay_ip, cfg.vxlan_port),
                   "link set %s master %s" % (vx, br), "link set %s up" % vx]
     lines.append("link set %s up" % br)
     _run(["ip", "-batch", "-"], "".join(x + "\n" for x in lines))
@@ -507,7 +507,8 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
         with _locked(cfg):
             _forget(cfg, cid, want["sid"])
         raise
-    assert result is not None
+    if result is None:  # pragma: no cover - the delegated ADD always prints a result
+        raise AssertionError("no result after CNI ADD")
     return result
 
 
@@ -551,13 +552,18 @@ def cmd_check(cfg: Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[
     _delegate("CHECK", st["delegate"], env, prev)
 
 
+def _emit(text: str) -> None:
+    """The plugin's result or error on stdout, as the CNI spec says."""
+    sys.stdout.write(text + "\n")
+
+
 def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] = None) -> int:
     env = dict(os.environ)
     command = env.get("CNI_COMMAND", "")
     version = net.CNI_VERSION
     try:
         if command == "VERSION":
-            print(json.dumps({"cniVersion": version, "supportedVersions": SUPPORTED_VERSIONS}))
+            _emit(json.dumps({"cniVersion": version, "supportedVersions": SUPPORTED_VERSIONS}))
             return 0
         try:
             conf = json.load(stdin or sys.stdin)
@@ -568,7 +574,7 @@ def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] 
         if command == "ADD":
             result = cmd_add(cfg, env)
             result["cniVersion"] = version
-            print(json.dumps(result))
+            _emit(json.dumps(result))
         elif command == "DEL":
             cmd_del(cfg, env)
         elif command == "CHECK":
@@ -579,10 +585,10 @@ def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] 
             raise PluginError(E_ENV, "unknown CNI_COMMAND %r" % command)
         return 0
     except PluginError as e:
-        print(json.dumps({"cniVersion": version, "code": e.code, "msg": e.msg, "details": e.details}))
+        _emit(json.dumps({"cniVersion": version, "code": e.code, "msg": e.msg, "details": e.details}))
         return 1
     except OSError as e:
-        print(json.dumps({"cniVersion": version, "code": E_SYSTEM, "msg": "backendai plugin: %s" % e, "details": ""}))
+        _emit(json.dumps({"cniVersion": version, "code": E_SYSTEM, "msg": "backendai plugin: %s" % e, "details": ""}))
         return 1
 
 
@@ -620,4 +626,4 @@ def _source(path: str, name: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

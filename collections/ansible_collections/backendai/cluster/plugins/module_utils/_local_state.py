@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 

@@ -37,7 +37,7 @@ def test_hmac_is_rfc2104_hmac_sha256(key_len):
 def test_slots_give_unique_vni_and_subnet():
     seen = {net.slot_network(s) for s in range(net.slot_count())}
     assert len(seen) == net.slot_count() == 2048
-    assert len({v for v, _ in seen}) == len({s for _, s in seen}) == 2048
+    assert len({vni for vni, _subnet in seen}) == len({subnet for _vni, subnet in seen}) == 2048
     assert net.slot_network(0) == (net.VNI_BASE, "10.200.0.0/24")
     with pytest.raises(net.NetworkError, match="slot must be an integer from 0 to 2047"):
         net.slot_network(2048)

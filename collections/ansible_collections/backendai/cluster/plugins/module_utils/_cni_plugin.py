@@ -343,9 +343,17 @@ def _check_subnet(st: t.Mapping[str, t.Any]) -> None:
                                   % (st["subnet"], a["local"], a["prefixlen"], link["ifname"]))
 
 
+def bridge_mac(session_id: str, underlay_ip: str) -> str:
+    """The session bridge's own MAC on an agent: fixed, or Linux gives a bridge the lowest MAC of its ports, which
+    changes as containers come and go, and the bridge plugin's CHECK (Nomad's, after a client restart) fails on it.
+    Locally administered, and different on every agent of the session (they share one layer 2)."""
+    digest = net._sha256(("bridge-mac\0%s\0%s" % (session_id, underlay_ip)).encode()).hexdigest()
+    return "02:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
+
+
 def _links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     br, vx, mtu = st["bridge"], st["vxlan"], st["mtu"]
-    lines = ["link add %s mtu %d type bridge" % (br, mtu),
+    lines = ["link add %s address %s mtu %d type bridge" % (br, bridge_mac(st["sid"], cfg.underlay_ip), mtu),
              "addr add %s/%d dev %s" % (st["gateway"], st["prefixlen"], br)]
     if st["peers"]:
         lines += ["link add %s mtu %d type vxlan id %d local %s dstport %d"

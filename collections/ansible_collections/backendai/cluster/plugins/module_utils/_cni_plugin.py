@@ -297,13 +297,14 @@ def _uplinks(cfg: Config) -> t.List[str]:
 
 def _rules_up(cfg: Config, st: t.Mapping[str, t.Any], first_session: bool) -> None:
     mine = _session_rules(cfg, st)
-    base = _base_rules(cfg, _uplinks(cfg))
     all_saved = _save()
+    base: t.Optional[t.Dict[str, t.List[str]]] = None  # the agent-wide rules (and the uplinks) only when missing
     script = {}
     for table, chains in TABLES.items():
         saved = all_saved.get(table, [])
         lines = []
         if not _has_chain(saved, chains[0]):
+            base = base or _base_rules(cfg, _uplinks(cfg))
             lines += base[table]
         elif first_session:  # left over by a killed teardown: start from the agent-wide rules again
             lines += _delete_lines(saved, lambda rule: "backendai session " in rule)
@@ -550,7 +551,9 @@ def cmd_check(cfg: Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[
     if not isinstance(member, dict) or member.get("sid") != adm.params.session_id:
         raise PluginError(E_CONFLICT, "container %s is not attached to session %s on this agent"
                           % (env.get("CNI_CONTAINERID"), adm.params.session_id))
-    st = _read_json(cfg.path("sessions", adm.params.session_id + ".json")) or {}
+    st = _read_json(cfg.path("sessions", adm.params.session_id + ".json"))
+    if not isinstance(st, dict):
+        raise PluginError(E_SYSTEM, "session %s has no network on this agent" % adm.params.session_id)
     links = {link["ifname"] for link in json.loads(_run(["ip", "-j", "link", "show"]).stdout.decode() or "[]")}
     for name in [st.get("bridge")] + ([st.get("vxlan")] if st.get("peers") else []):
         if name not in links:

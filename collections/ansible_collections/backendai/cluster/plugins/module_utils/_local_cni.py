@@ -25,7 +25,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local_state imp
     flocked,
     owner_env,
     read_json,
-    read_text,
     write_file,
 )
 
@@ -129,30 +128,6 @@ def cni_add(netconf: dict[str, Any], att: Attachment, cache_path: str) -> dict[s
     return prev
 
 
-def _lease_result(netconf: dict[str, Any], att: Attachment) -> dict[str, Any] | None:
-    """Rebuild a prevResult from host-local's lease files when ADD died before caching."""
-    bridge = next((p for p in netconf["plugins"] if p["type"] == "bridge"), None)
-    if bridge is None:  # the session network plugin needs no prevResult on DEL
-        return None
-    lease_dir = os.path.join(bridge["ipam"]["dataDir"], netconf["name"])
-    try:
-        names = os.listdir(lease_dir)
-    except FileNotFoundError:
-        return None
-    ips = []
-    for name in names:
-        with contextlib.suppress(ValueError):
-            address = ipaddress.ip_address(name)
-            owner = (read_text(os.path.join(lease_dir, name)) or "").splitlines()
-            if owner and owner[0].strip() == att.container_id:
-                prefix = 32 if address.version == 4 else 128
-                ips.append({"address": "%s/%d" % (address, prefix), "interface": 0})
-    if not ips:
-        return None
-    return {"cniVersion": netconf["cniVersion"], "ips": ips,
-            "interfaces": [{"name": att.ifname, "sandbox": att.netns_path}]}
-
-
 def cni_del(netconf: dict[str, Any], att: Attachment, cache_path: str) -> list[str]:
     """DEL the container from the network, plugins in reverse order; returns the errors.
 
@@ -163,8 +138,8 @@ def cni_del(netconf: dict[str, Any], att: Attachment, cache_path: str) -> list[s
         prev: dict[str, Any] | None = cache["result"]
         types = list(cache.get("plugins") or PLUGINS)
         att.port_mappings = list(cache.get("portMappings") or [])
-    else:  # ADD did not finish
-        prev = _lease_result(netconf, att)
+    else:  # ADD did not finish: the session network plugin finds the container in its own state
+        prev = None
         types = [p["type"] for p in _plugins_for(netconf, att)]
     errors = []
     for plugin in reversed([p for p in netconf["plugins"] if p["type"] in types]):

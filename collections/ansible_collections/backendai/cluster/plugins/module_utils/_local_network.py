@@ -192,7 +192,6 @@ def bring_up(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], m
         agents = {"local": host_agent()}
         order = ["local"]
         host_agent_of = {h: "local" for h in host_agent_of}
-    root = agents[order[0]].root
     owner = _slot_owner(paths, spec["session_id"])
     journal.record("slot", slots_dir=agents[order[0]].slots_dir, owner=owner)
     start = int(uuid.UUID(spec["session_id"])) % net.slot_count()
@@ -209,32 +208,31 @@ def bring_up(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], m
                                "conflist": agents[host_agent_of[h]].conflist,
                                "cni_path": agents[host_agent_of[h]].cni_path} for h in hosts})
 
+    # the CNI runtime reads each agent's installed config, as Nomad does (once per agent)
+    netconfs = {a: _conflist(agents[a].conflist) for a in order}
+
     def attach(host: str) -> str:
         agent = agents[host_agent_of[host]]
         args = net.job_args(key, LOCAL_NAMESPACE, spec["name"], host, params)
         cni_args = net.nomad_cni_args(args, LOCAL_REGION, LOCAL_NAMESPACE, spec["name"], host,
                                       _alloc_id(spec["session_id"], host))
-        return result_ipv4(cni_add(_conflist(agent.conflist), _attachment(paths, names, host, agent.netns,
-                                                                          agent.cni_path, mappings, cni_args),
-                                   paths.cni_cache(host)))
+        att = _attachment(paths, names["netns"][host], agent.netns, agent.cni_path, mappings.get(host, []), cni_args)
+        return result_ipv4(cni_add(netconfs[agent.name], att, paths.cni_cache(host)))
 
     with ThreadPoolExecutor(max_workers=max(1, min(CNI_WORKERS, len(hosts)))) as pool:
         addresses = dict(zip(hosts, pool.map(attach, hosts)))
-    bridge, vxlan = net.link_names(params.session_id)
-    facts = {"bridge": bridge, "vxlan": vxlan if params.spans else None, "subnet": params.subnet, "vni": params.vni,
-             "slot": slot, "agent_root": root}
-    return addresses, facts
+    return addresses, {"subnet": params.subnet, "vni": params.vni, "spans": params.spans}
 
 
 def _conflist(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:  # the CNI runtime reads the agent's installed config, as Nomad does
+    with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
-def _attachment(paths: SessionPaths, names: dict[str, Any], host: str, agent_netns: str, cni_path: str,
-                mappings: dict[str, list[dict[str, Any]]], cni_args: str = "") -> Attachment:
-    ns = names["netns"][host] if isinstance(names["netns"], dict) else names["netns"]
-    return Attachment(ns, netns_path(ns), paths.root, port_mappings=list(mappings.get(host, [])),
+def _attachment(paths: SessionPaths, netns: str, agent_netns: str, cni_path: str,
+                port_mappings: list[dict[str, Any]], cni_args: str = "") -> Attachment:
+    """Container ``netns`` behind the agent in ``agent_netns`` ("" = this machine)."""
+    return Attachment(netns, netns_path(netns), paths.root, port_mappings=list(port_mappings),
                       agent_netns=netns_path(agent_netns) if agent_netns else "", cni_args=cni_args,
                       cni_path=cni_path)
 
@@ -253,7 +251,7 @@ def network_down(paths: SessionPaths, entry: dict[str, Any]) -> list[str]:
             netconf = _conflist(agent["conflist"])
         except (OSError, ValueError) as e:
             return ["CNI DEL of %s: cannot read %s: %s" % (host, agent["conflist"], e)]
-        att = _attachment(paths, {"netns": ns}, host, agent["netns"], agent["cni_path"], entry.get("mappings", {}))
+        att = _attachment(paths, ns, agent["netns"], agent["cni_path"], entry.get("mappings", {}).get(host, []))
         return cni_del(netconf, att, paths.cni_cache(host))
 
     errors: list[str] = []
@@ -261,8 +259,3 @@ def network_down(paths: SessionPaths, entry: dict[str, Any]) -> list[str]:
         for errs in pool.map(detach, zip(entry["hosts"], entry["netns"])):
             errors += errs
     return errors
-
-
-def slot_down(entry: dict[str, Any]) -> list[str]:
-    release_slots(entry["slots_dir"], entry["owner"])
-    return []

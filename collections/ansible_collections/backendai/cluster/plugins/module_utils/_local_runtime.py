@@ -361,12 +361,12 @@ def _bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> di
         })
     info = {
         "name": spec["name"], "session_id": spec["session_id"], "state_dir": paths.root,
-        "bridge": network["bridge"], "subnet": network["subnet"], "vni": network["vni"],
+        "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
         "ssh_port": spec["ssh"]["port"],
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
-        "vxlan": network["vxlan"],
+        "vxlan": names["vxlan"] if network["spans"] else None,
         "created_at": time.time(),
         "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
                     "total": round(time.monotonic() - t0, 3)},
@@ -471,8 +471,8 @@ def _teardown(paths: SessionPaths, entries: list[dict[str, Any]], keep_logs: boo
         op = entry["op"]
         if op == "network":
             errors += _local_network.network_down(paths, entry)
-        elif op == "slot":
-            errors += _local_network.slot_down(entry) if not errors else []
+        elif op == "slot" and not errors:  # only once the session's network is gone from every agent
+            _local_network.release_slots(entry["slots_dir"], entry["owner"])
         elif op == "netns":
             errors += delete_netns(entry["names"])
         elif op == "mkdirs":

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from repo_helpers import lint_job_files, play_stats, run_playbook, task_results
+from repo_helpers import admitted_groups, lint_job_files, play_stats, read_var_spec, run_playbook, task_results
 
 EXAMPLES = ["single-node", "multi-node", "heterogeneous"]
 
@@ -74,32 +74,6 @@ def read_var_file(path: str) -> dict:
             "public": items["ssh_public_key"].strip('"')}
 
 
-def read_claim_file(path: str) -> dict:
-    """A claim's variable spec file as `nomad var put` reads it (HCL or JSON by extension)."""
-    import hcl2
-
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if path.endswith(".json"):
-        body = json.loads(text)
-        return {"path": body["Path"], "namespace": body.get("Namespace", ""), "items": body["Items"]}
-    parsed = hcl2.loads(text)
-    return {"path": parsed["path"].strip('"'), "namespace": parsed.get("namespace", '""').strip('"'),
-            "items": {k: v.strip('"') for k, v in parsed["items"][0].items() if not k.startswith("__")}}
-
-
-def admitted_groups(job: dict, key: bytes, namespace: str = "default") -> list:
-    """Every group's CNI args as Nomad's client passes them, checked by the plugin's own admission (raises if not)."""
-    from ansible_collections.backendai.cluster.plugins.module_utils._job_network import client_args
-    from ansible_collections.backendai.cluster.plugins.module_utils._session_network import admit, nomad_cni_args, parse_cni_args
-
-    out = []
-    for group in job["TaskGroups"]:
-        args = nomad_cni_args(client_args(job, group["Name"]), "global", namespace, job["ID"], group["Name"], "alloc-1")
-        out.append(admit(key, parse_cni_args(args)))
-    return out
-
-
 def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints_the_commands(
         tmp_path: str, network_key_file: str, shared_dir: str) -> None:
     from ansible_collections.backendai.cluster.plugins.module_utils._job_network import preferred_slot
@@ -125,7 +99,7 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
     assert os.stat(claim_file).st_mode & 0o777 == 0o600
     session_id = derive_session_id("example-multi", var["public"])
     # the claim is the variable _network_claims writes for this session: same path, namespace and items
-    assert read_claim_file(claim_file) == {
+    assert read_var_spec(claim_file) == {
         "path": "backendai-cluster/network/slots/%d" % slot, "namespace": "default",
         "items": Claim(slot, "default", "example-multi", session_id, 1).items()}
     results = task_results(first)
@@ -169,7 +143,7 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
     assert moved.returncode == 0, moved.stdout[-2000:]
     claims = sorted(n for n in os.listdir(out) if ".slot-" in n)
     assert claims == ["example-multi.slot-%d.var.json" % ((slot + 7) % 2048)]
-    claim_json = read_claim_file(os.path.join(out, claims[0]))
+    claim_json = read_var_spec(os.path.join(out, claims[0]))
     assert claim_json["items"]["first"] == str((slot + 7) % 2048) and claim_json["namespace"] == "default"
     with open(os.path.join(out, "example-multi.var.json"), encoding="utf-8") as f:
         body = json.load(f)

@@ -12,14 +12,22 @@ version_added: 0.1.0
 description:
   - Validates a cluster session spec, places its containers on the given agents, and renders the Nomad job
     as the JSON body of C(PUT /v1/jobs) and as an HCL2 jobspec for C(nomad job run), plus an OpenMPI hostfile.
-  - Nothing is submitted and no key is generated; the job reads the session keypair at runtime from the secret
-    backend, so the rendered files hold no secret.
-  - "The job is B(not signed): every group's C(cni { args }) carries the marker C(BAI_MAC=UNSIGNED-RENDER-ONLY) instead
-    of the MAC made with the cluster network key, so the agents' CNI plugin refuses to start it. Signing needs a
-    network slot claimed in the cluster, which only M(backendai.cluster.session) does (it then signs with the real
-    key). C(BAI_VNI)/C(BAI_NET) show the slot the session would try first; agents without C(underlay_ip) get a
-    placeholder address from C(198.18.0.0/15); with live agents from Nomad they are the nodes' addresses, read as
-    M(backendai.cluster.session) reads them."
+  - Nothing is submitted and nothing is written to Nomad; the job reads the session keypair at runtime from the secret
+    backend, so the rendered job files hold no secret.
+  - "For the Nomad CLI (O(write_secret=true)) with the cluster network key at hand (O(network_key_file)), the job is
+    B(signed): every group's C(cni { args }) carries the MAC the agents' CNI plugin checks, made with the key over the
+    job's namespace (always written into the job then), job ID and group name, for one session network slot - the
+    session's preferred one or O(network_slot). The claim of that slot, the variable
+    C(backendai-cluster/network/slots/<n>) in O(network_claims_namespace) exactly as M(backendai.cluster.session)
+    writes it, is written beside the keypair as C(<name>.slot-<n>.var.hcl) (one per slot of a block), and
+    RV(commands) put it with C(nomad var put -check-index=0) (create only if absent) before the keypair and the job.
+    Signing needs every agent's real underlay address; an agent without one fails the task."
+  - "Otherwise the job is B(not signed): its groups carry C(BAI_MAC=UNSIGNED-RENDER-ONLY) and the agents' CNI plugin
+    refuses to start it (RV(unsigned_reason) says why); it is for reading. C(BAI_VNI)/C(BAI_NET) show the slot the
+    session would try first (or O(network_slot)); agents without C(underlay_ip) get a placeholder address from
+    C(198.18.0.0/15)."
+  - With live agents from Nomad (no O(agents)), the underlay addresses are the nodes' addresses, read as
+    M(backendai.cluster.session) reads them.
   - With O(output_dir), writes C(<name>.json), C(<name>.nomad.hcl) and C(<name>.hostfile) there, only when their
     content changes.
   - Without O(agents), the agents are read (read-only) from the Nomad cluster at O(nomad_addr), as the
@@ -55,8 +63,8 @@ options:
   agents:
     description:
       - Agents (Nomad client nodes) with their free capacity, each C({name, cpu, memory, gpu, datacenter, drivers}).
-      - C(cpu) is in MHz and C(memory) in MB; C(underlay_ip) (the agent's session network address) is shown in the
-        job's C(BAI_AGENTS); other keys are ignored.
+      - C(cpu) is in MHz and C(memory) in MB; C(underlay_ip) (the agent's session network address, required to sign)
+        and C(underlay_mtu) (default 1500) go into the job's C(BAI_AGENTS) and C(BAI_MTU); other keys are ignored.
       - Required unless a Nomad address is given (O(nomad_addr) or E(NOMAD_ADDR)); then the default is the free
         capacity of the cluster's ready, eligible nodes.
     type: list
@@ -85,25 +93,43 @@ options:
     description:
       - For the Nomad CLI path - also make the session keypair and write it into O(output_dir) as a Nomad variable
         specification file, C(<name>.var.hcl) (what C(nomad var put -in hcl) reads) or C(<name>.var.json)
-        (O(secret_format=json)), mode 0600; RV(commands) are then the two commands that run the session.
+        (O(secret_format=json)), mode 0600; RV(commands) are then the commands that run the session and
+        RV(teardown) the ones that remove it.
       - Without it the job's C(nomadVar) template finds no keypair at C(nomad/jobs/<name>) and C(nomad job run)
         waits for it; the M(backendai.cluster.session) module writes the variable itself.
       - An existing file is kept (same keys, same session ID); delete it to make new keys. The key is never in a
         result. Needs O(output_dir), the C(nomad-variables) secret backend and the cryptography library.
-      - The job itself stays B(unsigned) (see above), so agents whose CNI plugin checks the session network signature
-        refuse to start it. Use M(backendai.cluster.session) to run a session on such a cluster.
+      - With the cluster network key the job is signed and the slot claim written too (see O(sign)); without it the job
+        stays B(unsigned) and the agents refuse to start it.
     type: bool
     default: false
+  sign:
+    description:
+      - Whether to sign the job for the session network (see the description). Needs O(write_secret=true).
+      - When not set, the job is signed if O(write_secret=true) and the file O(network_key_file) exists; V(true) fails
+        without a readable key, V(false) renders unsigned even with the key.
+    type: bool
+  network_slot:
+    description:
+      - The session network slot (VNI and subnet) the job is rendered for, from 0 to the number of slots - 1 (2048 with
+        the default pool); a session larger than one slot's /24 takes an aligned block, so it must be a multiple of
+        the block's size.
+      - When not set, the session's preferred slot - the one M(backendai.cluster.session) tries first.
+      - If C(nomad var put -check-index=0) of its claim fails, the slot is taken; render again with another one, or
+        create the session with M(backendai.cluster.session), which picks a free slot.
+    type: int
   secret_format:
-    description: Format of the variable specification file of O(write_secret).
+    description: Format of the variable specification files of O(write_secret) (the keypair and the slot claims).
     type: str
     choices: [hcl, json]
     default: hcl
 notes:
   - Placement follows Backend.AI's rules; see the README section on placement.
   - O(namespace) and O(region) go into the rendered job.
-  - The Vault and session network options are accepted so that one C(module_defaults) group serves every module; this
-    module does not contact Vault, read the network key or claim a network slot.
+  - The Vault options are accepted so that one C(module_defaults) group serves every module; this module does not
+    contact Vault. It reads the network key only to sign (see O(sign)) and never claims a slot itself.
+  - The key is never in a result, a file or a log; the claim files are not secret, but are written with mode 0600 like
+    the keypair's file beside them.
 seealso:
   - name: Nomad job HTTP API
     description: The register request body this module renders.
@@ -142,9 +168,19 @@ EXAMPLES = r"""
     write_secret: true
   register: rendered
 
-- name: Print the two commands (nomad var put, nomad job run)
+- name: Print the commands (nomad var put of the slot claim and of the keypair, nomad job run)
   ansible.builtin.debug:
     msg: "{{ rendered.commands }}"
+
+- name: Sign for network slot 12, with the key from another path
+  backendai.cluster.session_render:
+    spec: "{{ session }}"
+    agents: "{{ agents }}"
+    output_dir: ./out
+    write_secret: true
+    sign: true
+    network_slot: 12
+    network_key_file: /etc/backendai-cluster/network.key
 
 - name: Only compute the plan
   backendai.cluster.session_render:
@@ -208,10 +244,15 @@ job:
   type: dict
 network:
   description:
-    - The session network of the rendered job - C(name), C(slot) (the one it would try first), C(vni), C(subnet),
-      C(agents), C(mtu), C(signed) (always false here) and C(placeholder_agents) (agents given without C(underlay_ip)).
+    - The session network of the rendered job - C(name), C(slot) (the first slot of its block), C(slots), C(vni),
+      C(subnet), C(agents), C(mtu), C(signed) and C(placeholder_agents) (agents given without C(underlay_ip)).
   returned: when placed
   type: dict
+unsigned_reason:
+  description: Why the job is not signed, and how to get a signed one.
+  returned: when placed and the job is not signed
+  type: str
+  sample: "there is no cluster network key at /root/.config/backendai-cluster/network.key (network_key_file, ...)"
 hcl:
   description: The same job as an HCL2 jobspec; empty when pending.
   returned: always
@@ -232,12 +273,30 @@ secret_file:
   type: str
   sample: out/train-42.var.hcl
 commands:
-  description: The Nomad CLI commands that run the rendered session - C(nomad var put) of RV(secret_file), then
-    C(nomad job run) of the HCL jobspec.
+  description:
+    - The Nomad CLI commands that run the rendered session, in order - when signed, C(nomad var put -check-index=0) of
+      every RV(claim_files) (fails if the slot is taken), then C(nomad var put) of RV(secret_file), then
+      C(nomad job run) of the HCL jobspec. Signed, every command names its namespace.
   returned: when O(write_secret=true) and the session is placed
   type: list
   elements: str
-  sample: ["nomad var put @out/train-42.var.hcl", "nomad job run out/train-42.nomad.hcl"]
+  sample: ["nomad var put -namespace=default -check-index=0 @out/train-42.slot-771.var.hcl",
+           "nomad var put -namespace=default @out/train-42.var.hcl", "nomad job run out/train-42.nomad.hcl"]
+teardown:
+  description: The Nomad CLI commands that remove the session again - C(nomad job stop -purge), C(nomad var purge) of the
+    slot claims (only purge claims this run did put) and of the keypair.
+  returned: when O(write_secret=true) and the session is placed
+  type: list
+  elements: str
+  sample: ["nomad job stop -namespace=default -purge train-42",
+           "nomad var purge -namespace=default backendai-cluster/network/slots/771",
+           "nomad var purge -namespace=default nomad/jobs/train-42"]
+claim_files:
+  description: Paths of the variable specification files of the signed job's slot claims, one per slot of its block.
+  returned: when the job is signed
+  type: list
+  elements: str
+  sample: [out/train-42.slot-771.var.hcl]
 secret_path:
   description: The Nomad variable path the job reads its keypair from (C(nomad/jobs/<name>)).
   returned: when the session is placed and uses the nomad-variables secret backend

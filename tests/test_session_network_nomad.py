@@ -334,3 +334,24 @@ def test_the_cli_path_teardown_commands_remove_everything(nomad: NomadAPIDouble,
     for command in rendered["teardown"]:
         nomad_cli(double, command)
     assert claims(double) == {} and double.stored_job("big") is None and double.stored_variable("nomad/jobs/big") is None
+
+
+def test_a_render_that_cannot_sign_as_asked_fails_clearly_writing_nothing(run: ModuleRun, tmp_path: t.Any) -> None:
+    out = str(tmp_path / "out")
+    agents = [{"name": "a", "cpu": 8000, "memory": 8192, "underlay_ip": "10.1.1.1"}]
+    base = {"spec": spec("r3", 2), "agents": agents, "output_dir": out}
+    alone = run(render_module, dict(base, sign=True))
+    assert alone.get("failed") and alone["msg"].startswith("sign=true needs write_secret=true")
+    keyless = run(render_module, dict(base, sign=True, write_secret=True, network_key_file=str(tmp_path / "nope.key")))
+    assert keyless.get("failed") and "cannot read the network key %s" % (tmp_path / "nope.key") in keyless["msg"]
+    assert "overlay_agent" in keyless["msg"] and "Traceback" not in keyless["msg"]
+    misaligned = run(render_module, dict(base, write_secret=True, network_slot=3, spec=spec(
+        "r4", 300, cluster_mode="multi-node", resources={"cpu": 100, "memory": 100}),
+        agents=[dict(agents[0], cpu=100000, memory=100000)]))
+    assert misaligned.get("failed") and misaligned["problems"] == [
+        "network_slot: must be a multiple of 2 from 0 to 2046: this session needs an aligned block of 2 slots of the "
+        "cluster's 2048 (got 3)"]
+    assert not os.path.exists(out)
+    checked = run(render_module, dict(base, write_secret=True), check=True)
+    assert checked["changed"] is True and checked["network"]["signed"] is True and not os.path.exists(out)
+    assert checked["claim_files"] == [os.path.join(out, "r3.slot-%d.var.hcl" % checked["network"]["slot"])]

@@ -495,8 +495,8 @@ def main() -> None:
                     "hostfile": (".hostfile", rendered.hostfile)}
         files = [(os.path.join(out, name + contents[fmt][0]), contents[fmt][1], 0o644) for fmt in p["formats"]]
         if keypair is not None:
-            text = _nomad_var_file.render(result["secret_path"], p["namespace"] or ("" if unsigned_reason else namespace),
-                                          keypair.private_key, keypair.public_key, p["secret_format"])
+            text = _nomad_var_file.render(result["secret_path"], namespace, keypair.private_key, keypair.public_key,
+                                          p["secret_format"])
             base.hide(keypair.private_key)
             files.append((secret_file, text, 0o600))
         # the claims are not secret; 0600 like the keypair's file beside them, so that the CLI flow's files are alike

@@ -56,6 +56,7 @@ try:
 except ImportError:
     from hmac import compare_digest
 
+
 class _Record(tuple):
     """What the plugin uses of ``collections.namedtuple``: fields by name and position, ``_fields``, ``_replace``,
     a readable repr. Written out because importing ``collections`` (with keyword, operator, reprlib) costs ~3 ms at
@@ -71,8 +72,8 @@ class _Record(tuple):
 
     def __new__(cls, *values: t.Any) -> t.Any:
         if len(values) != len(cls._fields):
-            raise TypeError("%s takes %d values (%s), got %d" % (cls.__name__, len(cls._fields),
-                                                                ", ".join(cls._fields), len(values)))
+            raise TypeError("%s takes %d values (%s), got %d"
+                            % (cls.__name__, len(cls._fields), ", ".join(cls._fields), len(values)))
         return tuple.__new__(cls, values)
 
     def _replace(self, **change: t.Any) -> t.Any:

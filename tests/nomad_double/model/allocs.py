@@ -5,7 +5,8 @@ time (``pending`` -> ``running`` after ``alloc_start_delay`` seconds, or what a 
 :meth:`AllocsModel.set_alloc_status`), task states and events (``nomad/structs/structs.go`` ``TaskState``,
 ``TaskEvent``), the ``Allocation.Stub`` and full ``Allocation`` views with ``AllocatedResources`` (shared
 network with the dynamic ports it was given, devices per task), and task logs
-(``client/fs/logs``: the frames of ``command/agent/fs_endpoint.go``).
+(``/v1/client/fs/logs`` of ``command/agent/fs_endpoint.go``; the frames are
+``client/lib/streamframer`` ``StreamFrame``s).
 
 What it does not model: a client (nothing runs; task events are synthesised from the status), restarts
 (``Restarts`` is what a test set), reschedule trackers, deployments and canaries, log rotation (one file

@@ -50,7 +50,7 @@ def args(double: NomadAPIDouble, name: str = "s1", **extra: t.Any) -> t.Dict[str
 
 def claims(double: NomadAPIDouble, namespace: str = "default") -> t.Dict[int, t.Dict[str, str]]:
     out = {}
-    for (ns, path), var in sorted(double._vars.items()):  # the double's store, read directly
+    for (ns, path), var in sorted(double.model.variables.items()):  # the double's store, read directly
         if ns == namespace and path.startswith(PREFIX):
             out[int(path[len(PREFIX):])] = var["Items"]
     return out
@@ -97,7 +97,7 @@ def test_a_rerun_keeps_the_slot_and_remakes_a_lost_claim(nomad: NomadAPIDouble, 
     slot = run(session_module, args(nomad))["network"]["slot"]
     again = run(session_module, args(nomad))
     assert again["changed"] is False and again["network"]["slot"] == slot == slot_in_job(nomad, "s1")
-    nomad._vars.pop(("default", PREFIX + str(slot)))  # someone deleted the claim
+    nomad.model.variables.pop(("default", PREFIX + str(slot)))  # someone deleted the claim
     checked = run(session_module, args(nomad), check=True)
     assert checked["changed"] is True and slot not in claims(nomad)  # would make it again; check mode writes nothing
     third = run(session_module, args(nomad))

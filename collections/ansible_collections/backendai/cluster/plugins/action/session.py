@@ -1,40 +1,47 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Action plugin of ``backendai.cluster.session``: a local session is made in the worker process.
+"""Action plugin of ``backendai.cluster.session``: a local session runs the module in the worker process.
 
-For a session on the controller itself (the local backend, which is the default without a Nomad
-address) the module would be packed into an AnsiballZ payload and started as a second Python
-process on the very same machine, which then imports Ansible's module code and this collection
-again: about 2 s of the 2.4 s that ``playbooks/create_session.yml`` took over an empty playbook
-(``benchmarks/playbook_overhead.py --breakdown``). This plugin runs the module's local step
-(``_session_options.run_local``) right here in Ansible's worker process instead, when all of these hold:
+A session of the local backend is made on the controller itself. Run as a module, Ansible packs
+``session`` into an AnsiballZ payload and starts a second Python process on the same machine, which
+imports Ansible's module code and this collection all over again: that was about 2 s of the 2.4 s
+``playbooks/create_session.yml`` took over an empty playbook (``benchmarks/playbook_overhead.py``).
+For such a task this plugin does what the AnsiballZ wrapper does - hand the module its JSON arguments
+through ``ansible.module_utils.basic`` and call its ``main()`` - but in Ansible's worker process (a
+throw-away fork per task), and reads the module's JSON result as for any module run.
 
-* the connection is ``local`` (the target is the controller), with no ``become``, no ``async`` and
-  no ``delegate_to``;
-* the target's ``ansible_python_interpreter`` is unset, discovered, or the Python that runs
-  ansible-playbook (another interpreter was asked for: the module runs under it);
-* the arguments validate against the module's own argument spec and resolve to the local backend.
+It is the module's own code that runs, so everything it does is kept exactly: argument validation
+and its error messages, defaults and environment fallbacks, check and diff mode, expected errors
+without a traceback, ``no_log`` values masked in the result, warnings and ``invocation``. The task's
+arguments arrive after Ansible applied ``module_defaults`` (the ``group/backendai.cluster.nomad``
+group included), and the task's ``environment`` is set in the worker as the module's process would
+have it.
 
-Everything else - the Nomad backend, a remote host, invalid arguments (so the error is the module's
-own) - runs the module as usual. What the module does is kept: the same argument spec (defaults,
-aliases, environment fallbacks, the task's ``environment``), the same state-directory check, check
-and diff mode, the same expected errors (message and extra keys, no traceback), values of ``no_log``
-options masked in the result, ``invocation`` in the result, and the
-``module_defaults`` of ``group/backendai.cluster.nomad`` (applied by Ansible to the task's
-arguments before any action runs). The worker is a throw-away fork per task, so the environment it
-sets for the run does not outlive the task.
+Only a task that would run the module on this machine, under the Python of ansible-playbook, for
+the local backend, runs here: ``connection: local``, no ``become``, ``async`` or ``delegate_to``, an
+``ansible_python_interpreter`` that is unset, discovered (``auto``) or ansible-playbook's own, and
+no Nomad address (``backend: local``; or no ``backend`` and neither ``nomad_addr`` nor NOMAD_ADDR).
+Every other task - a Nomad session, a remote or delegated host, become, async, another interpreter -
+runs the module as usual.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
 import os
 import sys
+import traceback
 import typing as t
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.common.parameters import remove_values
+from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.plugins.action import ActionBase
+from ansible.vars.clean import remove_internal_keys
+
+MODULE = "ansible_collections.backendai.cluster.plugins.modules.session"
+PROFILE = "legacy"  # the serialisation profile of a module that does not declare one (as session)
 
 
 class ActionModule(ActionBase):
@@ -44,59 +51,54 @@ class ActionModule(ActionBase):
     def run(self, tmp: t.Optional[str] = None, task_vars: t.Optional[t.Dict[str, t.Any]] = None) -> t.Dict[str, t.Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        local = self._in_process(task_vars)
-        if local is None:
-            wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-            result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+        environment: t.Dict[str, t.Any] = {}
+        self._compute_environment_string(environment)  # the task's environment, as the module's process gets it
+        environment = {str(k): str(v) for k, v in environment.items()}
+        if self._runs_here(task_vars, environment):
+            result.update(self._run_in_worker(task_vars, environment))
             return result
-        result.update(local)
+        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+        result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
+        if not wrap_async:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
 
-    # -----------------------------------------------------------------------------------------
-    def _controller_is_target(self, task_vars: t.Mapping[str, t.Any]) -> bool:
+    def _runs_here(self, task_vars: t.Mapping[str, t.Any], environment: t.Mapping[str, str]) -> bool:
+        """Whether the module would run on this machine, under this Python, for the local backend."""
         if self._connection.transport != "local" or self._play_context.become or self._task.async_val \
                 or self._task.delegate_to:
             return False
         interpreter = task_vars.get("ansible_python_interpreter")
-        if interpreter is None:
-            return True
-        interpreter = str(self._templar.template(interpreter))
-        return interpreter.startswith("auto") or interpreter == sys.executable
+        if interpreter is not None:
+            interpreter = str(self._templar.template(interpreter))
+            if not interpreter.startswith("auto") and interpreter != sys.executable:
+                return False
+        args = self._task.args
+        if args.get("backend") is not None:
+            return args["backend"] == "local"
+        address = args.get("nomad_addr")  # else the module's fallback, NOMAD_ADDR
+        if address is None:
+            address = environment.get("NOMAD_ADDR", os.environ.get("NOMAD_ADDR"))
+        return address is None or str(address) == ""
 
-    def _in_process(self, task_vars: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
-        """The task's result when it ran here; None when the module has to run it."""
-        if not self._controller_is_target(task_vars):
-            return None
-        try:  # the arguments as the module would receive them (plain JSON types, no templating tags)
-            args = json.loads(json.dumps(dict(self._task.args)))
-        except (TypeError, ValueError):
-            return None
-        environment: t.Dict[str, t.Any] = {}
-        self._compute_environment_string(environment)
-        os.environ.update({str(k): str(v) for k, v in environment.items()})  # as the module's process would see it
+    def _run_in_worker(self, task_vars: t.Mapping[str, t.Any], environment: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
+        """Run the module's ``main()`` here, as the AnsiballZ wrapper would in its own process."""
+        from ansible.module_utils import basic
 
-        from ansible_collections.backendai.cluster.plugins.module_utils import _module_base, _session_options
-
-        validated = ArgumentSpecValidator(_module_base.merged_argument_spec(_session_options.OPTIONS, _session_options.SHARED),
-                                          required_if=_session_options.REQUIRED_IF).validate(args)
-        if validated.error_messages or validated._warnings or validated._deprecations \
-                or not _session_options.uses_local_backend(validated.validated_parameters):
-            return None  # a Nomad session, or arguments the module rejects or warns about (in its own words)
-        params = validated.validated_parameters
-        hidden = validated._no_log_values  # what AnsibleModule masks too
+        module_args = dict(self._task.args)
+        self._update_module_args(self._task.action, module_args, task_vars)  # check/diff mode, no_log, ... as for a module
+        os.environ.update(environment)  # this worker ends with the task
+        basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": module_args},
+                                         cls=get_module_encoder(PROFILE, Direction.CONTROLLER_TO_MODULE)).encode()
+        basic._ANSIBLE_PROFILE = PROFILE
+        out = io.StringIO()
         try:
-            _module_base.check_directory_options(params)
-            out = _session_options.run_local(params, check_mode=bool(self._task.check_mode))
-        except Exception as exc:  # re-raised below unless it is an expected error
-            failure = _module_base.expected_failure(exc)
-            if failure is None:
-                raise
-            out = dict(failure[1], failed=True, msg=failure[0])
-        out["invocation"] = {"module_args": params}
-        # as AnsibleModule: mask no_log values everywhere, but keep booleans and None as they are
-        kept = {k: v for k, v in out.items() if v is None or isinstance(v, bool)}
-        out = remove_values(out, hidden)
-        out.update(kept)
-        return out
+            with contextlib.redirect_stdout(out):
+                importlib.import_module(MODULE).main()
+        except SystemExit:  # exit_json and fail_json end the module this way
+            pass
+        except Exception as exc:  # what the module process would have died of
+            return {"failed": True, "msg": "MODULE FAILURE: %s" % exc, "exception": traceback.format_exc()}
+        data = self._parse_returned_data({"stdout": out.getvalue(), "stderr": "", "rc": 0}, PROFILE)
+        remove_internal_keys(data)
+        return data

@@ -86,26 +86,6 @@ def check_directory_option(option: str, value: str) -> None:
                             % (option, what, kind, DIRECTORY_OPTIONS.get(option, "the module option")))
 
 
-def check_directory_options(params: t.Mapping[str, t.Any]) -> None:
-    """Every state directory option given in ``params`` passes :func:`check_directory_option`."""
-    for option in DIRECTORY_OPTIONS:
-        if params.get(option):
-            check_directory_option(option, params[option])
-
-
-def expected_failure(exc: BaseException) -> t.Optional[t.Tuple[str, t.Dict[str, t.Any]]]:
-    """The message and extra result keys a module fails with for an expected error; None for any other."""
-    if isinstance(exc, InputError):
-        return str(exc), {"problems": [str(p) for p in exc.problems]}
-    if isinstance(exc, ModuleFailure):
-        return str(exc), exc.result
-    if isinstance(exc, BackendAIClusterError):
-        return str(exc), {}
-    if isinstance(exc, (_nomad_api.NomadError, _vault_api.VaultError)):
-        return str(exc), {"http_status": exc.status} if exc.status is not None else {}
-    return None
-
-
 class ClusterModule:
     """An ``AnsibleModule`` with the shared options, clients and error handling of this collection."""
 
@@ -196,12 +176,19 @@ class ClusterModule:
         """Call ``body(self)``; exit with its result, or fail with the message of an expected error."""
         failure: t.Optional[t.Tuple[str, t.Dict[str, t.Any]]] = None
         try:
-            check_directory_options(self.params)
+            for option in DIRECTORY_OPTIONS:
+                if self.params.get(option):
+                    check_directory_option(option, self.params[option])
             result = body(self)
-        except Exception as exc:  # re-raised below unless it is an expected error
-            failure = expected_failure(exc)
-            if failure is None:
-                raise
+        except InputError as exc:
+            failure = (str(exc), {"problems": [str(p) for p in exc.problems]})
+        except ModuleFailure as exc:
+            failure = (str(exc), exc.result)
+        except BackendAIClusterError as exc:
+            failure = (str(exc), {})
+        except (_nomad_api.NomadError, _vault_api.VaultError) as exc:
+            extra = {"http_status": exc.status} if exc.status is not None else {}
+            failure = (str(exc), extra)
         finally:
             self.close()
         if failure is not None:

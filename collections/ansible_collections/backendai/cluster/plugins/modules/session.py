@@ -428,16 +428,32 @@ rollback:
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _session_options
+from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
 from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend, refuse_all_namespaces
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import ClusterModule
+from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl
+
+
+def _name(module: ClusterModule) -> t.Optional[str]:
+    p = module.params
+    spec = p["spec"] or {}
+    name = spec.get("name") if isinstance(spec, dict) else None
+    if p["name"] and name and p["name"] != name:
+        raise ModuleFailure("name %r and spec.name %r differ" % (p["name"], name))
+    return p["name"] or name
 
 
 def run(module: ClusterModule) -> t.Dict[str, t.Any]:
     p = module.params
-    if _session_options.uses_local_backend(p):  # also run in-process by the action plugin (plugins/action/session.py)
-        return _session_options.run_local(p, module.check_mode)
+    backend = p["backend"] or (NOMAD if module.nomad_address_given() else LOCAL)
+    if backend == LOCAL:
+        if p["state"] == "present":
+            return _backend_local.local_present(p["spec"], p["state_dir"], check_mode=module.check_mode, wait=p["wait"],
+                                                timeout=float(p["wait_timeout"]), agents=p["agents"])
+        name = _name(module)
+        if not name:
+            raise ModuleFailure("state=absent needs the session name (name, or spec with a name)")
+        return _backend_local.local_absent(name, p["state_dir"], check_mode=module.check_mode, keep_logs=p["keep_logs"])
 
     refuse_all_namespaces(p["namespace"], "backendai.cluster.session")
     if p["state"] == "present" and not module.check_mode:
@@ -455,8 +471,21 @@ def run(module: ClusterModule) -> t.Dict[str, t.Any]:
 
 
 def main() -> None:
-    module = ClusterModule(argument_spec=_session_options.OPTIONS, shared=_session_options.SHARED,
-                           required_if=_session_options.REQUIRED_IF)
+    module = ClusterModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            backend=dict(type="str", choices=["nomad", "local"]),
+            spec=dict(type="dict", aliases=["session"]),
+            name=dict(type="str"),
+            agents=dict(type="list", elements="dict"),
+            wait=dict(type="bool", default=True),
+            wait_timeout=dict(type="int", default=300),
+            wait_for_resources=dict(type="int", default=0),
+            keep_logs=dict(type="bool", default=False),
+        ),
+        shared=(NOMAD, VAULT, LOCAL, NETWORK),
+        required_if=[("state", "present", ["spec"]), ("state", "absent", ["name", "spec"], True)],
+    )
     module.run(run)
 
 

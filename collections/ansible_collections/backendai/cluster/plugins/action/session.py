@@ -91,14 +91,15 @@ class ActionModule(ActionBase):
         basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": module_args},
                                          cls=get_module_encoder(PROFILE, Direction.CONTROLLER_TO_MODULE)).encode()
         basic._ANSIBLE_PROFILE = PROFILE
-        out = io.StringIO()
+        out, err = io.StringIO(), io.StringIO()  # stderr: as of a module process, shown only when it fails
         try:
-            with contextlib.redirect_stdout(out):
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 importlib.import_module(MODULE).main()
         except SystemExit:  # exit_json and fail_json end the module this way
             pass
         except Exception as exc:  # what the module process would have died of
-            return {"failed": True, "msg": "MODULE FAILURE: %s" % exc, "exception": traceback.format_exc()}
+            return {"failed": True, "msg": "MODULE FAILURE: %s" % exc, "exception": traceback.format_exc(),
+                    "module_stderr": err.getvalue()}
         data = self._parse_returned_data({"stdout": out.getvalue(), "stderr": "", "rc": 0}, PROFILE)
         remove_internal_keys(data)
         return data

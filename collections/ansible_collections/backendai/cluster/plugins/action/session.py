@@ -21,8 +21,8 @@ Only a task that would run the module on this machine, under the Python of ansib
 the local backend, runs here: ``connection: local``, no ``become``, ``async`` or ``delegate_to``, an
 ``ansible_python_interpreter`` that is unset, discovered (``auto``) or ansible-playbook's own, and
 no Nomad address (``backend: local``; or no ``backend`` and neither ``nomad_addr`` nor NOMAD_ADDR).
-Every other task - a Nomad session, a remote or delegated host, become, async, another interpreter -
-runs the module as usual.
+Every other task - a Nomad session, a remote or delegated host, become, async, another interpreter,
+an ansible-core older than 2.19 - runs the module as usual.
 """
 
 from __future__ import annotations
@@ -36,9 +36,13 @@ import sys
 import traceback
 import typing as t
 
-from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.plugins.action import ActionBase
 from ansible.vars.clean import remove_internal_keys
+
+try:  # ansible-core 2.19+: the module's JSON arguments are encoded per serialisation profile
+    from ansible.module_utils.common.json import Direction, get_module_encoder
+except ImportError:  # older: every task runs the module (parsing its result differs there too)
+    Direction = get_module_encoder = None  # type: ignore[assignment,misc]
 
 MODULE = "ansible_collections.backendai.cluster.plugins.modules.session"
 PROFILE = "legacy"  # the serialisation profile of a module that does not declare one (as session)
@@ -65,8 +69,8 @@ class ActionModule(ActionBase):
 
     def _runs_here(self, task_vars: t.Mapping[str, t.Any], environment: t.Mapping[str, str]) -> bool:
         """Whether the module would run on this machine, under this Python, for the local backend."""
-        if self._connection.transport != "local" or self._play_context.become or self._task.async_val \
-                or self._task.delegate_to:
+        if get_module_encoder is None or self._connection.transport != "local" or self._play_context.become \
+                or self._task.async_val or self._task.delegate_to:
             return False
         interpreter = task_vars.get("ansible_python_interpreter")
         if interpreter is not None:

@@ -1,18 +1,43 @@
 #!/usr/bin/env python3
-"""Wall time of the whole ``ansible-playbook playbooks/create_session.yml`` for a local session.
+"""Wall time of ``ansible-playbook`` create_session.yml and destroy_session.yml for a local session.
 
 For a local (this machine) session of N = 4 containers: ``create_session.yml`` (until every sshd
 answers) and, timed separately, ``destroy_session.yml``, against an empty ``ansible-playbook`` run
 (one debug task on localhost, same ansible.cfg and inventory). Runs are interleaved (empty, create,
 destroy), after one warm-up round; the median of ``--repeat`` rounds is printed with the difference
-to the empty run (target: create within 2.5 s of it). Needs root; every session it makes is
+to the empty run of the same rounds. Target (issue 10): create and destroy each within +1.0 s of the
+empty run; the exit status is 1 when either misses it. Needs root; every session it makes is
 destroyed, also on failure or Ctrl-C.
 
-    .venv/bin/python benchmarks/playbook_overhead.py [--size 4] [--repeat 5] [--breakdown]
+    .venv/bin/python benchmarks/playbook_overhead.py [--size 4] [--repeat 5] [--breakdown] [--module]
 
-``--breakdown`` adds where the module's share goes: the controller's AnsiballZ build of the
-``session`` module and the module process (from one ANSIBLE_DEBUG=1 run of each playbook), the
-runtime's own create time (session.json), and the module's import time by group.
+``--module`` also times both playbooks with ``session`` run as a module (an AnsiballZ payload and a
+second Python process, as every run did before the action plugin), in the same rounds: the plugin
+leaves a task to the module when the target's ``ansible_python_interpreter`` names another Python
+than ansible-playbook's, so the same interpreter under its other name forces that path.
+``--breakdown`` adds, from one ANSIBLE_DEBUG=1 run of each playbook, the controller's AnsiballZ build
+of ``session`` and the module process (both 0 when the plugin ran the task in its worker), the
+runtime's own create time (session.json), and what a worker imports to run the module in-process
+(fresh interpreters with Ansible's collection loader, which compiles collection code from source).
+
+Where the time went, and what was done about it (before: create +2.39 s, destroy +2.15 s over the
+empty run; AnsiballZ build 0.7 s and module process 1.3 s of each):
+
+* The AnsiballZ build and the module process (Python start, Ansible's module code, requests + nomad
+  + hvac, this collection's module_utils) were most of it, for work that happens on the controller
+  itself. The action plugin ``plugins/action/session.py`` runs the module's local step in Ansible's
+  worker process for a local session on the controller (and leaves Nomad, remote hosts,
+  become/async and other interpreters to the module). Lazy imports or a smaller payload alone could
+  not reach the target: each run would still build the payload and start a second interpreter.
+* Every task costs a worker fork and templating, skipped or not, and every play its set-up:
+  create_session.yml is one play, and a local session skips two tasks (the Nomad includes), not four.
+* Left as it was: fact gathering was already off; pipelining is already on and changes nothing for
+  a local connection; the runtime's own bring-up and teardown are the work itself.
+
+After (same-run medians, --module): create +1.23 s, destroy +0.94 s, against +2.74 s and +2.93 s
+as a module. The rest over the target is the worker importing ``session`` and the module_utils it
+loads eagerly (0.35 s, --breakdown); with module_utils imported per backend (issue 10's layout),
+0.01 s, and create +0.75 s, destroy +0.67 s.
 """
 from __future__ import annotations
 
@@ -31,7 +56,7 @@ from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.dirname(os.path.abspath(sys.executable))
-TARGET = 2.5  # seconds over the empty run
+TARGET = 1.0  # seconds over the empty run, for create and for destroy alike
 
 EMPTY_PLAYBOOK = """---
 - name: Empty run
@@ -44,19 +69,29 @@ EMPTY_PLAYBOOK = """---
         msg: hello
 """
 
+# what a worker imports to run session in-process, after what every worker has loaded already
 IMPORTS = r"""
-import time
+import sys, time
+import ansible.executor.task_executor, ansible.plugins.action
+from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+_AnsibleCollectionFinder(paths=[sys.argv[1]])._install()
 t0 = time.perf_counter()
 import ansible.module_utils.basic
 t1 = time.perf_counter()
-import requests, nomad, hvac
-t2 = time.perf_counter()
-import cryptography.hazmat.primitives.asymmetric.ed25519, cryptography.hazmat.primitives.serialization
-t3 = time.perf_counter()
 import ansible_collections.backendai.cluster.plugins.modules.session
-t4 = time.perf_counter()
-print(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1, " ".join(sorted({m.split(".")[0] for m in sys.modules} & {"requests", "nomad", "hvac"})) or "-")
 """
+
+
+def _module_interpreter() -> str:
+    """ansible-playbook's own Python under its other name (python <-> python3): the plugin then runs the module."""
+    with open(os.path.join(VENV_BIN, "ansible-playbook"), encoding="utf-8") as f:
+        own = f.readline()[2:].strip()
+    other = os.path.join(os.path.dirname(own), "python3" if os.path.basename(own) == "python" else "python")
+    if not os.path.exists(other):
+        raise SystemExit("playbook_overhead: --module needs %s (the same Python as %s)" % (other, own))
+    return other
 
 
 class Bench:
@@ -86,14 +121,14 @@ class Bench:
     def run_empty(self) -> float:
         return self.play(self.empty)[0]
 
-    def run_create(self, debug: bool = False) -> tuple[float, subprocess.CompletedProcess]:
+    def run_create(self, *extra: str, debug: bool = False) -> tuple[float, subprocess.CompletedProcess]:
         self.made = True
         return self.play("playbooks/create_session.yml", "-e", json.dumps({"session": self.spec}),
-                         "-e", "session_state_dir=" + self.state_dir, debug=debug)
+                         "-e", "session_state_dir=" + self.state_dir, *extra, debug=debug)
 
-    def run_destroy(self, debug: bool = False) -> tuple[float, subprocess.CompletedProcess]:
+    def run_destroy(self, *extra: str, debug: bool = False) -> tuple[float, subprocess.CompletedProcess]:
         result = self.play("playbooks/destroy_session.yml", "-e", "session_name=" + self.name,
-                           "-e", "session_state_dir=" + self.state_dir, debug=debug)
+                           "-e", "session_state_dir=" + self.state_dir, *extra, debug=debug)
         self.made = os.path.exists(os.path.join(self.state_dir, self.name))
         return result
 
@@ -126,28 +161,36 @@ def debug_phases(stderr_and_out: str) -> dict[str, float]:
     return {"ansiballz_build": build, "module_process": run}
 
 
-def import_times() -> list[float]:
+def import_times() -> tuple[float, float, str]:
     rounds = []
     for _ in range(5):
-        out = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, check=True,
-                             env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "collections"))).stdout
-        rounds.append([float(x) for x in out.split()])
-    return [statistics.median(col) for col in zip(*rounds)]
+        out = subprocess.run([sys.executable, "-c", IMPORTS, os.path.join(REPO, "collections")], capture_output=True,
+                             text=True, check=True).stdout.split()
+        rounds.append((float(out[0]), float(out[1]), out[2]))
+    return statistics.median(r[0] for r in rounds), statistics.median(r[1] for r in rounds), rounds[0][2]
+
+
+def verdict(over: float) -> str:
+    return "target <= +%.1f: %s" % (TARGET, "PASS" if over <= TARGET else "FAIL")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=4, help="containers in the session (default 4)")
     parser.add_argument("--repeat", type=int, default=5, help="measured rounds (default 5)")
-    parser.add_argument("--breakdown", action="store_true", help="also show where the module's time goes")
+    parser.add_argument("--breakdown", action="store_true", help="also show where the session task's time goes")
+    parser.add_argument("--module", action="store_true", help="also time the playbooks with session run as a module")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("playbook_overhead: the local backend needs root", file=sys.stderr)
         return 2
 
+    as_module = ("-e", "ansible_python_interpreter=" + _module_interpreter()) if args.module else ()
     workdir = tempfile.mkdtemp(prefix="backendai-pbo-")
     bench = Bench(args.size, workdir)
     times: dict[str, list[float]] = {"empty": [], "create": [], "destroy": [], "runtime": []}
+    if args.module:
+        times.update({"create-module": [], "destroy-module": []})
     phases: dict[str, dict[str, float]] = {}
     try:
         bench.run_empty()  # warm-up round: byte-code caches, page cache
@@ -158,6 +201,9 @@ def main() -> int:
             times["create"].append(bench.run_create()[0])
             times["runtime"].append(bench.runtime_create_time())
             times["destroy"].append(bench.run_destroy()[0])
+            if args.module:
+                times["create-module"].append(bench.run_create(*as_module)[0])
+                times["destroy-module"].append(bench.run_destroy(*as_module)[0])
         if args.breakdown:
             _took, proc = bench.run_create(debug=True)
             phases["create"] = debug_phases(proc.stdout + proc.stderr)
@@ -175,23 +221,26 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in times.items()}
-    over_create = med["create"] - med["empty"]
+    over = {k: med[k] - med["empty"] for k in ("create", "destroy")}
     print("playbook overhead: local session, N = %d, median of %d runs (wall seconds)" % (args.size, args.repeat))
     print("  %-46s %6.2f" % ("empty ansible-playbook (one debug task)", med["empty"]))
-    print("  %-46s %6.2f   %+.2f over empty (target <= +%.1f: %s)" % (
-        "create_session.yml", med["create"], over_create, TARGET, "PASS" if over_create <= TARGET else "FAIL"))
-    print("  %-46s %6.2f   %+.2f over empty" % ("destroy_session.yml", med["destroy"], med["destroy"] - med["empty"]))
+    for what in ("create", "destroy"):
+        print("  %-46s %6.2f   %+.2f over empty (%s)" % ("%s_session.yml" % what, med[what], over[what], verdict(over[what])))
+    if args.module:
+        for what in ("create", "destroy"):
+            print("  %-46s %6.2f   %+.2f over empty (as before the action plugin)" % (
+                "%s_session.yml, session run as a module" % what, med[what + "-module"],
+                med[what + "-module"] - med["empty"]))
     print("  %-46s %6.2f" % ("  of create: the runtime's own bring-up", med["runtime"]))
     print("  runs: " + "; ".join("%s %s" % (k, " ".join("%.2f" % x for x in v)) for k, v in times.items()))
     if args.breakdown:
         for what, p in phases.items():
-            print("  %-46s %6.2f   module process %.2f (ANSIBLE_DEBUG=1 run)" % (
+            print("  %-46s %6.2f   module process %.2f (ANSIBLE_DEBUG=1 run; 0: run in the worker)" % (
                 "%s: AnsiballZ build of the session module" % what, p["ansiballz_build"], p["module_process"]))
-        basic, clients, crypto, ours = import_times()
-        print("  module imports (median of 5 fresh interpreters): ansible.module_utils.basic %.3f, "
-              "requests+nomad+hvac %.3f, cryptography %.3f, the collection's module + module_utils %.3f"
-              % (basic, clients, crypto, ours))
-    return 0 if over_create <= TARGET else 1
+        basic, session, clients = import_times()
+        print("  worker imports to run session in-process (median of 5 fresh interpreters): ansible.module_utils.basic "
+              "%.3f, the session module with its module_utils %.3f (HTTP clients among them: %s)" % (basic, session, clients))
+    return 0 if max(over.values()) <= TARGET else 1
 
 
 if __name__ == "__main__":

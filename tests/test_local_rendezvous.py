@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_local import (
+from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import (
     local_absent,
     local_info,
     local_present,

@@ -9,11 +9,11 @@ import warnings
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_api as na
-from ansible_collections.backendai.cluster.plugins.module_utils import _vault_api as va
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM
-from ansible_collections.backendai.cluster.plugins.module_utils._session_render import render_session
-from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import generate_keypair
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as na
+from ansible_collections.backendai.cluster.plugins.module_utils._vault import client as va
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
 from nomad_double.fixtures import (  # noqa: F401 - pytest fixtures
     nomad_double,
     nomad_double_factory,

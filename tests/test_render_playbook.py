@@ -75,7 +75,7 @@ def read_var_file(path: str) -> dict:
 
 
 def test_nomad_cli_path_writes_the_keypair_as_a_variable_spec_and_prints_the_commands(tmp_path: str) -> None:
-    from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import derive_session_id
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
     from hclfmt_check import problems
 
     out = os.path.join(str(tmp_path), "out")

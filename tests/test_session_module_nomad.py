@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 import time
@@ -76,7 +77,7 @@ def test_create_writes_the_variable_with_cas0_before_registering_the_job(nomad: 
     assert main1["ssh_command"] == "ssh -p %d root@10.0.0.10" % main1["ssh_port"]
     private = stored_private_key(nomad)
     public = nomad.stored_variable("nomad/jobs/s1")["Items"]["ssh_public_key"]
-    from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import derive_session_id
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
     assert view["session_id"] == derive_session_id("s1", public) == result["plan"]["session_id"]
     assert nomad.stored_job("s1")["Meta"]["BACKENDAI_SESSION_ID"] == view["session_id"]
     assert_no_secret(result, private, NOMAD_TOKEN)
@@ -381,17 +382,15 @@ def test_environment_fallbacks_choose_the_nomad_backend(nomad: NomadAPIDouble, r
 # Libraries, local dispatch -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("module_attr, library, extra", [
-    ("_nomad_api.HAS_PYTHON_NOMAD", "python-nomad", {}),
-    ("_ssh_keys.HAS_CRYPTOGRAPHY", "cryptography", {}),
-    ("_vault_api.HAS_HVAC", "hvac", {"spec": spec(secrets={"backend": "vault"})}),
+    ("_nomad.api.HAS_PYTHON_NOMAD", "python-nomad", {}),
+    ("_session.keys.HAS_CRYPTOGRAPHY", "cryptography", {}),
+    ("_vault.client.HAS_HVAC", "hvac", {"spec": spec(secrets={"backend": "vault"})}),
 ])
 def test_missing_library_is_reported_with_missing_required_lib(nomad: NomadAPIDouble, run: ModuleRun,
                                                                 monkeypatch: pytest.MonkeyPatch, module_attr: str,
                                                                 library: str, extra: t.Dict[str, t.Any]) -> None:
-    from ansible_collections.backendai.cluster.plugins import module_utils
-
-    owner, attr = module_attr.split(".")
-    monkeypatch.setattr(getattr(module_utils, owner), attr, False)
+    owner, attr = module_attr.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module("ansible_collections.backendai.cluster.plugins.module_utils." + owner), attr, False)
     result = run(session_module, args(nomad, **extra))
     assert result["failed"] and "Failed to import the required Python library (%s)" % library in result["msg"]
     assert writes(nomad) == []
@@ -399,7 +398,7 @@ def test_missing_library_is_reported_with_missing_required_lib(nomad: NomadAPIDo
 
 def test_local_backend_is_the_default_without_a_nomad_address(run: ModuleRun, monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: t.Any) -> None:
-    from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
+    from ansible_collections.backendai.cluster.plugins.module_utils._local import backend as _backend_local
     from ansible_collections.backendai.cluster.plugins.modules import session_info
 
     calls: t.List[t.Tuple[str, t.Any]] = []

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _backend_nomad
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_local import local_absent, local_info, local_present
-from ansible_collections.backendai.cluster.plugins.module_utils._local_state import SessionPaths
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import backend as _backend_nomad
+from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import local_absent, local_info, local_present
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
                                 reason="the local backend needs root and the CNI plugins (scripts/setup)")

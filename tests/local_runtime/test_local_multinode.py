@@ -22,14 +22,14 @@ import uuid
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local as backend
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils import _session_network as net
-from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import build_plan
-from ansible_collections.backendai.cluster.plugins.module_utils._placement import parse_agents
-from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
-from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import SSHKeypair
+from ansible_collections.backendai.cluster.plugins.module_utils._local import backend
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 
 from conftest import PROBE
 

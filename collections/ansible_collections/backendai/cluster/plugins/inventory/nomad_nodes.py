@@ -90,14 +90,14 @@ import typing as t
 from ansible.errors import AnsibleError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import (
     SCHEDULABLE_POOLS,
     agent_from_summary,
     allocations_by_node,
     free_gpus,
     is_schedulable,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import (
     HAS_PYTHON_NOMAD,
     NomadClient,
     NomadConnection,

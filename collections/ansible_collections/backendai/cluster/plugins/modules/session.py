@@ -428,10 +428,10 @@ rollback:
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend, refuse_all_namespaces
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._local import backend as _backend_local
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend, refuse_all_namespaces
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
 
 
 def _name(module: ClusterModule) -> t.Optional[str]:

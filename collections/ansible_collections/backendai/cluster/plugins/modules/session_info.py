@@ -233,9 +233,9 @@ sessions:
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._local import backend as _backend_local
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
 
 
 def run(module: ClusterModule) -> t.Dict[str, t.Any]:

@@ -11,8 +11,9 @@ import typing as t
 import pytest
 import yaml
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _common_args as ca
-from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_api, _vault_api
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible import args as ca
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as _nomad_api
+from ansible_collections.backendai.cluster.plugins.module_utils._vault import client as _vault_api
 
 INVERTED = dict(ca.NOMAD_INVERTED_ENV)
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ansible_collections.backendai.cluster.plugins.doc_fragments.session_spec import ModuleDocFragment
-from ansible_collections.backendai.cluster.plugins.module_utils import _spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session import spec as _spec
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import SpecError
 
 STRUCTURE = ("type", "elements", "default", "choices", "required")

@@ -22,8 +22,8 @@ import requests
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.admission import LOCK_PATH
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args import NETWORK_ENV
-from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
 from module_helpers import NOMAD_TOKEN, spec

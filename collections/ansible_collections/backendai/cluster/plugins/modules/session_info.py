@@ -235,7 +235,8 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import backend as _backend_local
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 
 
 def run(module: ClusterModule) -> t.Dict[str, t.Any]:

@@ -258,8 +258,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api impor
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import var_file as _nomad_var_file
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import secret_path
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import signed
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_summary, render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair, generate_keypair
 
 

@@ -28,15 +28,18 @@ import typing as t
 
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.errors import AnsibleFallbackNotFound
+from ansible.module_utils.parsing.convert_bool import BOOLEANS_TRUE
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import DEFAULT_STATE_ROOT
-
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import DEFAULT_TIMEOUT, NOMAD_ENV
-from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import DEFAULT_VAULT_ADDR, VAULT_ENV
-
-_TRUE = frozenset(("1", "t", "true", "y", "yes", "on"))
-#: Options whose environment variable is the inverse (``NOMAD_SKIP_VERIFY=1`` -> ``validate_certs=false``).
-NOMAD_INVERTED_ENV = {"validate_certs": "NOMAD_SKIP_VERIFY"}
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import (
+    DEFAULT_NETWORK_KEY_FILE,
+    DEFAULT_STATE_ROOT,
+    DEFAULT_TIMEOUT,
+    DEFAULT_VAULT_ADDR,
+    NETWORK_ENV,
+    NOMAD_ENV,
+    NOMAD_INVERTED_ENV,
+    VAULT_ENV,
+)
 
 
 def skip_verify_fallback(*names: str) -> bool:
@@ -44,7 +47,7 @@ def skip_verify_fallback(*names: str) -> bool:
     for name in names or ("NOMAD_SKIP_VERIFY",):
         value = os.environ.get(name)
         if value:
-            return value.strip().lower() not in _TRUE
+            return value.strip().lower() not in BOOLEANS_TRUE
     raise AnsibleFallbackNotFound
 
 
@@ -71,11 +74,6 @@ _VAULT_CONNECTION: t.Dict[str, t.Dict[str, t.Any]] = {
 _LOCAL_RUNTIME: t.Dict[str, t.Dict[str, t.Any]] = {
     "state_dir": {"type": "path", "default": DEFAULT_STATE_ROOT},
 }
-
-#: Where the control node keeps the cluster network key (the overlay_agent role makes it there once).
-DEFAULT_NETWORK_KEY_FILE = "~/.config/backendai-cluster/network.key"
-NETWORK_ENV = {"network_key_file": "BACKENDAI_NETWORK_KEY_FILE",
-               "network_claims_namespace": "BACKENDAI_NETWORK_CLAIMS_NAMESPACE"}
 
 _SESSION_NETWORK: t.Dict[str, t.Dict[str, t.Any]] = {
     # a path, not the key itself: keep it visible (the key's text is never read into a result)

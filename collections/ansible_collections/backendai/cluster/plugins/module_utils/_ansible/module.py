@@ -5,7 +5,7 @@
 :class:`ClusterModule` merges the common connection options (``_common_args``) into a module's
 own argument spec, builds the Nomad and Vault clients from them, reports a missing python-nomad,
 hvac or cryptography with ``missing_required_lib``, and turns the collection's expected errors
-(:class:`BackendAIClusterError`, :class:`NomadError`, :class:`VaultError`) into ``fail_json``
+(every :class:`BackendAIClusterError`, the clients' errors included) into ``fail_json``
 without a traceback. Secrets met at runtime are registered with :meth:`ClusterModule.hide`, so
 Ansible masks them in every result and log line.
 """
@@ -26,7 +26,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args im
     session_network_argument_spec,
     vault_connection_argument_spec,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, ModuleFailure
 
 NOMAD = "nomad"
 VAULT = "vault"
@@ -38,14 +38,6 @@ _LIBRARIES = {
     "hvac": lambda: (_vault_api.HAS_HVAC, _vault_api.HVAC_IMPORT_ERROR),
     "cryptography": lambda: (_ssh_keys.HAS_CRYPTOGRAPHY, _ssh_keys.CRYPTOGRAPHY_IMPORT_ERROR),
 }
-
-
-class ModuleFailure(BackendAIClusterError):
-    """An expected failure that carries extra result keys (``result``) for ``fail_json``."""
-
-    def __init__(self, message: str, result: t.Optional[t.Mapping[str, t.Any]] = None) -> None:
-        super().__init__(message)
-        self.result = dict(result or {})
 
 
 def merged_argument_spec(argument_spec: t.Mapping[str, t.Any], options: t.Iterable[str]) -> t.Dict[str, t.Any]:
@@ -182,15 +174,8 @@ class ClusterModule:
                 if self.params.get(option):
                     check_directory_option(option, self.params[option])
             result = body(self)
-        except InputError as exc:
-            failure = (str(exc), {"problems": [str(p) for p in exc.problems]})
-        except ModuleFailure as exc:
-            failure = (str(exc), exc.result)
         except BackendAIClusterError as exc:
-            failure = (str(exc), {})
-        except (_nomad_api.NomadError, _vault_api.VaultError) as exc:
-            extra = {"http_status": exc.status} if exc.status is not None else {}
-            failure = (str(exc), extra)
+            failure = (str(exc), exc.details())
         finally:
             self.close()
         if failure is not None:

@@ -34,13 +34,13 @@ from typing import Any
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import delete_netns, netns_path
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     SANE_PATH,
     Journal,
     LocalRuntimeError,
     flocked,
     read_json,
-    write_file,
 )
 
 DEFAULT_AGENTS_ROOT = "~/.local/state/backendai-cluster/agents"

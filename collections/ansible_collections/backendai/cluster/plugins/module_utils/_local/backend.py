@@ -13,7 +13,7 @@ modules only dispatch to these functions:
 
 A session view: ``{name, backend: "local", session_id, state, mode, network_mode, containers:
 [{hostname, role, idx, agent, address, status, exit_code, restarts, log_tail}], main1: {address,
-ssh_port, ssh_command}, progress}`` (``progress``: ``_session_view.wait_progress``) with ``state``
+ssh_port, ssh_command}, progress}`` (``progress``: ``_session.view.wait_progress``) with ``state``
 one of PENDING, SCHEDULED, RUNNING, DEGRADED, TERMINATED, ERROR. Nothing secret is ever in it.
 
 The machine is one agent, ``local``, with its CPU (cores × MHz) and memory as capacity, so the
@@ -38,7 +38,9 @@ import os
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_STATE_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError, Problem
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import (
     create_session,
     destroy_session,
@@ -47,9 +49,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime i
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan, build_plan
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_summary
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import needs_repair
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import broken_summary, wait_progress
+from ansible_collections.backendai.cluster.plugins.module_utils._session.view import broken_summary, plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import SessionSpec, parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import (
     SSHKeypair,
@@ -57,7 +58,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.keys im
     generate_keypair,
 )
 
-DEFAULT_STATE_ROOT = "~/.local/state/backendai-cluster/sessions"
 LOCAL_AGENT = "local"
 RECORD_FILE = "backend.json"
 PRIVATE_KEY_FILE = os.path.join("ssh", "id_cluster")  # where the runtime keeps the session key (0600)
@@ -128,11 +128,7 @@ def _read_record(state_root: str, name: str) -> t.Optional[t.Dict[str, t.Any]]:
 
 
 def _write_record(state_root: str, name: str, record: t.Mapping[str, t.Any]) -> None:
-    path = os.path.join(state_root, name, RECORD_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    write_file(os.path.join(state_root, name, RECORD_FILE), json.dumps(record, indent=2, sort_keys=True))
 
 
 def _stored_keys(state_root: str, name: str, record: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[SSHKeypair]:

@@ -19,13 +19,13 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     SANE_PATH,
     LocalRuntimeError,
     flocked,
     owner_env,
     read_json,
-    write_file,
 )
 
 CNI_PATH = "/usr/lib/cni"

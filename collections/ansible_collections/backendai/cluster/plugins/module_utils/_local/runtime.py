@@ -71,6 +71,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd impo
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import _kernel_fs
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_STATE_ROOT
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     SANE_PATH,
     Journal,
@@ -81,13 +83,10 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     read_text,
     session_names,
     tail_lines,
-    write_file,
 )
 
-__all__ = ["DEFAULT_STATE_ROOT", "LocalRuntimeError", "create_session", "destroy_session",
+__all__ = ["LocalRuntimeError", "create_session", "destroy_session",
            "list_sessions", "session_status"]
-
-DEFAULT_STATE_ROOT = "~/.local/state/backendai-cluster/sessions"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _HOST_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")

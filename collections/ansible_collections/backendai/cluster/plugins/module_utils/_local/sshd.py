@@ -16,10 +16,10 @@ import socket
 import time
 from typing import Callable
 
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     LocalRuntimeError,
     SessionPaths,
-    write_file,
 )
 
 _CLIENT_OPTIONS = (

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
+from ansible_collections.backendai.cluster.plugins.module_utils._files import fsync_dir
 
 # Testing hook: "kill:N" SIGKILLs the creating process, "raise:N" raises, when the
 # journal is about to receive its (N+1)-th record (so N side effects were started).
@@ -129,36 +130,6 @@ class SessionPaths:
         """The path under which a container sees ``host_path`` (a path inside this state dir)."""
         rel = os.path.relpath(host_path, self.root)
         return CONTAINER_STATE_DIR if rel == "." else os.path.join(CONTAINER_STATE_DIR, rel)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file(path: str, data: str | bytes, mode: int = 0o644, durable: bool = False) -> None:
-    """Atomically replace ``path``; the file never exists with wider permissions than ``mode``."""
-    raw = data.encode() if isinstance(data, str) else data
-    tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-    try:
-        os.fchmod(fd, mode)  # umask may have narrowed it
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view):]
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        fsync_dir(os.path.dirname(path))
 
 
 def read_text(path: str) -> str | None:

@@ -32,6 +32,11 @@ import typing as t
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import quote, urlsplit
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NOMAD_ADDR, DEFAULT_TIMEOUT, NOMAD_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
+
 try:
     import requests
     HAS_REQUESTS = True
@@ -54,28 +59,12 @@ except ImportError as _exc:  # pragma: no cover - exercised by missing_required_
     HAS_PYTHON_NOMAD = False
     PYTHON_NOMAD_IMPORT_ERROR = _exc
 
-DEFAULT_NOMAD_ADDR = "http://127.0.0.1:4646"
-DEFAULT_TIMEOUT = 10.0
 DEFAULT_PORT = 4646
 USER_AGENT = "backendai.cluster (python-nomad)"
 #: Longest part of an error body that goes into an error message.
 MAX_ERROR_BODY = 2000
 #: How many bytes of a log :meth:`NomadClient.read_logs` fetches from the end by default.
 DEFAULT_LOG_BYTES = 64 * 1024
-
-#: Option name -> environment variable, applied by the Ansible argument spec (and by
-#: :func:`connection_from_env` for non-Ansible callers).
-NOMAD_ENV = {
-    "nomad_addr": "NOMAD_ADDR",
-    "token": "NOMAD_TOKEN",
-    "namespace": "NOMAD_NAMESPACE",
-    "region": "NOMAD_REGION",
-    "ca_cert": "NOMAD_CACERT",
-    "client_cert": "NOMAD_CLIENT_CERT",
-    "client_key": "NOMAD_CLIENT_KEY",
-}
-_TRUE = frozenset(("1", "t", "true", "y", "yes", "on"))
-_TERMINAL_CLIENT_STATUSES = frozenset(("complete", "failed", "lost"))
 #: Nomad's filter expression (go-bexpr, over AllocListStub fields) for allocations that hold
 #: resources on their node: not terminal in the sense of ``Allocation.TerminalStatus``.
 LIVE_ALLOCATIONS_FILTER = ('DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
@@ -84,7 +73,7 @@ LIVE_ALLOCATIONS_FILTER = ('DesiredStatus == "run" and ClientStatus != "complete
 DEFAULT_PAGE_SIZE = 1000
 
 
-class NomadError(Exception):
+class NomadError(BackendAIClusterError):
     """A Nomad API call failed. ``status`` is the HTTP status (None: no HTTP answer, e.g. timeout/TLS)."""
 
     def __init__(self, message: str, status: t.Optional[int] = None, body: str = "",
@@ -98,6 +87,9 @@ class NomadError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def details(self) -> t.Dict[str, t.Any]:
+        return {"http_status": self.status} if self.status is not None else {}
 
 
 class NomadTimeout(NomadError):
@@ -124,9 +116,7 @@ class CASConflict(NomadError):
 def _as_bool(value: t.Any, default: bool) -> bool:
     if value is None or value == "":
         return default
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in _TRUE
+    return boolean(value, strict=False)
 
 
 @dataclass(frozen=True)
@@ -240,20 +230,6 @@ def connection_from_env(environ: t.Optional[t.Mapping[str, str]] = None, **overr
         values["validate_certs"] = not _as_bool(env.get("NOMAD_SKIP_VERIFY"), False)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return NomadConnection.from_params(values)
-
-
-def skip_verify_fallback(*names: str) -> bool:
-    """Ansible ``fallback`` for ``validate_certs`` (kept here for callers; lives in ``_common_args``)."""
-    from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args import skip_verify_fallback as fallback
-
-    return fallback(*names)
-
-
-def nomad_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
-    """Connection options of every module talking to Nomad: see ``_common_args`` (the single source)."""
-    from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args import nomad_connection_argument_spec
-
-    return nomad_connection_argument_spec()
 
 
 def _quote_id(value: str) -> str:
@@ -454,13 +430,6 @@ class NomadClient:
         return self._call("listing allocations of node %r" % node_id,
                           lambda: self._node.get_allocations(_quote_id(node_id)))
 
-    def node_capacity(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
-        """:func:`summarize_node` of a node and its allocations, or None if the node is unknown."""
-        node = self.node(node_id)
-        if node is None:
-            return None
-        return summarize_node(node, self.node_allocations(node["ID"]))
-
     def live_allocations(self, per_page: int = DEFAULT_PAGE_SIZE) -> t.List[t.Dict[str, t.Any]]:
         """Every allocation that holds resources, in every namespace, with its ``AllocatedResources``.
 
@@ -567,103 +536,3 @@ def tail_lines(text: str, lines: int) -> str:
         return ""
     parts = text.splitlines(keepends=True)
     return "".join(parts[-lines:])
-
-
-# Node capacity ---------------------------------------------------------------------------------
-
-def _int(value: t.Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _alloc_is_live(alloc: t.Mapping[str, t.Any]) -> bool:
-    """Whether an allocation holds resources on its node (Nomad: not terminal)."""
-    return alloc.get("DesiredStatus", "run") == "run" and alloc.get("ClientStatus") not in _TERMINAL_CLIENT_STATUSES
-
-
-def _alloc_usage(alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-    cpu = memory = disk = 0
-    devices: t.Dict[str, int] = {}
-    allocated = alloc.get("AllocatedResources") or {}
-    if allocated:
-        for res in (allocated.get("Tasks") or {}).values():
-            res = res or {}
-            cpu += _int((res.get("Cpu") or {}).get("CpuShares"))
-            memory += _int((res.get("Memory") or {}).get("MemoryMB"))
-            for dev in res.get("Devices") or []:
-                key = "/".join(p for p in (dev.get("Vendor"), dev.get("Type"), dev.get("Name")) if p)
-                devices[key] = devices.get(key, 0) + len(dev.get("DeviceIDs") or [])
-        disk += _int((allocated.get("Shared") or {}).get("DiskMB"))
-    else:  # pre-0.9 shape
-        res = alloc.get("Resources") or {}
-        cpu, memory, disk = _int(res.get("CPU")), _int(res.get("MemoryMB")), _int(res.get("DiskMB"))
-    return {"cpu": cpu, "memory": memory, "disk": disk, "devices": devices}
-
-
-def summarize_node(node: t.Mapping[str, t.Any], allocations: t.Iterable[t.Mapping[str, t.Any]] = ()) -> t.Dict[str, t.Any]:
-    """A plain view of a node for inventories: identity, drivers, networks and free capacity.
-
-    ``free = total (NodeResources) - reserved (ReservedResources) - sum of the live allocations'
-    AllocatedResources``. CPU is in MHz (CpuShares), memory/disk in MB; devices are counted per
-    ``vendor/type/name`` from healthy instances. CNI: ``cni_plugins`` from the
-    ``plugins.cni.version.<plugin>`` attributes, ``cni_networks`` from NodeResources.Networks
-    entries of mode ``cni/<name>`` (what Nomad fingerprints from ``cni_config_dir``).
-    """
-    resources = node.get("NodeResources") or {}
-    reserved = node.get("ReservedResources") or {}
-    attributes = node.get("Attributes") or {}
-    total = {
-        "cpu": _int((resources.get("Cpu") or {}).get("CpuShares")),
-        "cpu_cores": _int((resources.get("Cpu") or {}).get("TotalCpuCores")),
-        "memory": _int((resources.get("Memory") or {}).get("MemoryMB")),
-        "disk": _int((resources.get("Disk") or {}).get("DiskMB")),
-        "devices": {},
-    }
-    for dev in resources.get("Devices") or []:
-        key = "/".join(p for p in (dev.get("Vendor"), dev.get("Type"), dev.get("Name")) if p)
-        total["devices"][key] = sum(1 for i in dev.get("Instances") or [] if i.get("Healthy", True))
-    held = {
-        "cpu": _int((reserved.get("Cpu") or {}).get("CpuShares")),
-        "memory": _int((reserved.get("Memory") or {}).get("MemoryMB")),
-        "disk": _int((reserved.get("Disk") or {}).get("DiskMB")),
-    }
-    used: t.Dict[str, t.Any] = {"cpu": 0, "memory": 0, "disk": 0, "devices": {}}
-    live = 0
-    for alloc in allocations:
-        if not _alloc_is_live(alloc):
-            continue
-        live += 1
-        usage = _alloc_usage(alloc)
-        for key in ("cpu", "memory", "disk"):
-            used[key] += usage[key]
-        for name, count in usage["devices"].items():
-            used["devices"][name] = used["devices"].get(name, 0) + count
-    free = {key: max(0, total[key] - held[key] - used[key]) for key in ("cpu", "memory", "disk")}
-    free["devices"] = {name: max(0, count - used["devices"].get(name, 0)) for name, count in total["devices"].items()}
-    drivers = node.get("Drivers") or {}
-    networks = resources.get("Networks") or []
-    return {
-        "id": node.get("ID"),
-        "name": node.get("Name"),
-        "datacenter": node.get("Datacenter"),
-        "node_pool": node.get("NodePool") or "default",
-        "node_class": node.get("NodeClass") or "",
-        "status": node.get("Status"),
-        "eligible": node.get("SchedulingEligibility") == "eligible",
-        "drain": bool(node.get("Drain")),
-        "address": attributes.get("unique.network.ip-address") or node.get("Address") or "",
-        "drivers": sorted(name for name, info in drivers.items()
-                          if (info or {}).get("Detected") and (info or {}).get("Healthy")),
-        "cni_plugins": sorted(k[len("plugins.cni.version."):] for k in attributes if k.startswith("plugins.cni.version.")),
-        "cni_networks": sorted(n["Mode"][len("cni/"):] for n in networks if str(n.get("Mode", "")).startswith("cni/")),
-        "bridge": any(n.get("Mode") == "bridge" for n in networks) or "plugins.cni.version.bridge" in attributes,
-        "host_networks": sorted((node.get("HostNetworks") or {}).keys()),
-        "meta": dict(node.get("Meta") or {}),
-        "total": total,
-        "reserved": held,
-        "allocated": used,
-        "free": free,
-        "allocations": live,
-    }

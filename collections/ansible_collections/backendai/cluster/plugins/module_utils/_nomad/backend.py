@@ -42,10 +42,9 @@ import time
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import admission
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, SpecError
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, ModuleFailure, SpecError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.plan_diff import changes as job_changes
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.plan_diff import diff_texts
-from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, TASK_NAME, dumps, register_request
@@ -59,16 +58,16 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets i
     location_of_job,
     location_of_plan,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, plan_session, plan_summary, render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, plan_session, render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
-    BROKEN,
     build_view,
     container_status,
     current_allocations,
     failed_placement_reason,
     is_managed,
-    wait_progress,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.state import BROKEN
+from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import SessionSpec, parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id, generate_keypair
 from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultClient, VaultError

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args import DEFAULT_NETWORK_KEY_FILE
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NETWORK_KEY_FILE
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import DEFAULT_CLAIMS_NAMESPACE, NetworkClaims

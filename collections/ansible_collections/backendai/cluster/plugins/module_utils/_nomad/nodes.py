@@ -3,7 +3,7 @@
 """Agents (placement input) from live Nomad node data.
 
 The ``session`` module and the ``nomad_nodes`` inventory plugin read nodes the same way:
-:func:`summarize_node` (``_nomad_api``) gives free capacity, and :func:`agent_from_summary` turns a
+:func:`summarize_node` gives free capacity (pure arithmetic over the node and its allocations), and :func:`agent_from_summary` turns a
 summary into the agent mapping placement takes. The inventory plugin stores that mapping as the
 host variable ``backendai_agent``, so a playbook can build the same ``agents`` list from hostvars.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, summarize_node
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
 
+_TERMINAL_CLIENT_STATUSES = frozenset(("complete", "failed", "lost"))
 #: Jobs without a NodePool (as this collection renders them) only run in Nomad's default pool.
 SCHEDULABLE_POOLS = ("default",)
 #: The device the rendered job requests for ``resources.gpu`` (``nvidia/gpu``): vendor, type.
@@ -116,3 +117,111 @@ def underlay_addresses(client: NomadClient, names: t.Sequence[str],
         except (TypeError, ValueError):
             raise ValueError("agent %s: underlay MTU must be an integer, got %r" % (name, mtu)) from None
     return out
+
+
+# Node capacity ---------------------------------------------------------------------------------
+
+def _int(value: t.Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _alloc_is_live(alloc: t.Mapping[str, t.Any]) -> bool:
+    """Whether an allocation holds resources on its node (Nomad: not terminal)."""
+    return alloc.get("DesiredStatus", "run") == "run" and alloc.get("ClientStatus") not in _TERMINAL_CLIENT_STATUSES
+
+
+def _alloc_usage(alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    cpu = memory = disk = 0
+    devices: t.Dict[str, int] = {}
+    allocated = alloc.get("AllocatedResources") or {}
+    if allocated:
+        for res in (allocated.get("Tasks") or {}).values():
+            res = res or {}
+            cpu += _int((res.get("Cpu") or {}).get("CpuShares"))
+            memory += _int((res.get("Memory") or {}).get("MemoryMB"))
+            for dev in res.get("Devices") or []:
+                key = "/".join(p for p in (dev.get("Vendor"), dev.get("Type"), dev.get("Name")) if p)
+                devices[key] = devices.get(key, 0) + len(dev.get("DeviceIDs") or [])
+        disk += _int((allocated.get("Shared") or {}).get("DiskMB"))
+    else:  # pre-0.9 shape
+        res = alloc.get("Resources") or {}
+        cpu, memory, disk = _int(res.get("CPU")), _int(res.get("MemoryMB")), _int(res.get("DiskMB"))
+    return {"cpu": cpu, "memory": memory, "disk": disk, "devices": devices}
+
+
+def summarize_node(node: t.Mapping[str, t.Any], allocations: t.Iterable[t.Mapping[str, t.Any]] = ()) -> t.Dict[str, t.Any]:
+    """A plain view of a node for inventories: identity, drivers, networks and free capacity.
+
+    ``free = total (NodeResources) - reserved (ReservedResources) - sum of the live allocations'
+    AllocatedResources``. CPU is in MHz (CpuShares), memory/disk in MB; devices are counted per
+    ``vendor/type/name`` from healthy instances. CNI: ``cni_plugins`` from the
+    ``plugins.cni.version.<plugin>`` attributes, ``cni_networks`` from NodeResources.Networks
+    entries of mode ``cni/<name>`` (what Nomad fingerprints from ``cni_config_dir``).
+    """
+    resources = node.get("NodeResources") or {}
+    reserved = node.get("ReservedResources") or {}
+    attributes = node.get("Attributes") or {}
+    total = {
+        "cpu": _int((resources.get("Cpu") or {}).get("CpuShares")),
+        "cpu_cores": _int((resources.get("Cpu") or {}).get("TotalCpuCores")),
+        "memory": _int((resources.get("Memory") or {}).get("MemoryMB")),
+        "disk": _int((resources.get("Disk") or {}).get("DiskMB")),
+        "devices": {},
+    }
+    for dev in resources.get("Devices") or []:
+        key = "/".join(p for p in (dev.get("Vendor"), dev.get("Type"), dev.get("Name")) if p)
+        total["devices"][key] = sum(1 for i in dev.get("Instances") or [] if i.get("Healthy", True))
+    held = {
+        "cpu": _int((reserved.get("Cpu") or {}).get("CpuShares")),
+        "memory": _int((reserved.get("Memory") or {}).get("MemoryMB")),
+        "disk": _int((reserved.get("Disk") or {}).get("DiskMB")),
+    }
+    used: t.Dict[str, t.Any] = {"cpu": 0, "memory": 0, "disk": 0, "devices": {}}
+    live = 0
+    for alloc in allocations:
+        if not _alloc_is_live(alloc):
+            continue
+        live += 1
+        usage = _alloc_usage(alloc)
+        for key in ("cpu", "memory", "disk"):
+            used[key] += usage[key]
+        for name, count in usage["devices"].items():
+            used["devices"][name] = used["devices"].get(name, 0) + count
+    free = {key: max(0, total[key] - held[key] - used[key]) for key in ("cpu", "memory", "disk")}
+    free["devices"] = {name: max(0, count - used["devices"].get(name, 0)) for name, count in total["devices"].items()}
+    drivers = node.get("Drivers") or {}
+    networks = resources.get("Networks") or []
+    return {
+        "id": node.get("ID"),
+        "name": node.get("Name"),
+        "datacenter": node.get("Datacenter"),
+        "node_pool": node.get("NodePool") or "default",
+        "node_class": node.get("NodeClass") or "",
+        "status": node.get("Status"),
+        "eligible": node.get("SchedulingEligibility") == "eligible",
+        "drain": bool(node.get("Drain")),
+        "address": attributes.get("unique.network.ip-address") or node.get("Address") or "",
+        "drivers": sorted(name for name, info in drivers.items()
+                          if (info or {}).get("Detected") and (info or {}).get("Healthy")),
+        "cni_plugins": sorted(k[len("plugins.cni.version."):] for k in attributes if k.startswith("plugins.cni.version.")),
+        "cni_networks": sorted(n["Mode"][len("cni/"):] for n in networks if str(n.get("Mode", "")).startswith("cni/")),
+        "bridge": any(n.get("Mode") == "bridge" for n in networks) or "plugins.cni.version.bridge" in attributes,
+        "host_networks": sorted((node.get("HostNetworks") or {}).keys()),
+        "meta": dict(node.get("Meta") or {}),
+        "total": total,
+        "reserved": held,
+        "allocated": used,
+        "free": free,
+        "allocations": live,
+    }
+
+
+def node_capacity(client: NomadClient, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+    """:func:`summarize_node` of a node and its allocations, or None if the node is unknown."""
+    node = client.node(node_id)
+    if node is None:
+        return None
+    return summarize_node(node, client.node_allocations(node["ID"]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import typing as t
 from dataclasses import dataclass
 
-from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env, mpi_hostfile
+from ansible_collections.backendai.cluster.plugins.module_utils._session.env import mpi_hostfile
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl import render_hcl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import dumps, register_request, render_job, render_network
@@ -57,29 +57,3 @@ def render_session(spec_raw: t.Any, agents_raw: t.Any, public_key: str = "", ses
     job = render_job(plan, namespace=namespace, region=region, network=network)
     return RenderedSession(plan, job, render_hcl(job) if with_hcl else "", mpi_hostfile(plan),
                            render_network(plan, namespace, network).summary())
-
-
-def plan_summary(plan: SessionPlan, with_env: bool = False) -> t.Dict[str, t.Any]:
-    """A plain, secret-free view of the plan, for module results and playbook output."""
-    containers = []
-    for c in plan.containers:
-        item: t.Dict[str, t.Any] = {
-            "hostname": c.hostname, "role": c.role, "idx": c.idx, "rank": c.rank, "local_rank": c.local_rank,
-            "agent": c.agent, "datacenter": c.datacenter, "kernel_id": c.kernel_id, "image": c.image,
-            "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory, "gpu": c.resources.gpu},
-        }
-        if with_env and plan.placed:
-            item["env"] = container_env(plan, c)
-        containers.append(item)
-    return {
-        "name": plan.spec.name,
-        "status": plan.status,
-        "reason": plan.reason,
-        "session_id": plan.session_id,
-        "mode": plan.mode,
-        "network_mode": plan.network_mode,
-        "cluster_size": len(plan.containers),
-        "replicas": plan.replicas,
-        "agents": list(plan.agents_used),
-        "containers": containers,
-    }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import CASConflict, NomadClient
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM, secret_path
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
@@ -45,7 +46,7 @@ class SecretLocation(t.NamedTuple):
         return out
 
 
-class SecretExists(Exception):
+class SecretExists(BackendAIClusterError):
     """The check-and-set create found a secret already there (left behind, or another run's)."""
 
 

@@ -28,6 +28,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.state i
     UNPLACED,
     session_state,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.view import broken_summary, wait_progress
 
 _EXIT_CODE = re.compile(r"[Ee]xit [Cc]ode:? *(-?\d+)")
 
@@ -127,52 +128,6 @@ def failed_placement_reason(failed: t.Mapping[str, t.Any]) -> str:
         if not evaluated:
             notes.append("no node in the job's datacenters and node pool is ready")
         parts.append("%s: %s" % (group, "; ".join(notes) or "not placed"))
-    return "; ".join(parts)
-
-
-def wait_progress(containers: t.Sequence[t.Mapping[str, t.Any]], batch: bool = False) -> t.Dict[str, t.Any]:
-    """Where a wait for the containers stands, for people watching it: ``done`` once every container
-    runs (a batch session's may also have completed), ``failed`` names the containers that stopped
-    for good (failed, lost, or a local container that exited), ``waiting`` the rest that do not run
-    yet, and ``summary`` says it in one line, e.g. ``1 of 3 containers running; waiting for sub1
-    (pending on n1), sub2 (unplaced)``."""
-    running: t.List[str] = []
-    waiting: t.List[str] = []
-    failed: t.List[str] = []
-    notes: t.Dict[str, str] = {}
-    for c in containers:
-        name = str(c.get("hostname") or "")
-        status = str(c.get("status") or "pending")
-        code = c.get("exit_code")
-        if status == "running" or (batch and (status == "complete" or (status == "exited" and code == 0))):
-            running.append(name)
-            continue
-        where = " on %s" % c["agent"] if c.get("agent") and status != UNPLACED else ""
-        extra = ""
-        if code is not None and status in ("failed", "exited", "complete", RESTARTING):
-            extra = ", exit code %s" % code
-        if status == RESTARTING and c.get("restarts"):
-            extra += ", %s restarts" % c["restarts"]
-        notes[name] = "%s (%s%s%s)" % (name, status, where, extra)
-        (failed if status in ("failed", "lost", "exited", "complete") else waiting).append(name)
-    parts = ["%d of %d containers running" % (len(running), len(containers))]
-    if failed:
-        parts.append("stopped: " + ", ".join(notes[n] for n in failed))
-    if waiting:
-        parts.append("waiting for " + ", ".join(notes[n] for n in waiting))
-    return {"total": len(containers), "running": len(running), "waiting": waiting, "failed": failed,
-            "done": bool(containers) and not waiting and not failed, "summary": "; ".join(parts)}
-
-
-def broken_summary(containers: t.Sequence[t.Mapping[str, t.Any]]) -> str:
-    """Which containers are broken and why, one line (empty when none is): what DEGRADED/ERROR mean here."""
-    parts = []
-    for c in containers:
-        if c.get("status") in BROKEN:
-            where = " on %s" % c["agent"] if c.get("agent") else ""
-            code = ", exit code %s" % c["exit_code"] if c.get("exit_code") is not None else ""
-            why = ": %s" % c["reason"] if c.get("reason") else ""
-            parts.append("%s %s%s%s%s" % (c.get("hostname"), c.get("status"), where, code, why))
     return "; ".join(parts)
 
 

@@ -25,6 +25,11 @@ import os
 import typing as t
 from dataclasses import dataclass, field, fields
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_TIMEOUT, DEFAULT_VAULT_ADDR, VAULT_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
+
 try:
     import requests
     HAS_REQUESTS = True
@@ -43,23 +48,12 @@ except ImportError as _exc:  # pragma: no cover - exercised by missing_required_
     HAS_HVAC = False
     HVAC_IMPORT_ERROR = _exc
 
-DEFAULT_VAULT_ADDR = "http://127.0.0.1:8200"
-DEFAULT_TIMEOUT = 10.0
-DEFAULT_MOUNT = "secret"
 MAX_ERROR_BODY = 2000
 #: Vault's error text when a KV v2 check-and-set fails (HTTP 400).
 CAS_MISMATCH_TEXT = "check-and-set parameter did not match the current version"
 
-VAULT_ENV = {
-    "vault_addr": "VAULT_ADDR",
-    "vault_token": "VAULT_TOKEN",
-    "vault_namespace": "VAULT_NAMESPACE",
-    "vault_ca_cert": "VAULT_CACERT",
-}
-_TRUE = frozenset(("1", "t", "true", "y", "yes", "on"))
 
-
-class VaultError(Exception):
+class VaultError(BackendAIClusterError):
     """A Vault API call failed. ``status`` is the HTTP status (None: no HTTP answer)."""
 
     def __init__(self, message: str, status: t.Optional[int] = None, errors: t.Sequence[str] = ()) -> None:
@@ -70,6 +64,9 @@ class VaultError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def details(self) -> t.Dict[str, t.Any]:
+        return {"http_status": self.status} if self.status is not None else {}
 
 
 class VaultCASConflict(VaultError):
@@ -100,8 +97,8 @@ class VaultConnection:
     def from_params(cls, params: t.Mapping[str, t.Any]) -> "VaultConnection":
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in params.items() if k in names and v is not None and v != ""}
-        if "validate_certs" in values and not isinstance(values["validate_certs"], bool):
-            values["validate_certs"] = str(values["validate_certs"]).strip().lower() in _TRUE
+        if "validate_certs" in values:
+            values["validate_certs"] = boolean(values["validate_certs"], strict=False)
         if "timeout" in values:
             values["timeout"] = float(values["timeout"])
         return cls(**values)
@@ -117,16 +114,9 @@ def vault_connection_from_env(environ: t.Optional[t.Mapping[str, str]] = None, *
     env = os.environ if environ is None else environ
     values: t.Dict[str, t.Any] = {opt: env[var] for opt, var in VAULT_ENV.items() if env.get(var)}
     if env.get("VAULT_SKIP_VERIFY"):
-        values["validate_certs"] = str(env["VAULT_SKIP_VERIFY"]).strip().lower() not in _TRUE
+        values["validate_certs"] = not boolean(env["VAULT_SKIP_VERIFY"], strict=False)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return VaultConnection.from_params(values)
-
-
-def vault_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
-    """Vault options: see ``_common_args`` (the single source); ``validate_certs``/``timeout`` are the Nomad ones."""
-    from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args import vault_connection_argument_spec
-
-    return vault_connection_argument_spec()
 
 
 def _clean(path: str) -> str:

@@ -18,7 +18,10 @@ import pytest
 requests = pytest.importorskip("requests")
 pytest.importorskip("nomad")
 
+from ansible_collections.backendai.cluster.plugins.module_utils import _defaults as defaults  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args import nomad_connection_argument_spec  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as na  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import nodes  # noqa: E402
 from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.recorded_http import RecordedHTTP, load  # noqa: E402
 
 TOKEN = "0b8a7c6d-unit-test-token"
@@ -135,7 +138,7 @@ def test_nodes_and_capacity_summary(adapter: RecordedHTTP) -> None:
     adapter.add("node_allocations")
     client = make_client(adapter)
     assert [n["Name"] for n in client.list_nodes()] == ["n1"]
-    cap = client.node_capacity(node["ID"])
+    cap = nodes.node_capacity(client, node["ID"])
     assert (cap["name"], cap["datacenter"], cap["node_pool"], cap["eligible"], cap["status"]) == ("n1", "dc1", "default", True, "ready")
     assert cap["total"]["cpu"] == 8000 and cap["reserved"] == {"cpu": 500, "memory": 512, "disk": 0}
     assert cap["allocated"]["cpu"] == 1000 and cap["allocated"]["devices"] == {"nvidia/gpu/A100": 1}
@@ -152,9 +155,9 @@ def test_summarize_node_ignores_terminal_allocations() -> None:
     stopped = [dict(a, DesiredStatus="stop") for a in allocs]
     failed = [dict(a, ClientStatus="failed") for a in allocs]
     for variant in (stopped, failed, []):
-        assert na.summarize_node(node, variant)["free"]["cpu"] == 7500
+        assert nodes.summarize_node(node, variant)["free"]["cpu"] == 7500
     legacy = [{"ClientStatus": "running", "DesiredStatus": "run", "Resources": {"CPU": 100, "MemoryMB": 10, "DiskMB": 1}}]
-    assert na.summarize_node(node, legacy)["allocated"] == {"cpu": 100, "memory": 10, "disk": 1, "devices": {}}
+    assert nodes.summarize_node(node, legacy)["allocated"] == {"cpu": 100, "memory": 10, "disk": 1, "devices": {}}
 
 
 def test_variables_and_cas_conflict(adapter: RecordedHTTP) -> None:
@@ -222,7 +225,7 @@ def test_connection_options() -> None:
     conn = na.NomadConnection.from_params({"nomad_addr": "nomad.test", "token": TOKEN, "timeout": None,
                                            "validate_certs": None, "extra": "ignored"})
     assert conn.base_url == "http://nomad.test:4646" and conn.validate_certs is True
-    assert conn.timeout == na.DEFAULT_TIMEOUT and TOKEN not in repr(conn)
+    assert conn.timeout == defaults.DEFAULT_TIMEOUT and TOKEN not in repr(conn)
     env = na.connection_from_env({"NOMAD_ADDR": "https://n:1", "NOMAD_SKIP_VERIFY": "1", "NOMAD_CLIENT_CERT": "/c",
                                   "NOMAD_CLIENT_KEY": "/k"})
     assert env.secure and env.verify is False and env.cert == ("/c", "/k")
@@ -232,10 +235,10 @@ def test_argument_spec_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ansible")
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-    spec = na.nomad_argument_spec()
+    spec = nomad_connection_argument_spec()
     assert spec["token"]["no_log"] is True
     env = {name: opt["fallback"][1][0] for name, opt in spec.items() if "fallback" in opt}
-    assert env == dict(na.NOMAD_ENV, validate_certs="NOMAD_SKIP_VERIFY")
+    assert env == dict(defaults.NOMAD_ENV, validate_certs="NOMAD_SKIP_VERIFY")
     for var in env.values():
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NOMAD_ADDR", "https://nomad.test:4646")

@@ -8,6 +8,8 @@ import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import plan_diff as jd
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import view as sv
+from ansible_collections.backendai.cluster.plugins.module_utils._session import state as ss
+from ansible_collections.backendai.cluster.plugins.module_utils._session import view
 
 
 @pytest.mark.parametrize("statuses, stopped, state", [
@@ -26,7 +28,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad import vi
     (["running", "running"], True, "TERMINATED"),
 ])
 def test_session_state(statuses: list, stopped: bool, state: str) -> None:
-    assert sv.session_state(statuses, stopped) == state
+    assert ss.session_state(statuses, stopped) == state
 
 
 def test_current_allocation_prefers_the_newest_that_should_run() -> None:
@@ -88,7 +90,7 @@ def _containers(*items: tuple) -> list:
 ], ids=["all-running", "pending-and-unplaced", "restarting", "failed-and-lost", "batch-complete", "service-complete",
         "local-exited", "none"])
 def test_wait_progress(items: tuple, batch: bool, expected: tuple) -> None:
-    progress = sv.wait_progress(_containers(*items), batch=batch)
+    progress = view.wait_progress(_containers(*items), batch=batch)
     done, running, waiting, failed, summary = expected
     assert progress == {"total": len(items), "running": running, "waiting": waiting, "failed": failed, "done": done,
                         "summary": summary}

@@ -10,6 +10,7 @@ import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session import state as ss
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import view as sv
+from ansible_collections.backendai.cluster.plugins.module_utils._session import view
 
 
 @pytest.mark.parametrize("has_command, supervisor, sshd, code, status", [
@@ -60,5 +61,5 @@ def test_broken_summary_names_container_status_node_code_and_reason() -> None:
                    "reason": "alloc is lost since its node is down"},
                   {"hostname": "sub2", "status": "failed", "agent": "local", "exit_code": 137,
                    "reason": "the command exited with code 137"}]
-    assert sv.broken_summary(containers) == ("sub1 lost on n2: alloc is lost since its node is down; "
+    assert view.broken_summary(containers) == ("sub1 lost on n2: alloc is lost since its node is down; "
                                              "sub2 failed on local, exit code 137: the command exited with code 137")

@@ -403,23 +403,24 @@ def test_local_backend_is_the_default_without_a_nomad_address(run: ModuleRun, mo
 
     calls: t.List[t.Tuple[str, t.Any]] = []
 
-    def present(spec_raw: t.Any, state_root: str, check_mode: bool = False, wait: bool = True,
-                timeout: float = 60.0, agents: t.Any = None) -> t.Dict[str, t.Any]:
+    def present(self: t.Any, spec_raw: t.Any, agents: t.Any = None, check_mode: bool = False, diff: bool = False,
+                wait: bool = True, wait_timeout: float = 300.0, wait_for_resources: float = 0.0) -> t.Dict[str, t.Any]:
         assert agents is None  # no agents given: this machine is the one agent
-        calls.append(("present", (spec_raw["name"], state_root, check_mode, wait, timeout)))
+        calls.append(("present", (spec_raw["name"], self.root, check_mode, wait, wait_timeout)))
         return {"changed": True, "session": {"name": spec_raw["name"], "backend": "local"}, "plan": {}}
 
-    def absent(name: str, state_root: str, check_mode: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
-        calls.append(("absent", (name, state_root, check_mode, keep_logs)))
+    def absent(self: t.Any, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
+               diff: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
+        calls.append(("absent", (name or spec_raw["name"], self.root, check_mode, keep_logs)))
         return {"changed": False}
 
-    def info(state_root: str, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
-        calls.append(("info", (state_root, name, log_lines)))
+    def info(self: t.Any, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
+        calls.append(("info", (self.root, name, log_lines)))
         return []
 
-    monkeypatch.setattr(_backend_local, "local_present", present)
-    monkeypatch.setattr(_backend_local, "local_absent", absent)
-    monkeypatch.setattr(_backend_local, "local_info", info)
+    monkeypatch.setattr(_backend_local.LocalBackend, "present", present)
+    monkeypatch.setattr(_backend_local.LocalBackend, "absent", absent)
+    monkeypatch.setattr(_backend_local.LocalBackend, "info", info)
     state = str(tmp_path)
     result = run(session_module, {"spec": spec(), "state_dir": state, "wait_timeout": 30})
     assert result["changed"] is True and result["session"] == {"name": "s1", "backend": "local"}

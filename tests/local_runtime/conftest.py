@@ -26,6 +26,7 @@ if COLLECTIONS not in sys.path:
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local import session as local_session  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import NETNS_DIR  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (  # noqa: E402
     FAULT_ENV,
@@ -176,7 +177,7 @@ def host_snapshot() -> dict[str, Any]:
 
 def session_names_on_host(state_root: str, session: dict[str, Any]) -> list[str]:
     """The bridge and netns names the runtime derives for this session."""
-    spec = rt._validate(session)
+    spec = local_session.from_raw(session)
     names = rt._names(SessionPaths(os.path.abspath(state_root), spec["name"]), spec)
     return [names["bridge"]] + list(names["netns"].values())
 

@@ -17,9 +17,6 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as _nomad_api
-from ansible_collections.backendai.cluster.plugins.module_utils._session import keys as _ssh_keys
-from ansible_collections.backendai.cluster.plugins.module_utils._vault import client as _vault_api
 from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args import (
     local_runtime_argument_spec,
     nomad_connection_argument_spec,
@@ -32,12 +29,28 @@ NOMAD = "nomad"
 VAULT = "vault"
 LOCAL = "local"
 NETWORK = "network"
-#: Python library name -> (available?, import error) as pip names it.
-_LIBRARIES = {
-    "python-nomad": lambda: (_nomad_api.HAS_PYTHON_NOMAD and _nomad_api.HAS_REQUESTS, _nomad_api.PYTHON_NOMAD_IMPORT_ERROR),
-    "hvac": lambda: (_vault_api.HAS_HVAC, _vault_api.HVAC_IMPORT_ERROR),
-    "cryptography": lambda: (_ssh_keys.HAS_CRYPTOGRAPHY, _ssh_keys.CRYPTOGRAPHY_IMPORT_ERROR),
-}
+
+if t.TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
+    from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultClient
+
+
+def _library(name: str) -> t.Tuple[bool, t.Optional[BaseException]]:
+    """(available?, import error) of a Python library as pip names it. The clients are imported only
+    when asked for, so that a module run that needs neither Nomad nor Vault does not load them."""
+    if name == "python-nomad":
+        from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api
+
+        return api.HAS_PYTHON_NOMAD and api.HAS_REQUESTS, api.PYTHON_NOMAD_IMPORT_ERROR
+    if name == "hvac":
+        from ansible_collections.backendai.cluster.plugins.module_utils._vault import client
+
+        return client.HAS_HVAC, client.HVAC_IMPORT_ERROR
+    if name == "cryptography":
+        from ansible_collections.backendai.cluster.plugins.module_utils._session import keys
+
+        return keys.HAS_CRYPTOGRAPHY, keys.CRYPTOGRAPHY_IMPORT_ERROR
+    raise ValueError("unknown library %r" % name)
 
 
 def merged_argument_spec(argument_spec: t.Mapping[str, t.Any], options: t.Iterable[str]) -> t.Dict[str, t.Any]:
@@ -87,8 +100,8 @@ class ClusterModule:
                  supports_check_mode: bool = True, **kwargs: t.Any) -> None:
         self.module = AnsibleModule(argument_spec=merged_argument_spec(argument_spec, shared),
                                     supports_check_mode=supports_check_mode, **kwargs)
-        self._nomad: t.Optional[_nomad_api.NomadClient] = None
-        self._vault: t.Optional[_vault_api.VaultClient] = None
+        self._nomad: t.Optional[NomadClient] = None
+        self._vault: t.Optional[VaultClient] = None
 
     # Plain accessors ---------------------------------------------------------------------------
     @property
@@ -131,7 +144,7 @@ class ClusterModule:
     def require(self, *libraries: str) -> None:
         """Fail with ``missing_required_lib`` for the first library in ``libraries`` that is missing."""
         for name in libraries:
-            available, error = _LIBRARIES[name]()
+            available, error = _library(name)
             if not available:
                 self.fail(missing_required_lib(name), exception=str(error) if error else "")
 
@@ -140,24 +153,28 @@ class ClusterModule:
         """Whether ``nomad_addr`` was set (as an option or through NOMAD_ADDR)."""
         return bool(self.params.get("nomad_addr"))
 
-    def nomad(self) -> _nomad_api.NomadClient:
+    def nomad(self) -> NomadClient:
         if self._nomad is None:
             self.require("python-nomad")
+            from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
+
             try:
-                connection = _nomad_api.NomadConnection.from_params(self.params)
+                connection = NomadConnection.from_params(self.params)
             except ValueError as exc:
                 self.fail("invalid Nomad connection options: %s" % exc)
-            self._nomad = _nomad_api.NomadClient(connection)
+            self._nomad = NomadClient(connection)
         return self._nomad
 
-    def vault(self) -> _vault_api.VaultClient:
+    def vault(self) -> VaultClient:
         if self._vault is None:
             self.require("hvac")
+            from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultClient, VaultConnection
+
             try:
-                connection = _vault_api.VaultConnection.from_params(self.params)
+                connection = VaultConnection.from_params(self.params)
             except ValueError as exc:
                 self.fail("invalid Vault connection options: %s" % exc)
-            self._vault = _vault_api.VaultClient(connection)
+            self._vault = VaultClient(connection)
         return self._vault
 
     def close(self) -> None:

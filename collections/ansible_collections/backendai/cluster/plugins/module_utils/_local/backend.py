@@ -1,32 +1,22 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The ``local`` backend: a real cluster session on this one machine (see ``_local_runtime``).
+"""The ``local`` backend: a real cluster session on this one machine (see ``_local.runtime``).
 
-Interface shared with the Nomad backend (``_backend_nomad``); the ``session`` and ``session_info``
-modules only dispatch to these functions:
-
-* ``local_present(spec_raw, state_root, check_mode=False, wait=True, timeout=60.0, agents=None) -> dict``
-  with ``changed``, ``session`` (the session view, see below), ``plan`` (``plan_summary``) and,
-  when something changes, ``diff`` ({before, after} of the secret-free spec).
-* ``local_absent(name, state_root, check_mode=False, keep_logs=False) -> dict`` with ``changed``.
-* ``local_info(state_root, name=None, log_lines=0) -> list`` of session views.
-
-A session view: ``{name, backend: "local", session_id, state, mode, network_mode, containers:
-[{hostname, role, idx, agent, address, status, exit_code, restarts, log_tail}], main1: {address,
-ssh_port, ssh_command}, progress}`` (``progress``: ``_session.view.wait_progress``) with ``state``
-one of PENDING, SCHEDULED, RUNNING, DEGRADED, TERMINATED, ERROR. Nothing secret is ever in it.
+:class:`LocalBackend` implements the interface of ``_session.backend.SessionBackend`` (present,
+absent, info), as the Nomad backend does; the session view it returns is the one described there,
+with ``backend: "local"`` and ``state_dir``.
 
 The machine is one agent, ``local``, with its CPU (cores × MHz) and memory as capacity, so the
 same placement rules apply (a session larger than the machine is PENDING). With ``agents`` (local
-agents made by ``_local_agents``: network-namespace "hosts" of this machine, each with its
+agents made by ``_local.agents``: network-namespace "hosts" of this machine, each with its
 capacity and a ``local`` mapping) the session is placed on those instead, and a multi-node plan
-spreads its containers over them, joined by a VXLAN segment (see ``_local_network``). The same plan, the
+spreads its containers over them, joined by a VXLAN segment (see ``_local.network``). The same plan, the
 same environment (``container_env``) and the same kind of keypair as the Nomad backend are used.
 A record next to the runtime's state (``backend.json``: the normalised spec, its digest and the
 public key) makes ``present`` idempotent: the same spec on a session with no broken container
 changes nothing; a changed spec, or a session with a broken container (failed: its command exited
 non-zero or was killed, or an interactive container's sshd died), is recreated with the same keys.
-Container statuses and the session state follow the Nomad job's model (``_session_state``).
+Container statuses and the session state follow the Nomad job's model (``_session.state``).
 """
 
 from __future__ import annotations
@@ -37,18 +27,19 @@ import json
 import os
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_STATE_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LOCAL_AGENT
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import (
-    create_session,
+    create_planned_session,
     destroy_session,
     list_sessions,
     session_status,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import Agent, parse_agents
-from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan, build_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import absent_name
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import needs_repair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import broken_summary, plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import SessionSpec, parse_spec
@@ -58,7 +49,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.keys im
     generate_keypair,
 )
 
-LOCAL_AGENT = "local"
 RECORD_FILE = "backend.json"
 PRIVATE_KEY_FILE = os.path.join("ssh", "id_cluster")  # where the runtime keeps the session key (0600)
 
@@ -143,26 +133,6 @@ def _stored_keys(state_root: str, name: str, record: t.Optional[t.Mapping[str, t
     return SSHKeypair(private, record["public_key"]) if "PRIVATE KEY" in private else None
 
 
-def runtime_session(plan: SessionPlan, keys: SSHKeypair,
-                    agents: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
-    """The local runtime's input: the plan's containers with exactly the env the Nomad job gives;
-    with local ``agents`` (name -> local mapping), each container behind its planned agent."""
-    spec = plan.spec
-    out = {
-        "name": spec.name,
-        "session_id": plan.session_id,
-        "containers": [{"hostname": c.hostname, "role": c.role, "idx": c.idx, "agent": c.agent if agents else LOCAL_AGENT,
-                        "env": container_env(plan, c), "command": list(c.command), "publish": c.is_main}
-                       for c in plan.containers],
-        "ssh": {"port": spec.ssh.port, "key_type": spec.ssh.key_type, "private_key": keys.private_key,
-                "public_key": keys.public_key},
-        "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts],
-    }
-    if agents:
-        out["agents"] = {name: dict(agents[name]) for name in plan.agents_used}
-    return out
-
-
 def _view(status: t.Mapping[str, t.Any], record: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
     """The backend-neutral session view of the runtime's status (no secrets)."""
     record = record or {}
@@ -206,73 +176,79 @@ def _planned_view(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     return view
 
 
-def local_present(spec_raw: t.Mapping[str, t.Any], state_root: str, check_mode: bool = False, wait: bool = True,
-                  timeout: float = 60.0, agents: t.Optional[t.Sequence[t.Any]] = None) -> t.Dict[str, t.Any]:
-    """Make the session run on this machine (or on its local ``agents``). ``wait``/``timeout`` are moot:
-    create returns once every sshd accepts connections."""
-    spec = parse_spec(spec_raw)
-    behind = local_agents(agents)
-    root = _root(state_root)
-    record = _read_record(root, spec.name)
-    status = session_status(spec.name, root)
-    digest = _digest(spec, agents)
-    exists = status.get("exists", False)
-    statuses = [c["state"] for c in status.get("containers", [])]
-    if exists and record and record.get("digest") == digest and statuses and not needs_repair(statuses) \
-            and status["state"] != "CREATING":
-        # RUNNING, or TERMINATED (every batch command completed: not run again, as on Nomad), or
-        # DEGRADED only because some commands completed while others run: nothing to repair
-        return {"changed": False, "created": False, "session": _view(session_status(spec.name, root), record),
-                "plan": record["plan"]}
+class LocalBackend:
+    """The local backend behind the interface of ``_session.backend.SessionBackend``."""
 
-    keys = _stored_keys(root, spec.name, record) if exists else None
-    if keys is None and not check_mode:
-        keys = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
-    placement = parse_agents(list(agents)) if agents is not None else [local_agent()]
-    plan = build_plan(spec, placement, derive_session_id(spec.name, keys.public_key if keys else ""))
-    summary = plan_summary(plan)
-    if not plan.placed:
-        raise PlanError("session %s is PENDING on %s: %s" % (spec.name, "the local agents" if behind is not None
-                                                             else "this machine", plan.reason))
-    before = record.get("spec_text", "") if record else ""
-    diff = {"before": before, "after": _spec_text(spec), "before_header": "%s (local)" % spec.name,
-            "after_header": "%s (local)" % spec.name}
-    if check_mode or keys is None:
-        return {"changed": True, "created": False, "session": _view(status, record) if exists else _planned_view(summary),
-                "plan": summary, "diff": diff}
-    if exists:  # a changed spec, or a broken container: recreate the session with the same keys (and ID)
-        destroy_session(spec.name, root)
-    create_session(runtime_session(plan, keys, behind), root)
-    new_record = {"digest": digest, "public_key": keys.public_key, "plan": summary, "spec_text": _spec_text(spec)}
-    _write_record(root, spec.name, new_record)
-    return {"changed": True, "created": not exists, "session": _view(session_status(spec.name, root), new_record),
-            "plan": summary, "diff": diff}
+    def __init__(self, state_root: t.Optional[str] = None) -> None:
+        self.root = _root(state_root or DEFAULT_STATE_ROOT)
 
+    def present(self, spec_raw: t.Any, agents: t.Optional[t.List[t.Dict[str, t.Any]]] = None, check_mode: bool = False,
+                diff: bool = False, wait: bool = True, wait_timeout: float = 300.0,
+                wait_for_resources: float = 0.0) -> t.Dict[str, t.Any]:
+        """Make the session run on this machine (or on its local ``agents``). ``wait``/``wait_timeout`` are
+        moot (create returns once every sshd accepts connections), and so is ``wait_for_resources``
+        (this machine's capacity does not change while waiting); ``diff`` is always returned."""
+        root = self.root
+        spec = parse_spec(spec_raw)
+        behind = local_agents(agents)
+        record = _read_record(root, spec.name)
+        status = session_status(spec.name, root)
+        digest = _digest(spec, agents)
+        exists = status.get("exists", False)
+        statuses = [c["state"] for c in status.get("containers", [])]
+        if exists and record and record.get("digest") == digest and statuses and not needs_repair(statuses) \
+                and status["state"] != "CREATING":
+            # RUNNING, or TERMINATED (every batch command completed: not run again, as on Nomad), or
+            # DEGRADED only because some commands completed while others run: nothing to repair
+            return {"changed": False, "created": False, "session": _view(session_status(spec.name, root), record),
+                    "plan": record["plan"]}
 
-def local_absent(name: str, state_root: str, check_mode: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
-    root = _root(state_root)
-    status = session_status(name, root)
-    if not status.get("exists", False) or (keep_logs and status["state"] == "TERMINATED"
-                                           and not status.get("containers")):
-        return {"changed": False, "session": {"name": name, "backend": "local", "state": "TERMINATED",
-                                              "containers": [], "main1": {}}}
-    if check_mode:
-        return {"changed": True, "session": _view(status, _read_record(root, name))}
-    result = destroy_session(name, root, keep_logs=keep_logs)
-    out: t.Dict[str, t.Any] = {"changed": result["changed"],
-                               "session": {"name": name, "backend": "local", "state": "TERMINATED",
-                                           "containers": [], "main1": {}}}
-    if result.get("logs"):
-        out["logs"] = result["logs"]
-    return out
+        keys = _stored_keys(root, spec.name, record) if exists else None
+        if keys is None and not check_mode:
+            keys = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
+        placement = parse_agents(list(agents)) if agents is not None else [local_agent()]
+        plan = build_plan(spec, placement, derive_session_id(spec.name, keys.public_key if keys else ""))
+        summary = plan_summary(plan)
+        if not plan.placed:
+            raise PlanError("session %s is PENDING on %s: %s" % (spec.name, "the local agents" if behind is not None
+                                                                 else "this machine", plan.reason))
+        before = record.get("spec_text", "") if record else ""
+        changes = {"before": before, "after": _spec_text(spec), "before_header": "%s (local)" % spec.name,
+                   "after_header": "%s (local)" % spec.name}
+        if check_mode or keys is None:
+            return {"changed": True, "created": False, "session": _view(status, record) if exists else _planned_view(summary),
+                    "plan": summary, "diff": changes}
+        if exists:  # a changed spec, or a broken container: recreate the session with the same keys (and ID)
+            destroy_session(spec.name, root)
+        create_planned_session(plan, keys, behind, root)
+        new_record = {"digest": digest, "public_key": keys.public_key, "plan": summary, "spec_text": _spec_text(spec)}
+        _write_record(root, spec.name, new_record)
+        return {"changed": True, "created": not exists, "session": _view(session_status(spec.name, root), new_record),
+                "plan": summary, "diff": changes}
 
+    def absent(self, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
+               diff: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
+        name = absent_name(name, spec_raw)
+        root = self.root
+        status = session_status(name, root)
+        gone = {"name": name, "backend": "local", "state": "TERMINATED", "containers": [], "main1": {}}
+        if not status.get("exists", False) or (keep_logs and status["state"] == "TERMINATED"
+                                               and not status.get("containers")):
+            return {"changed": False, "session": gone}
+        if check_mode:
+            return {"changed": True, "session": _view(status, _read_record(root, name))}
+        result = destroy_session(name, root, keep_logs=keep_logs)
+        out: t.Dict[str, t.Any] = {"changed": result["changed"], "session": gone}
+        if result.get("logs"):
+            out["logs"] = result["logs"]
+        return out
 
-def local_info(state_root: str, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
-    root = _root(state_root)
-    names = [name] if name else [s["name"] for s in list_sessions(root)]
-    views = []
-    for n in names:
-        status = session_status(n, root, log_lines=log_lines)
-        if status.get("exists"):
-            views.append(_view(status, _read_record(root, n)))
-    return views
+    def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
+        root = self.root
+        names = [name] if name else [s["name"] for s in list_sessions(root)]
+        views = []
+        for n in names:
+            status = session_status(n, root, log_lines=log_lines)
+            if status.get("exists"):
+                views.append(_view(status, _read_record(root, n)))
+        return views

@@ -30,16 +30,13 @@ import hashlib
 import ipaddress
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
 import time
-import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
-from ansible_collections.backendai.cluster.plugins.module_utils._local.agents import validate_session_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
     CNI_PATH,
     REQUIRED_PLUGINS,
@@ -70,7 +67,10 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd impo
     write_key_files,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import local_container_status, session_state
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import _kernel_fs
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan, from_raw
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import NAME_RE
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_STATE_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
@@ -85,13 +85,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     tail_lines,
 )
 
-__all__ = ["LocalRuntimeError", "create_session", "destroy_session",
+__all__ = ["LocalRuntimeError", "create_planned_session", "create_session", "destroy_session",
            "list_sessions", "session_status"]
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_HOST_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_CONTAINERS = 250            # hosts of the session's /24, minus gateway
 
 # executable -> Debian package that provides it
 _TOOLS = {
@@ -134,94 +129,6 @@ def _check_environment() -> None:
         if shutil.which(tool, path=SANE_PATH) is None:
             raise LocalRuntimeError("%s is not installed: %s missing from %s; install it with apt-get install %s"
                                     % (package, tool, SANE_PATH, package))
-
-
-def _validate(session: dict[str, Any]) -> dict[str, Any]:
-    """Normalise the session dict; raises LocalRuntimeError naming the bad field."""
-    def fail(msg: str) -> LocalRuntimeError:
-        return LocalRuntimeError("invalid session: " + msg)
-
-    if not isinstance(session, dict):
-        raise fail("expected a dict")
-    name = session.get("name")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise fail("name must match [A-Za-z0-9_-]{1,64}, got %r" % (name,))
-    try:
-        session_id = str(uuid.UUID(str(session.get("session_id"))))
-    except ValueError:
-        raise fail("session_id must be a UUID, got %r" % (session.get("session_id"),)) from None
-    ssh = session.get("ssh")
-    if not isinstance(ssh, dict):
-        raise fail("ssh must be a dict")
-    port = ssh.get("port")
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise fail("ssh.port must be an integer port, got %r" % (port,))
-    for key in ("private_key", "public_key"):
-        if not isinstance(ssh.get(key), str) or not ssh[key].strip():
-            raise fail("ssh.%s must be a non-empty string" % key)
-    if "PRIVATE KEY" not in ssh["private_key"]:
-        raise fail("ssh.private_key is not a private key")  # never echo it
-    containers = session.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise fail("containers must be a non-empty list")
-    if len(containers) > MAX_CONTAINERS:
-        raise fail("at most %d containers per session, got %d" % (MAX_CONTAINERS, len(containers)))
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    with_agents = bool(session.get("agents"))
-    for i, c in enumerate(containers):
-        if not isinstance(c, dict):
-            raise fail("containers[%d] must be a dict" % i)
-        host = c.get("hostname")
-        if not isinstance(host, str) or not _HOST_RE.match(host):
-            raise fail("containers[%d].hostname must match [a-z][a-z0-9-]{0,62}, got %r" % (i, host))
-        if host in seen:
-            raise fail("duplicate hostname %s" % host)
-        seen.add(host)
-        if not with_agents and c.get("agent", "local") != "local":
-            raise fail("container %s is placed on agent %r; the local runtime only runs agent 'local'"
-                       % (host, c.get("agent")))
-        env = c.get("env") or {}
-        if not isinstance(env, dict):
-            raise fail("containers[%d].env must be a dict" % i)
-        for k, v in env.items():
-            if not isinstance(k, str) or not _ENV_RE.match(k):
-                raise fail("%s: bad environment variable name %r" % (host, k))
-            if not isinstance(v, str):
-                raise fail("%s: environment variable %s must be a string" % (host, k))
-            if "\n" in v or "\r" in v or "\0" in v:
-                raise fail("%s: environment variable %s contains a newline or NUL (sshd SetEnv cannot carry it)"
-                           % (host, k))
-        command = c.get("command") or []
-        if not isinstance(command, list) or not all(isinstance(a, str) and "\0" not in a for a in command):
-            raise fail("%s: command must be a list of strings" % host)
-        if command and "=" in command[0]:
-            raise fail("%s: the command's first word may not contain '='" % host)
-        out.append({"hostname": host, "role": str(c.get("role", "main" if i == 0 else "sub")),
-                    "idx": c.get("idx", i + 1), "env": dict(env), "command": list(command),
-                    "publish": bool(c.get("publish", False)), "agent": str(c.get("agent", "local"))})
-    mounts = []
-    for i, m in enumerate(session.get("mounts") or []):
-        if not isinstance(m, dict):
-            raise fail("mounts[%d] must be a dict" % i)
-        src, dst = m.get("source"), m.get("target")
-        if not isinstance(src, str) or not os.path.isabs(src):
-            raise fail("mounts[%d].source must be an absolute path" % i)
-        if not isinstance(dst, str) or not os.path.isabs(dst) or os.path.normpath(dst) == "/":
-            raise fail("mounts[%d].target must be an absolute path other than /" % i)
-        if _kernel_fs(dst):
-            raise fail("mounts[%d].target must not be %s or below it (the container's own)" % (i, _kernel_fs(dst)))
-        if not os.path.exists(src):
-            raise fail("mount source %s does not exist" % src)
-        if not os.path.isdir(src) and not os.path.exists(dst):
-            raise fail("mount source %s is not a directory: its target %s must exist" % (src, dst))
-        mounts.append({"source": os.path.realpath(src), "target": os.path.normpath(dst),
-                       "read_only": bool(m.get("read_only", False))})
-    agents = {}
-    if with_agents:  # containers behind local agents (multi-node): see _local_network
-        agents = validate_session_agents(session["agents"], list(dict.fromkeys(c["agent"] for c in out)))
-    return {"name": name, "session_id": session_id, "containers": out, "mounts": mounts, "agents": agents,
-            "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}}
 
 
 # ---------------------------------------------------------------------------- create
@@ -268,8 +175,18 @@ def _missing_dirs(targets: list[str]) -> list[str]:
 
 
 def create_session(session: dict[str, Any], state_root: str = DEFAULT_STATE_ROOT) -> dict[str, Any]:
-    """Bring a session up; on any failure everything made so far is undone."""
-    spec = _validate(session)
+    """Bring up a session given as a dict (see ``_local.session.from_raw``); on any failure everything
+    made so far is undone."""
+    return _create(from_raw(session), state_root)
+
+
+def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: Optional[Mapping[str, Any]],
+                           state_root: str = DEFAULT_STATE_ROOT) -> dict[str, Any]:
+    """Bring up a placed plan (``agents``: name -> local mapping of local agents, None for this machine)."""
+    return _create(from_plan(plan, keys, agents), state_root)
+
+
+def _create(spec: dict[str, Any], state_root: str) -> dict[str, Any]:
     _check_environment()
     state_root = os.path.abspath(os.path.expanduser(state_root))
     os.makedirs(state_root, mode=0o700, exist_ok=True)
@@ -525,7 +442,7 @@ def _remove_dirs(paths: SessionPaths, created: list[str]) -> list[str]:
 
 def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: bool = False) -> dict[str, Any]:
     """Idempotent; also cleans up after a create that was killed half-way."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
         raise LocalRuntimeError("invalid session name %r" % (name,))
     _require_root()
     state_root = os.path.abspath(os.path.expanduser(state_root))
@@ -592,7 +509,7 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
     """The session's state by the rule both backends share (``_session_state.session_state``: RUNNING,
     DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
     work), DEGRADED with a message (the creator died half-way), TERMINATED (only kept logs), missing."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
         raise LocalRuntimeError("invalid session name %r" % (name,))
     paths = SessionPaths(os.path.abspath(os.path.expanduser(state_root)), name)
     if not os.path.isdir(paths.root):
@@ -619,7 +536,7 @@ def list_sessions(state_root: str = DEFAULT_STATE_ROOT) -> list[dict[str, Any]]:
     state_root = os.path.abspath(os.path.expanduser(state_root))
     out = []
     for name in session_names(state_root):
-        if not _NAME_RE.match(name):
+        if not NAME_RE.match(name):
             continue
         st = session_status(name, state_root)
         out.append({"name": name, "session_id": st.get("session_id"), "state": st["state"],

@@ -66,6 +66,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view impo
     failed_placement_reason,
     is_managed,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import absent_name
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import BROKEN
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import SessionSpec, parse_spec
@@ -597,19 +598,15 @@ class NomadBackend:
 
     # absent -------------------------------------------------------------------------------------
     def absent(self, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
-               diff: bool = False) -> t.Dict[str, t.Any]:
+               diff: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
+        """Purge the session's job, network slot and keypair (``keep_logs``: Nomad keeps no logs past a purge)."""
+        name = absent_name(name, spec_raw)
         spec = None
         if spec_raw is not None:
-            spec_name = spec_raw.get("name") if isinstance(spec_raw, dict) else None
-            if name and spec_name and name != spec_name:
-                raise ModuleFailure("name %r and spec.name %r differ" % (name, spec_name))
-            name = name or spec_name
             try:  # a full spec tells where a Vault-stored keypair is; {name: ...} alone is enough otherwise
                 spec = parse_spec(spec_raw)
             except SpecError:
                 spec = None
-        if not name:
-            raise ModuleFailure("state=absent needs the session name (name, or spec with a name)")
         job = self.nomad.get_job(name)
         if job is not None and not is_managed(job):
             raise ModuleFailure("the Nomad job %r was not made by backendai.cluster (its Meta has no %s); not removing it"

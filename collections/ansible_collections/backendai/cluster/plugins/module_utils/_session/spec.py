@@ -21,6 +21,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # or "worker1" + idx 1 and "worker" + idx 11 would both be "worker11".
 ROLE_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,30}[a-z])?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: What every container's hostname (``<role><idx>``, see ROLE_RE) is: a DNS label.
+HOSTNAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 #: The only network mode: every session is on its own private network (``_session_network``).
 NETWORK_MODE_AUTO = "auto"
 NETWORK_MODE_HELP = (
@@ -411,7 +413,7 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
 RESERVED_TARGETS = ("/proc", "/sys", "/dev")
 
 
-def _kernel_fs(target: str) -> str:
+def kernel_fs(target: str) -> str:
     """The reserved directory ``target`` is or lies below ('' if none)."""
     norm = posixpath.normpath("/" + target.lstrip("/"))
     for top in RESERVED_TARGETS:
@@ -439,10 +441,10 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
         for key, val in (("source", src), ("target", dst)):
             if val and (not val.startswith("/") or "/../" in val + "/" or "\n" in val):
                 c.bad("%s.%s" % (where, key), "must be an absolute path without '..'", val)
-        if dst and dst.startswith("/") and _kernel_fs(dst):
+        if dst and dst.startswith("/") and kernel_fs(dst):
             c.bad(where + ".target", "must not be %s or below it: the container runtime provides /proc, /sys and /dev "
                   "(a mount there replaces them: ps and the like fail inside, and Docker refuses it when the task "
-                  "starts); choose another target" % _kernel_fs(dst), dst)
+                  "starts); choose another target" % kernel_fs(dst), dst)
         if dst in targets:
             c.bad(where + ".target", "is mounted twice", dst)
         targets.add(dst)

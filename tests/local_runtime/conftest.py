@@ -178,7 +178,7 @@ def host_snapshot() -> dict[str, Any]:
 def session_names_on_host(state_root: str, session: dict[str, Any]) -> list[str]:
     """The bridge and netns names the runtime derives for this session."""
     spec = local_session.from_raw(session)
-    names = rt._names(SessionPaths(os.path.abspath(state_root), spec["name"]), spec)
+    names = local_session.resource_names(SessionPaths(os.path.abspath(state_root), spec["name"]), spec)
     return [names["bridge"]] + list(names["netns"].values())
 
 

@@ -99,12 +99,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes imp
     is_schedulable,
     summarize_node,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import (
-    HAS_PYTHON_NOMAD,
-    NomadClient,
-    NomadConnection,
-    NomadError,
-)
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import HAS_PYTHON_NOMAD, NomadClient
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.connection import NomadConnection, NomadError
 
 CONNECTION_OPTIONS = ("nomad_addr", "token", "namespace", "region", "ca_cert", "client_cert", "client_key",
                       "validate_certs", "timeout")

@@ -156,7 +156,8 @@ class ClusterModule:
     def nomad(self) -> NomadClient:
         if self._nomad is None:
             self.require("python-nomad")
-            from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
+            from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
+            from ansible_collections.backendai.cluster.plugins.module_utils._nomad.connection import NomadConnection
 
             try:
                 connection = NomadConnection.from_params(self.params)

@@ -42,7 +42,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.plan im
 from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import absent_name
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import needs_repair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import broken_summary, plan_summary, wait_progress
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import SessionSpec, parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import (
     SSHKeypair,
     derive_session_id,

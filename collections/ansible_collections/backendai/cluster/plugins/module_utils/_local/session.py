@@ -16,16 +16,18 @@ checked here, with the spec's own patterns.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from typing import Any, Mapping, Optional
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local.agents import validate_session_agents
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import ENV_NAME_RE, HOSTNAME_RE, NAME_RE, kernel_fs
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import ENV_NAME_RE, HOSTNAME_RE, NAME_RE, kernel_fs
 
 #: The agent a session without local agents runs on: this machine.
 LOCAL_AGENT = "local"
@@ -157,3 +159,14 @@ def from_raw(session: Any) -> dict[str, Any]:
                      "agents": session.get("agents") or {},
                      "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}})
 
+
+def resource_names(paths: SessionPaths, spec: dict[str, Any]) -> dict[str, Any]:
+    digest = hashlib.sha256(("%s\0%s\0%s" % (paths.state_root, spec["name"], spec["session_id"])).encode()
+                            ).hexdigest()[:8]
+    bridge, vxlan = net.link_names(spec["session_id"])
+    return {
+        "digest": digest,
+        "bridge": bridge,                          # made by the session network plugin
+        "vxlan": vxlan,                            # (only when the session spans agents)
+        "netns": {c["hostname"]: "bai-%s-%s" % (digest, c["hostname"]) for c in spec["containers"]},
+    }

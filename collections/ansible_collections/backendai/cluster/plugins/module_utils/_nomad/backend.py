@@ -69,7 +69,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view impo
 from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import absent_name
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import BROKEN
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary, wait_progress
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import SessionSpec, parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id, generate_keypair
 from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultClient, VaultError
 

@@ -21,7 +21,7 @@ import typing as t
 from dataclasses import dataclass
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, Problem
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import Resources
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Resources
 
 PLACED = "PLACED"
 PENDING = "PENDING"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import PENDING, PLACED, Agent, place
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import NETWORK_NAME
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import Resources, SessionSpec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Resources, SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_kernel_id
 
 SINGLE_NODE = "single-node"

@@ -17,7 +17,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.placeme
     parse_agents,
     place,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import Resources
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Resources
 from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import agents_list, make_plan
 
 R = Resources(cpu=1000, memory=2048, gpu=0)

@@ -29,14 +29,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-from typing import Any
+import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import delete_netns, netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch, run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
-    SANE_PATH,
     Journal,
     LocalRuntimeError,
     flocked,
@@ -61,7 +60,7 @@ def _digest(state_dir: str) -> str:
     return hashlib.sha256(state_dir.encode()).hexdigest()[:6]
 
 
-def namespaces(state_dir: str, names: list[str]) -> dict[str, str]:
+def namespaces(state_dir: str, names: t.List[str]) -> t.Dict[str, str]:
     """Network namespace names: ``""`` -> the underlay, agent name -> the agent."""
     d = _digest(state_dir)
     out = {"": "bai-ul-" + d}
@@ -69,7 +68,7 @@ def namespaces(state_dir: str, names: list[str]) -> dict[str, str]:
     return out
 
 
-def _validate(agents: Any, underlay_subnet: str, underlay_mtu: Any) -> dict[str, Any]:
+def _validate(agents: t.Any, underlay_subnet: str, underlay_mtu: t.Any) -> t.Dict[str, t.Any]:
     def fail(msg: str) -> LocalRuntimeError:
         return LocalRuntimeError("invalid local agents: " + msg)
 
@@ -85,7 +84,7 @@ def _validate(agents: Any, underlay_subnet: str, underlay_mtu: Any) -> dict[str,
     if isinstance(underlay_mtu, bool) or not isinstance(underlay_mtu, int) or not 1280 <= underlay_mtu <= 65535:
         raise fail("underlay_mtu must be an integer from 1280 to 65535, got %r" % (underlay_mtu,))
     out = []
-    seen: set[str] = set()
+    seen: t.Set[str] = set()
     for i, a in enumerate(agents):
         if not isinstance(a, dict):
             raise fail("agents[%d] must be a mapping" % i)
@@ -110,7 +109,7 @@ def _validate(agents: Any, underlay_subnet: str, underlay_mtu: Any) -> dict[str,
     return {"underlay_subnet": str(net), "underlay_mtu": underlay_mtu, "agents": out}
 
 
-def _listing(state_dir: str, fabric: str, desired: dict[str, Any]) -> list[dict[str, Any]]:
+def _listing(state_dir: str, fabric: str, desired: t.Dict[str, t.Any]) -> t.List[t.Dict[str, t.Any]]:
     ns = namespaces(state_dir, [a["name"] for a in desired["agents"]])
     return [{"name": a["name"], "cpu": a["cpu"], "memory": a["memory"], "gpu": a["gpu"], "datacenter": a["datacenter"],
              "local": {"fabric": fabric, "state_dir": state_dir, "netns": ns[a["name"]], "underlay_ip": a["underlay_ip"],
@@ -119,14 +118,7 @@ def _listing(state_dir: str, fabric: str, desired: dict[str, Any]) -> list[dict[
             for a in desired["agents"]]
 
 
-def _ip_batch(netns: str, lines: list[str]) -> None:
-    proc = subprocess.run(["ip", "-n", netns, "-batch", "-"], input="".join(x + "\n" for x in lines).encode(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": SANE_PATH}, check=False)
-    if proc.returncode != 0:
-        raise LocalRuntimeError("ip -n %s -batch failed: %s" % (netns, proc.stderr.decode().strip()))
-
-
-def sessions_on(state_dir: str) -> list[str]:
+def sessions_on(state_dir: str) -> t.List[str]:
     """The sessions (their IDs) whose network is on an agent of this fabric, as its plugin records them."""
     return sorted({os.path.basename(p)[:-len(".json")]
                    for p in glob.glob(os.path.join(state_dir, "state", "*", "sessions", "*.json"))})
@@ -136,7 +128,7 @@ _AGENT_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 _AGENT_KEYS = ("netns", "underlay_ip", "underlay_mtu", "cni_config_dir", "state_dir")
 
 
-def validate_session_agents(raw: Any, used: list[str]) -> dict[str, dict[str, Any]]:
+def validate_session_agents(raw: t.Any, used: t.List[str]) -> t.Dict[str, t.Dict[str, t.Any]]:
     """The ``agents`` of a local session: name -> its ``local`` mapping (as ``read_agents`` lists it)."""
     if not isinstance(raw, dict):
         raise LocalRuntimeError("invalid session: agents must map agent names to local agents")
@@ -159,12 +151,12 @@ def validate_session_agents(raw: Any, used: list[str]) -> dict[str, dict[str, An
     return out
 
 
-def _healthy(state_dir: str, desired: dict[str, Any]) -> bool:
+def _healthy(state_dir: str, desired: t.Dict[str, t.Any]) -> bool:
     ns = namespaces(state_dir, [a["name"] for a in desired["agents"]])
     return all(os.path.exists(netns_path(n)) for n in ns.values())
 
 
-def read_agents(state_root: str, fabric: str = DEFAULT_FABRIC) -> list[dict[str, Any]] | None:
+def read_agents(state_root: str, fabric: str = DEFAULT_FABRIC) -> t.Optional[t.List[t.Dict[str, t.Any]]]:
     state_dir = fabric_dir(state_root, fabric)
     desired = read_json(os.path.join(state_dir, AGENTS_FILE))
     if not isinstance(desired, dict):
@@ -172,9 +164,9 @@ def read_agents(state_root: str, fabric: str = DEFAULT_FABRIC) -> list[dict[str,
     return _listing(state_dir, fabric, desired)
 
 
-def create_agents(agents: Any, state_root: str = DEFAULT_AGENTS_ROOT, fabric: str = DEFAULT_FABRIC,
-                  underlay_subnet: str = UNDERLAY_SUBNET, underlay_mtu: Any = UNDERLAY_MTU,
-                  check_mode: bool = False) -> dict[str, Any]:
+def create_agents(agents: t.Any, state_root: str = DEFAULT_AGENTS_ROOT, fabric: str = DEFAULT_FABRIC,
+                  underlay_subnet: str = UNDERLAY_SUBNET, underlay_mtu: t.Any = UNDERLAY_MTU,
+                  check_mode: bool = False) -> t.Dict[str, t.Any]:
     """Make the agents (idempotent: the same definition on healthy agents changes nothing)."""
     if not isinstance(fabric, str) or not _FABRIC_RE.match(fabric):
         raise LocalRuntimeError("invalid local agents name %r: 1-32 letters, digits, '-' or '_'" % (fabric,))
@@ -210,37 +202,33 @@ def create_agents(agents: Any, state_root: str = DEFAULT_AGENTS_ROOT, fabric: st
     return {"changed": True, "agents": _listing(state_dir, fabric, desired), "state_dir": state_dir}
 
 
-def _build(state_dir: str, desired: dict[str, Any], journal: Journal) -> None:
+def _build(state_dir: str, desired: t.Dict[str, t.Any], journal: Journal) -> None:
     names = [a["name"] for a in desired["agents"]]
     ns = namespaces(state_dir, names)
     taken = [n for n in ns.values() if os.path.exists(netns_path(n))]
     if taken:
         raise LocalRuntimeError("network namespace %s already exists" % ", ".join(taken))
     journal.record("netns", names=list(ns.values()))
-    proc = subprocess.run(["ip", "-batch", "-"], input="".join("netns add %s\n" % n for n in ns.values()).encode(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": SANE_PATH}, check=False)
-    if proc.returncode != 0:
-        raise LocalRuntimeError("ip netns add failed: %s" % proc.stderr.decode().strip())
+    ip_batch(["netns add %s" % n for n in ns.values()], what="ip netns add")
     mtu = desired["underlay_mtu"]
     prefix = ipaddress.IPv4Network(desired["underlay_subnet"]).prefixlen
     lines = ["link set lo up", "link add %s mtu %d type bridge" % (UNDERLAY_BRIDGE, mtu), "link set %s up" % UNDERLAY_BRIDGE]
     for i, name in enumerate(names):
         lines += ["link add p%d mtu %d type veth peer name eth0 mtu %d netns %s" % (i, mtu, mtu, ns[name]),
                   "link set p%d master %s up" % (i, UNDERLAY_BRIDGE)]
-    _ip_batch(ns[""], lines)
+    ip_batch(lines, netns=ns[""])
     for a in desired["agents"]:
-        _ip_batch(ns[a["name"]], ["link set lo up", "addr add %s/%d dev eth0" % (a["underlay_ip"], prefix),
-                                  "link set eth0 up"])
+        ip_batch(["link set lo up", "addr add %s/%d dev eth0" % (a["underlay_ip"], prefix), "link set eth0 up"],
+                 netns=ns[a["name"]])
         # inside the agent's own namespace (as the role sets it on a Nomad client): egress is routed
-        subprocess.run(["ip", "netns", "exec", ns[a["name"]], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
-                       check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": SANE_PATH})
+        run(["ip", "netns", "exec", ns[a["name"]], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
     _local_network.install(state_dir, [(a["name"], a["underlay_ip"], mtu) for a in desired["agents"]],
                            egress=True, uplinks=["eth0"], lock=False)  # _build runs under the fabric's lock
     write_file(os.path.join(state_dir, AGENTS_FILE), json.dumps(desired, indent=1, sort_keys=True), durable=True)
 
 
-def _teardown(state_dir: str) -> list[str]:
-    errors: list[str] = []
+def _teardown(state_dir: str) -> t.List[str]:
+    errors: t.List[str] = []
     for entry in reversed(Journal.replay(os.path.join(state_dir, "journal"))):
         if entry["op"] == "netns":
             errors += delete_netns(entry["names"])
@@ -250,7 +238,7 @@ def _teardown(state_dir: str) -> list[str]:
 
 
 def destroy_agents(state_root: str = DEFAULT_AGENTS_ROOT, fabric: str = DEFAULT_FABRIC, force: bool = False,
-                   check_mode: bool = False) -> dict[str, Any]:
+                   check_mode: bool = False) -> t.Dict[str, t.Any]:
     """Remove the agents (idempotent). Refused while sessions are on them, unless ``force``."""
     if not isinstance(fabric, str) or not _FABRIC_RE.match(fabric):
         raise LocalRuntimeError("invalid local agents name %r" % (fabric,))

@@ -12,9 +12,8 @@ import ipaddress
 import json
 import os
 import socket
-import subprocess
 import time
-from typing import Any, Callable
+import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
@@ -38,10 +37,10 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd impo
     wait_for_ssh,
     write_key_files,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import resource_names
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
-    SANE_PATH,
     Journal,
     LocalRuntimeError,
     SessionPaths,
@@ -49,9 +48,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
 )
 
 
-def _host_networks() -> list[ipaddress.IPv4Network]:
-    proc = subprocess.run(["ip", "-j", "-4", "addr", "show"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env={"PATH": SANE_PATH}, check=False)
+def _host_networks() -> t.List[ipaddress.IPv4Network]:
+    proc = run(["ip", "-j", "-4", "addr", "show"], check=False)
     nets = []
     with contextlib.suppress(ValueError):
         for link in json.loads(proc.stdout or b"[]"):
@@ -62,10 +60,10 @@ def _host_networks() -> list[ipaddress.IPv4Network]:
     return nets
 
 
-def _missing_dirs(targets: list[str]) -> list[str]:
+def _missing_dirs(targets: t.List[str]) -> t.List[str]:
     """Directories (parents first) to create on the host for the mount targets (those
     under a container's private /tmp or /run are made in there, by mount)."""
-    out: list[str] = []
+    out: t.List[str] = []
     for target in targets:
         if any(target == d or target.startswith(d + "/") for d in PRIVATE_DIRS):
             continue
@@ -78,7 +76,7 @@ def _missing_dirs(targets: list[str]) -> list[str]:
     return out
 
 
-def bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> dict[str, Any]:
+def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
     t0 = time.monotonic()
     names = resource_names(paths, spec)
     hosts = [c["hostname"] for c in spec["containers"]]
@@ -155,7 +153,7 @@ def bring_up(spec: dict[str, Any], paths: SessionPaths, journal: Journal) -> dic
     return dict(public_info(info), changed=True, state="RUNNING")
 
 
-def _write_files(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any]) -> dict[str, tuple[str, int]]:
+def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any]) -> t.Dict[str, t.Tuple[str, int]]:
     """Everything in the state dir a container needs (no journal: destroy removes the dir);
     returns the published address of each container that publishes its ssh port."""
     for d in (paths.logs_dir, paths.cni_dir):
@@ -165,7 +163,7 @@ def _write_files(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any
                "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n", mode=0o644)
     ssh = spec["ssh"]
     write_key_files(paths, ssh["private_key"], ssh["public_key"], ssh["port"])
-    published: dict[str, tuple[str, int]] = {}
+    published: t.Dict[str, t.Tuple[str, int]] = {}
     for c in spec["containers"]:
         host = c["hostname"]
         cdir = paths.container_dir(host)
@@ -180,8 +178,8 @@ def _write_files(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any
     return published
 
 
-def _start_containers(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], addresses: dict[str, str],
-                      published: dict[str, tuple[str, int]], journal: Journal) -> None:
+def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
+                      published: t.Dict[str, t.Tuple[str, int]], journal: Journal) -> None:
     """Start every container and wait until each sshd (and each published port) answers."""
     hosts = [c["hostname"] for c in spec["containers"]]
     starters = [launch(paths, h, names["netns"][h]) for h in hosts]
@@ -202,7 +200,7 @@ def _start_containers(spec: dict[str, Any], paths: SessionPaths, names: dict[str
     wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, hosts), make_socket=make_socket)
 
 
-def _overlay_prober(main_ns: str) -> Callable[[str], socket.socket]:
+def _overlay_prober(main_ns: str) -> t.Callable[[str], socket.socket]:
     """Sockets for wait_for_ssh: in main1's namespace for the containers, here for published ports."""
     def make_socket(key: str) -> socket.socket:
         if key.endswith(" (published)"):
@@ -213,19 +211,19 @@ def _overlay_prober(main_ns: str) -> Callable[[str], socket.socket]:
     return make_socket
 
 
-def _starttime(pid: int | None) -> int | None:
+def _starttime(pid: t.Optional[int]) -> t.Optional[int]:
     stat = proc_stat(pid) if pid else None
     return stat[1] if stat else None
 
 
-def public_info(info: dict[str, Any]) -> dict[str, Any]:
+def public_info(info: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
     out = dict(info)
     out["containers"] = [{k: v for k, v in c.items() if not k.endswith("_starttime") and k != "has_command"}
                          for c in info["containers"]]
     return out
 
 
-def _check_started(paths: SessionPaths, hosts: list[str]) -> None:
+def _check_started(paths: SessionPaths, hosts: t.List[str]) -> None:
     for host in hosts:
         cdir = paths.container_dir(host)
         for pidfile, what in (("pid", "supervisor"), ("sshd.pid", "sshd")):

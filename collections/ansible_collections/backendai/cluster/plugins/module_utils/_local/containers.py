@@ -19,14 +19,14 @@ import signal
 import socket
 import subprocess
 import time
+import typing as t
 from dataclasses import dataclass, field
-from typing import Iterable
 
+from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch, run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     CONTAINER_STATE_DIR,
     OWNER_ENV,
     SANE_PATH,
-    LocalRuntimeError,
     SessionPaths,
     owner_env,
     read_text,
@@ -47,32 +47,24 @@ class ContainerSetup:
 
     hostname: str
     netns: str
-    env: dict[str, str]
-    command: list[str]
-    mounts: list[dict[str, object]] = field(default_factory=list)
+    env: t.Dict[str, str]
+    command: t.List[str]
+    mounts: t.List[t.Dict[str, object]] = field(default_factory=list)
 
 
 def netns_path(name: str) -> str:
     return os.path.join(NETNS_DIR, name)
 
 
-def _ip_batch(commands: list[str], force: bool, owner: str) -> subprocess.CompletedProcess[bytes]:
-    argv = ["ip"] + (["-force"] if force else []) + ["-batch", "-"]
-    return subprocess.run(argv, input="".join(c + "\n" for c in commands).encode(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env=owner_env(owner), check=False)
+def add_netns(names: t.List[str], owner: str) -> None:
+    ip_batch(["netns add " + n for n in names], owner=owner, what="ip netns add")
 
 
-def add_netns(names: list[str], owner: str) -> None:
-    proc = _ip_batch(["netns add " + n for n in names], force=False, owner=owner)
-    if proc.returncode != 0:
-        raise LocalRuntimeError("ip netns add failed: %s" % proc.stderr.decode().strip())
-
-
-def delete_netns(names: Iterable[str]) -> list[str]:
+def delete_netns(names: t.Iterable[str]) -> t.List[str]:
     present = [n for n in names if os.path.exists(netns_path(n))]
     if not present:
         return []
-    proc = _ip_batch(["netns delete " + n for n in present], force=True, owner="")
+    proc = ip_batch(["netns delete " + n for n in present], force=True, check=False)
     left = [n for n in present if os.path.exists(netns_path(n))]
     if left:
         return ["ip netns delete %s failed: %s" % (", ".join(left), proc.stderr.decode().strip())]
@@ -80,7 +72,7 @@ def delete_netns(names: Iterable[str]) -> list[str]:
 
 
 _CLONE_NEWNET = 0x40000000
-_LIBC: list[ctypes.CDLL] = []
+_LIBC: t.List[ctypes.CDLL] = []
 
 
 def _setns(fd: int) -> None:
@@ -117,11 +109,10 @@ def link_exists(name: str) -> bool:
     return os.path.exists(os.path.join("/sys/class/net", name))
 
 
-def delete_link(name: str) -> list[str]:
+def delete_link(name: str) -> t.List[str]:
     if not link_exists(name):
         return []
-    proc = subprocess.run(["ip", "link", "delete", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env={"PATH": SANE_PATH}, check=False)
+    proc = run(["ip", "link", "delete", name], check=False)
     if proc.returncode != 0 and link_exists(name):
         return ["ip link delete %s failed: %s" % (name, proc.stderr.decode().strip())]
     return []
@@ -132,12 +123,12 @@ def _fstab_escape(path: str) -> str:
             .replace("\t", "\\011").replace("\n", "\\012"))
 
 
-def _fstab(entries: list[tuple[str, str, str, str]]) -> str:
+def _fstab(entries: t.List[t.Tuple[str, str, str, str]]) -> str:
     return "".join("%s %s %s %s 0 0\n" % (_fstab_escape(src), _fstab_escape(dst), fstype, opts)
                    for src, dst, fstype, opts in entries)
 
 
-def render_container(paths: SessionPaths, setup: ContainerSetup) -> dict[str, str]:
+def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, str]:
     """The files (relative to the container dir) that make up a container's init."""
     cdir = paths.container_dir(setup.hostname)
     inside = paths.in_container(cdir)
@@ -226,12 +217,12 @@ def launch(paths: SessionPaths, hostname: str, netns: str) -> subprocess.Popen[b
             env=owner_env(paths.root), close_fds=True)
 
 
-def read_pid(path: str) -> int | None:
+def read_pid(path: str) -> t.Optional[int]:
     text = (read_text(path) or "").strip()
     return int(text) if text.isdigit() else None
 
 
-def proc_stat(pid: int) -> tuple[str, int] | None:
+def proc_stat(pid: int) -> t.Optional[t.Tuple[str, int]]:
     """(state letter, start time in clock ticks) of a process, None if it does not exist."""
     try:
         with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as f:
@@ -242,7 +233,7 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
-def is_alive(pid: int | None, starttime: int | None = None) -> bool:
+def is_alive(pid: t.Optional[int], starttime: t.Optional[int] = None) -> bool:
     """Running (not a zombie) and, if given, the same process (start time) as recorded."""
     if not pid:
         return False
@@ -252,7 +243,7 @@ def is_alive(pid: int | None, starttime: int | None = None) -> bool:
     return starttime is None or stat[1] == starttime
 
 
-def _ns_key(path: str) -> tuple[int, int] | None:
+def _ns_key(path: str) -> t.Optional[t.Tuple[int, int]]:
     try:
         st = os.stat(path)
     except OSError:
@@ -260,7 +251,7 @@ def _ns_key(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def session_pids(netns_names: Iterable[str], owner: str) -> list[int]:
+def session_pids(netns_names: t.Iterable[str], owner: str) -> t.List[int]:
     """Live processes in one of the network namespaces, or started for the session (see
     owner_env(); e.g. CNI plugins or ``ip`` still running for a creator that was killed)."""
     keys = {k for k in (_ns_key(netns_path(n)) for n in netns_names) if k is not None}
@@ -283,7 +274,7 @@ def session_pids(netns_names: Iterable[str], owner: str) -> list[int]:
     return [p for p in found if is_alive(p)]
 
 
-def kill_session_processes(netns_names: Iterable[str], owner: str, timeout: float = 5.0) -> list[str]:
+def kill_session_processes(netns_names: t.Iterable[str], owner: str, timeout: float = 5.0) -> t.List[str]:
     """SIGKILL every process of the session until none is left; returns the errors."""
     names = list(netns_names)
     deadline = time.monotonic() + timeout

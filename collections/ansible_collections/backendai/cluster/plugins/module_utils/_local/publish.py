@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     LocalRuntimeError,
@@ -59,7 +60,7 @@ while True:
 """
 
 
-def start_relay(paths: SessionPaths, netns_file: str, published: tuple[str, int], port: int, log: str) -> None:
+def start_relay(paths: SessionPaths, netns_file: str, published: t.Tuple[str, int], port: int, log: str) -> None:
     """Listen on ``published`` here and relay to ``127.0.0.1:port`` inside the namespace ``netns_file``."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:

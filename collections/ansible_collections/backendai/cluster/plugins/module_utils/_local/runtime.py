@@ -29,7 +29,7 @@ import fcntl
 import os
 import shutil
 import time
-from typing import Any, Mapping, Optional
+import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
     CNI_PATH,
@@ -106,19 +106,19 @@ def _check_environment() -> None:
                                     % (package, tool, SANE_PATH, package))
 
 
-def create_session(session: dict[str, Any], state_root: str = DEFAULT_STATE_ROOT) -> dict[str, Any]:
+def create_session(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT) -> t.Dict[str, t.Any]:
     """Bring up a session given as a dict (see ``_local.session.from_raw``); on any failure everything
     made so far is undone."""
     return _create(from_raw(session), state_root)
 
 
-def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: Optional[Mapping[str, Any]],
-                           state_root: str = DEFAULT_STATE_ROOT) -> dict[str, Any]:
+def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]],
+                           state_root: str = DEFAULT_STATE_ROOT) -> t.Dict[str, t.Any]:
     """Bring up a placed plan (``agents``: name -> local mapping of local agents, None for this machine)."""
     return _create(from_plan(plan, keys, agents), state_root)
 
 
-def _create(spec: dict[str, Any], state_root: str) -> dict[str, Any]:
+def _create(spec: t.Dict[str, t.Any], state_root: str) -> t.Dict[str, t.Any]:
     _check_environment()
     state_root = os.path.abspath(os.path.expanduser(state_root))
     os.makedirs(state_root, mode=0o700, exist_ok=True)
@@ -148,7 +148,7 @@ def _create(spec: dict[str, Any], state_root: str) -> dict[str, Any]:
         os.close(lock_fd)
 
 
-def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: bool = False) -> dict[str, Any]:
+def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: bool = False) -> t.Dict[str, t.Any]:
     """Idempotent; also cleans up after a create that was killed half-way."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise LocalRuntimeError("invalid session name %r" % (name,))
@@ -179,7 +179,7 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
             raise LocalRuntimeError("destroy of session %s incomplete (run it again): %s" % (name, "; ".join(errors)))
     finally:
         os.close(fd)
-    result: dict[str, Any] = {"changed": True, "name": name, "elapsed": round(time.monotonic() - t0, 3)}
+    result: t.Dict[str, t.Any] = {"changed": True, "name": name, "elapsed": round(time.monotonic() - t0, 3)}
     if keep_logs:
         result.update(state="TERMINATED", logs=paths.logs_dir)
     else:
@@ -187,7 +187,7 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
     return result
 
 
-def _container_status(paths: SessionPaths, c: dict[str, Any], log_lines: int) -> dict[str, Any]:
+def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int) -> t.Dict[str, t.Any]:
     """A container's status in the job model both backends share (see ``_session_state.local_container_status``)."""
     host = c["hostname"]
     supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
@@ -211,7 +211,7 @@ def _container_status(paths: SessionPaths, c: dict[str, Any], log_lines: int) ->
     return out
 
 
-def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> dict[str, Any]:
+def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> t.Dict[str, t.Any]:
     """The session's state by the rule both backends share (``_session_state.session_state``: RUNNING,
     DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
     work), DEGRADED with a message (the creator died half-way), TERMINATED (only kept logs), missing."""
@@ -238,7 +238,7 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
     return public
 
 
-def list_sessions(state_root: str = DEFAULT_STATE_ROOT) -> list[dict[str, Any]]:
+def list_sessions(state_root: str = DEFAULT_STATE_ROOT) -> t.List[t.Dict[str, t.Any]]:
     state_root = os.path.abspath(os.path.expanduser(state_root))
     out = []
     for name in session_names(state_root):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import typing as t
 import uuid
-from typing import Any, Mapping, Optional
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local.agents import validate_session_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
@@ -34,7 +34,7 @@ LOCAL_AGENT = "local"
 MAX_CONTAINERS = 250            # hosts of the session's /24, minus gateway
 
 
-def session_record(plan: SessionPlan, keys: SSHKeypair, agents: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+def session_record(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
     """The runtime's form of a placed plan; with local ``agents`` (name -> local mapping), each
     container behind its planned agent."""
     spec = plan.spec
@@ -50,7 +50,7 @@ def session_record(plan: SessionPlan, keys: SSHKeypair, agents: Optional[Mapping
     }
 
 
-def from_plan(plan: SessionPlan, keys: SSHKeypair, agents: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+def from_plan(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
     """The session record of ``plan``, ready for this machine (raises LocalRuntimeError naming what is not)."""
     return _prepare(session_record(plan, keys, agents))
 
@@ -59,7 +59,7 @@ def _fail(msg: str) -> LocalRuntimeError:
     return LocalRuntimeError("invalid session: " + msg)
 
 
-def _prepare(session: dict[str, Any]) -> dict[str, Any]:
+def _prepare(session: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
     """What the parser cannot know: the runtime's limits, mount sources on this machine, running agents."""
     containers = session["containers"]
     if len(containers) > MAX_CONTAINERS:
@@ -91,7 +91,7 @@ def _prepare(session: dict[str, Any]) -> dict[str, Any]:
     return dict(session, mounts=mounts, agents=agents)
 
 
-def from_raw(session: Any) -> dict[str, Any]:
+def from_raw(session: t.Any) -> t.Dict[str, t.Any]:
     """A session dict from a caller of the runtime itself, checked and normalised (LocalRuntimeError naming the field)."""
     if not isinstance(session, dict):
         raise _fail("expected a dict")
@@ -118,8 +118,8 @@ def from_raw(session: Any) -> dict[str, Any]:
         raise _fail("containers must be a non-empty list")
     if len(containers) > MAX_CONTAINERS:
         raise _fail("at most %d containers per session, got %d" % (MAX_CONTAINERS, len(containers)))
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
+    out: t.List[t.Dict[str, t.Any]] = []
+    seen: t.Set[str] = set()
     for i, c in enumerate(containers):
         if not isinstance(c, dict):
             raise _fail("containers[%d] must be a dict" % i)
@@ -160,7 +160,7 @@ def from_raw(session: Any) -> dict[str, Any]:
                      "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}})
 
 
-def resource_names(paths: SessionPaths, spec: dict[str, Any]) -> dict[str, Any]:
+def resource_names(paths: SessionPaths, spec: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
     digest = hashlib.sha256(("%s\0%s\0%s" % (paths.state_root, spec["name"], spec["session_id"])).encode()
                             ).hexdigest()[:8]
     bridge, vxlan = net.link_names(spec["session_id"])

@@ -14,7 +14,7 @@ import os
 import selectors
 import socket
 import time
-from typing import Callable
+import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
@@ -56,7 +56,7 @@ def _setenv_token(name: str, value: str) -> str:
     return '"%s=%s"' % (name, value.replace("\\", "\\\\").replace('"', '\\"'))
 
 
-def sshd_config(paths: SessionPaths, port: int, env: dict[str, str]) -> str:
+def sshd_config(paths: SessionPaths, port: int, env: t.Dict[str, str]) -> str:
     ssh_dir = paths.in_container(paths.ssh_dir)
     lines = [
         "# backendai.cluster local runtime",
@@ -88,7 +88,7 @@ def sshd_config(paths: SessionPaths, port: int, env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def user_ssh_config(paths: SessionPaths, main: str, subs: list[str], published: tuple[str, int],
+def user_ssh_config(paths: SessionPaths, main: str, subs: t.List[str], published: t.Tuple[str, int],
                     port: int) -> str:
     """``ssh -F <state>/ssh_config main1`` from the host; subs are reached through main1."""
     lines = ["# backendai.cluster local session %s" % paths.name,
@@ -108,9 +108,9 @@ def free_local_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_ssh(targets: dict[str, tuple[str, int]], timeout: float, check: Callable[[], None],
+def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check: t.Callable[[], None],
                  check_interval: float = 0.05, attempt_timeout: float = 1.0,
-                 make_socket: Callable[[str], socket.socket] | None = None) -> float:
+                 make_socket: t.Optional[t.Callable[[str], socket.socket]] = None) -> float:
     """Connect to every target until each sends an SSH banner; returns the seconds taken.
 
     ``check`` is called periodically and may raise (e.g. a container's supervisor died).
@@ -122,7 +122,7 @@ def wait_for_ssh(targets: dict[str, tuple[str, int]], timeout: float, check: Cal
     deadline = start + timeout
     pending = dict(targets)
     retry_at = dict.fromkeys(pending, 0.0)
-    active: dict[str, tuple[socket.socket, bytearray, float]] = {}
+    active: t.Dict[str, t.Tuple[socket.socket, bytearray, float]] = {}
     sel = selectors.DefaultSelector()
     next_check = start + check_interval
 

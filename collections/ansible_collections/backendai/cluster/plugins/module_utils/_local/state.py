@@ -14,8 +14,8 @@ import json
 import os
 import signal
 import threading
+import typing as t
 from dataclasses import dataclass
-from typing import Any, Iterator
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 from ansible_collections.backendai.cluster.plugins.module_utils._files import fsync_dir
@@ -34,7 +34,7 @@ SANE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OWNER_ENV = "BACKENDAI_CLUSTER_LOCAL_OWNER"
 
 
-def owner_env(owner: str) -> dict[str, str]:
+def owner_env(owner: str) -> t.Dict[str, str]:
     """A minimal environment for the runtime's subprocesses, tagged with their session."""
     return {"PATH": SANE_PATH, OWNER_ENV: owner}
 
@@ -132,7 +132,7 @@ class SessionPaths:
         return CONTAINER_STATE_DIR if rel == "." else os.path.join(CONTAINER_STATE_DIR, rel)
 
 
-def read_text(path: str) -> str | None:
+def read_text(path: str) -> t.Optional[str]:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -140,7 +140,7 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def read_json(path: str) -> Any:
+def read_json(path: str) -> t.Any:
     text = read_text(path)
     if text is None:
         return None
@@ -150,7 +150,7 @@ def read_json(path: str) -> Any:
         return None
 
 
-def tail_lines(path: str, count: int, max_bytes: int = 1 << 20) -> list[str]:
+def tail_lines(path: str, count: int, max_bytes: int = 1 << 20) -> t.List[str]:
     """Last ``count`` lines of a (possibly large) text file; [] if it does not exist."""
     if count <= 0:
         return []
@@ -179,7 +179,7 @@ class Journal:
         if not existed:
             fsync_dir(os.path.dirname(path))
 
-    def record(self, op: str, **data: Any) -> None:
+    def record(self, op: str, **data: t.Any) -> None:
         line = json.dumps(dict(data, op=op), sort_keys=True) + "\n"
         with self._lock:
             if self._fault is not None and self._count == self._fault[1]:
@@ -197,10 +197,10 @@ class Journal:
             self._fd = -1
 
     @staticmethod
-    def replay(path: str) -> list[dict[str, Any]]:
+    def replay(path: str) -> t.List[t.Dict[str, t.Any]]:
         """All complete records; a torn last line (crash while appending) is ignored."""
         text = read_text(path) or ""
-        entries: list[dict[str, Any]] = []
+        entries: t.List[t.Dict[str, t.Any]] = []
         for line in text.splitlines():
             try:
                 entry = json.loads(line)
@@ -211,7 +211,7 @@ class Journal:
         return entries
 
 
-def _parse_fault(spec: str) -> tuple[str, int] | None:
+def _parse_fault(spec: str) -> t.Optional[t.Tuple[str, int]]:
     kind, _sep, count = spec.partition(":")
     if kind in ("kill", "raise") and count.isdigit():
         return kind, int(count)
@@ -219,7 +219,7 @@ def _parse_fault(spec: str) -> tuple[str, int] | None:
 
 
 @contextlib.contextmanager
-def flocked(path: str, exclusive: bool = True, blocking: bool = True) -> Iterator[int | None]:
+def flocked(path: str, exclusive: bool = True, blocking: bool = True) -> t.Iterator[t.Optional[int]]:
     """flock() a file or directory; yields the fd, or None if non-blocking and busy."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -234,7 +234,7 @@ def flocked(path: str, exclusive: bool = True, blocking: bool = True) -> Iterato
         os.close(fd)
 
 
-def session_names(state_root: str) -> list[str]:
+def session_names(state_root: str) -> t.List[str]:
     try:
         entries = sorted(os.listdir(state_root))
     except FileNotFoundError:

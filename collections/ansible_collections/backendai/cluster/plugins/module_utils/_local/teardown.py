@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from typing import Any
+import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
@@ -24,7 +24,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
 )
 
 
-def teardown(paths: SessionPaths, entries: list[dict[str, Any]], keep_logs: bool) -> list[str]:
+def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs: bool) -> t.List[str]:
     """Undo the journal's side effects, newest first; remove the state dir if all went."""
     begin = next((e for e in entries if e["op"] == "begin"), None)
     # First every process of the session: containers, and whatever a killed creator left
@@ -61,15 +61,15 @@ def teardown(paths: SessionPaths, entries: list[dict[str, Any]], keep_logs: bool
     return []
 
 
-def _other_sessions(paths: SessionPaths) -> list[str]:
+def _other_sessions(paths: SessionPaths) -> t.List[str]:
     return [n for n in session_names(paths.state_root)
             if n != paths.name and os.path.exists(os.path.join(paths.state_root, n, "journal"))]
 
 
-def _remove_dirs(paths: SessionPaths, created: list[str]) -> list[str]:
+def _remove_dirs(paths: SessionPaths, created: t.List[str]) -> t.List[str]:
     """rmdir the mount targets this session created, unless another session mounts there
     (removing a mountpoint would detach it in that session's containers)."""
-    in_use: list[str] = []
+    in_use: t.List[str] = []
     for other in _other_sessions(paths):
         for e in Journal.replay(os.path.join(paths.state_root, other, "journal")):
             if e["op"] == "begin":

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The shared base of this collection's modules (like community.docker's ``AnsibleDockerClient``).
 
-:class:`ClusterModule` merges the common connection options (``_common_args``) into a module's
+:class:`ClusterModule` merges the common connection options (``_ansible.args``) into a module's
 own argument spec, builds the Nomad and Vault clients from them, reports a missing python-nomad,
 hvac or cryptography with ``missing_required_lib``, and turns the collection's expected errors
 (every :class:`BackendAIClusterError`, the clients' errors included) into ``fail_json``

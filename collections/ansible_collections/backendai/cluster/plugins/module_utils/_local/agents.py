@@ -12,7 +12,7 @@ Each agent is a network namespace with its own address on an underlay: a bridge 
 a namespace of its own, the agents' ``eth0`` being veth peers of its ports. Nothing is created in
 the host's namespace. A session's containers on an agent are namespaces behind it: the CNI
 plugins run inside the agent's namespace (``CNI_NETNS`` is the container's), and the session's
-VXLAN devices in the agents' namespaces join them across agents (see ``_local_network``).
+VXLAN devices in the agents' namespaces join them across agents (see ``_local.network``).
 
 The result lists the agents as the session modules take them (``{name, cpu, memory, gpu,
 datacenter}``) plus a ``local`` mapping (namespace, underlay address and MTU, CNI config dir)

@@ -188,7 +188,7 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
 
 
 def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int) -> t.Dict[str, t.Any]:
-    """A container's status in the job model both backends share (see ``_session_state.local_container_status``)."""
+    """A container's status in the job model both backends share (see ``_session.state.local_container_status``)."""
     host = c["hostname"]
     supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
     sshd = is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
@@ -212,7 +212,7 @@ def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int
 
 
 def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> t.Dict[str, t.Any]:
-    """The session's state by the rule both backends share (``_session_state.session_state``: RUNNING,
+    """The session's state by the rule both backends share (``_session.state.session_state``: RUNNING,
     DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
     work), DEGRADED with a message (the creator died half-way), TERMINATED (only kept logs), missing."""
     if not isinstance(name, str) or not NAME_RE.match(name):

@@ -14,7 +14,7 @@ because the capacity being admitted, the client nodes, is shared by every namesp
 sessions in two namespaces racing for the same node would collide just the same. The token
 therefore needs ``write`` on the variable ``backendai-cluster/admission`` of the ``default``
 namespace (besides what a session needs in its own namespace). Other Nomad jobs do not take the
-lock; the evaluation of every register is followed to catch those races (see ``_backend_nomad``).
+lock; the evaluation of every register is followed to catch those races (see ``_nomad.backend``).
 
 The lock variable is deleted again when released (check-and-set on the released index, so a
 variable another client locked meanwhile is left alone): nothing is left behind.

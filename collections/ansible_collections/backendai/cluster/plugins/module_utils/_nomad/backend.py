@@ -4,14 +4,14 @@
 
 Create (``present``, no job yet), in this order:
 
-1. take the cluster's admission lock (``_admission``: a Nomad variable lock with a TTL);
+1. take the cluster's admission lock (``_nomad.admission``: a Nomad variable lock with a TTL);
 2. place the containers on live node data (or the given agents); PENDING releases the lock and
    fails with the reason, or retries against fresh node data for ``wait_for_resources`` seconds;
 3. generate the keypair and write it to the secret backend with check-and-set ``cas=0``
    (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
    ``nomadVar`` is missing blocks forever (nomad#17220);
-4. claim a session network slot (``_network_claims``) and sign the job's network args with the
-   cluster key (``_nomad_network``);
+4. claim a session network slot (``_nomad.claims``) and sign the job's network args with the
+   cluster key (``_nomad.network``);
 5. register the job and follow its evaluation: if Nomad cannot place a group (``FailedTGAllocs``,
    a blocked evaluation), the session is rolled back at once (all or nothing) and, with
    ``wait_for_resources``, placed again; then release the lock;

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Rendering a Nomad job (the JSON of Nomad's HTTP API) as an HCL2 jobspec for ``nomad job run``.
 
-``render_hcl(job)`` takes the bare job that :func:`_nomad_job.render_job` returns (API names:
+``render_hcl(job)`` takes the bare job that :func:`_nomad.job.render_job` returns (API names:
 ``ID``, ``TaskGroups``, ``LTarget`` ...) and writes the same job in Nomad's jobspec names
 (``job "<ID>"``, ``group``, ``attribute`` ...). The translation is table-driven: one table per API
 struct maps each API key to its HCL name and the kind of value (see :data:`_nomad.jobspec.STRUCTS`). A key that

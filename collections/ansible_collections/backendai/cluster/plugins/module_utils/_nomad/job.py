@@ -6,7 +6,7 @@ Shape of the job (one task group per container, named by its hostname, ``Count``
 
 * pinned to the planned agent with a ``${node.unique.name}`` constraint;
 * network ``cni/backendai`` for every group, with the container's hostname and the session
-  network's parameters in ``cni { args }``, signed for this job and group (``_job_network``);
+  network's parameters in ``cni { args }``, signed for this job and group (``_nomad.job_network``);
   a job constraint keeps Nomad clients older than 1.10 out;
 * a Nomad-provider service per container, all under one service name and tagged with the
   hostname, so that one constant template renders every peer's address (``nomadService``);
@@ -213,7 +213,7 @@ def job_ui(plan: SessionPlan) -> t.Dict[str, t.Any]:
 
 
 def render_network(plan: SessionPlan, namespace: str = "", network: t.Optional[JobNetwork] = None) -> RenderedNetwork:
-    """The session network of a PLACED plan (see ``_job_network``)."""
+    """The session network of a PLACED plan (see ``_nomad.job_network``)."""
     return session_network(plan.session_id, plan.agents_used, namespace, plan.spec.name, network,
                            session_slots([c.agent for c in plan.containers]))
 
@@ -223,7 +223,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     """The bare Nomad job (the value of ``Job`` in a register request) for a PLACED plan.
 
     ``network``: the claimed slot, the agents' underlay addresses and the cluster key; without it
-    (or without its key) the job is rendered unsigned, for reading only (``_job_network``).
+    (or without its key) the job is rendered unsigned, for reading only (``_nomad.job_network``).
     """
     if not plan.placed:
         raise PlanError("the session cannot be placed (PENDING): %s" % plan.reason)

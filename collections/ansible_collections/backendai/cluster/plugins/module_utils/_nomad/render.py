@@ -50,7 +50,7 @@ def plan_session(spec_raw: t.Any, agents_raw: t.Any, public_key: str = "", sessi
 def render_session(spec_raw: t.Any, agents_raw: t.Any, public_key: str = "", session_id: str = "",
                    namespace: str = "", region: str = "", with_hcl: bool = True,
                    network: t.Optional[JobNetwork] = None) -> RenderedSession:
-    """``network``: see ``_nomad_job.render_job`` (without it the job is unsigned, for reading only)."""
+    """``network``: see ``_nomad.job.render_job`` (without it the job is unsigned, for reading only)."""
     plan = plan_session(spec_raw, agents_raw, public_key, session_id)
     if not plan.placed:
         return RenderedSession(plan, None, "", "")

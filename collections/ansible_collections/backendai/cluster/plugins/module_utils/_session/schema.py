@@ -20,7 +20,7 @@ ROLE_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,30}[a-z])?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: What every container's hostname (``<role><idx>``, see ROLE_RE) is: a DNS label.
 HOSTNAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-#: The only network mode: every session is on its own private network (``_session_network``).
+#: The only network mode: every session is on its own private network (``_network._session_network``).
 NETWORK_MODE_AUTO = "auto"
 NETWORK_MODE_HELP = (
     "must be auto (every session gets a private network of its own on the backendai CNI network; bridge would "

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The one Vault client of this collection: KV v2 read/write/delete through hvac.
 
-Mirrors :mod:`._nomad_api`: :class:`VaultConnection` holds the options (``module.params`` or
+Mirrors :mod:`_nomad.api`: :class:`VaultConnection` holds the options (``module.params`` or
 :func:`vault_connection_from_env`), :class:`VaultClient` maps every failure to one
 :class:`VaultError` with the HTTP status and Vault's ``errors`` text, never the token.
 

@@ -12,7 +12,7 @@ import pytest
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as na
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import connection as nc
 from ansible_collections.backendai.cluster.plugins.module_utils._vault import client as va
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import node_capacity
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import summarize_node
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
@@ -259,12 +259,11 @@ def test_nodes_and_capacity(nomad: NomadAPIDouble) -> None:
     nodes = {n["Name"]: n for n in client.list_nodes(resources=True)}
     assert nodes["n2"]["NodeResources"]["Cpu"]["CpuShares"] == 4000
     assert client.node("missing") is None
-    cap = node_capacity(client, nodes["n2"]["ID"])
+    cap = summarize_node(client.node(nodes["n2"]["ID"]), client.node_allocations(nodes["n2"]["ID"]))
     assert cap["name"] == "n2" and cap["datacenter"] == "dc1" and cap["drivers"] == ["docker"]
     assert cap["cni_networks"] == ["backendai"] and "bridge" in cap["cni_plugins"] and cap["bridge"]
     assert cap["free"] == {"cpu": 3500, "memory": 8192 - 256, "disk": 50000 - 300, "devices": {"nvidia/gpu/A100": 1}}
     assert cap["allocations"] == 1
-    assert node_capacity(client, "missing") is None
 
 
 # Variables ---------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import time
 import typing as t
 from dataclasses import dataclass, field
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch, run
+from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     CONTAINER_STATE_DIR,
     OWNER_ENV,
@@ -107,15 +107,6 @@ def socket_in_netns(path: str) -> socket.socket:
 
 def link_exists(name: str) -> bool:
     return os.path.exists(os.path.join("/sys/class/net", name))
-
-
-def delete_link(name: str) -> t.List[str]:
-    if not link_exists(name):
-        return []
-    proc = run(["ip", "link", "delete", name], check=False)
-    if proc.returncode != 0 and link_exists(name):
-        return ["ip link delete %s failed: %s" % (name, proc.stderr.decode().strip())]
-    return []
 
 
 def _fstab_escape(path: str) -> str:

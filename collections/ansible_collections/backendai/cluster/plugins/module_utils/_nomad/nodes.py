@@ -217,11 +217,3 @@ def summarize_node(node: t.Mapping[str, t.Any], allocations: t.Iterable[t.Mappin
         "free": free,
         "allocations": live,
     }
-
-
-def node_capacity(client: NomadClient, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
-    """:func:`summarize_node` of a node and its allocations, or None if the node is unknown."""
-    node = client.node(node_id)
-    if node is None:
-        return None
-    return summarize_node(node, client.node_allocations(node["ID"]))

@@ -10,8 +10,6 @@ backend (Nomad Variables, Vault, or a 0600 file of the local runtime).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import typing as t
 import uuid
 
@@ -54,12 +52,6 @@ def generate_keypair(key_type: str = "ed25519", key_bits: int = 3072,
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                            serialization.PublicFormat.OpenSSH).decode("ascii")
     return SSHKeypair(private, "%s %s" % (public, comment) if comment else public)
-
-
-def public_key_fingerprint(public_key: str) -> str:
-    """OpenSSH-style ``SHA256:...`` fingerprint of an authorized_keys line."""
-    blob = base64.b64decode(public_key.split()[1])
-    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode("ascii").rstrip("=")
 
 
 def derive_session_id(name: str, public_key: str) -> str:

@@ -139,7 +139,7 @@ def test_nodes_and_capacity_summary(adapter: RecordedHTTP) -> None:
     adapter.add("node_allocations")
     client = make_client(adapter)
     assert [n["Name"] for n in client.list_nodes()] == ["n1"]
-    cap = nodes.node_capacity(client, node["ID"])
+    cap = nodes.summarize_node(client.node(node["ID"]), client.node_allocations(node["ID"]))
     assert (cap["name"], cap["datacenter"], cap["node_pool"], cap["eligible"], cap["status"]) == ("n1", "dc1", "default", True, "ready")
     assert cap["total"]["cpu"] == 8000 and cap["reserved"] == {"cpu": 500, "memory": 512, "disk": 0}
     assert cap["allocated"]["cpu"] == 1000 and cap["allocated"]["devices"] == {"nvidia/gpu/A100": 1}

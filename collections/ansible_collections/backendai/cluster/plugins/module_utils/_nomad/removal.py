@@ -19,6 +19,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets i
     location_of_plan,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import BackendState
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
     is_managed,
 )
@@ -27,7 +28,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.spec im
 from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultError
 
 
-class Removing:
+class Removing(BackendState):
     """The removal part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
 
     def _rollback(self, name: str, session_id: str, store: SecretStore, public_key: str,

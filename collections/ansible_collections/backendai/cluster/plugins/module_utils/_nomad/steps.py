@@ -9,6 +9,10 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 
+if t.TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+
 DEFAULT_POLL_INTERVAL = 2.0
 #: How long a create follows its evaluation (under the admission lock) for Nomad's placement verdict.
 DEFAULT_EVAL_TIMEOUT = 10.0
@@ -38,3 +42,17 @@ def last_event(alloc: t.Mapping[str, t.Any]) -> str:
         if events:
             return str(events[-1].get("DisplayMessage") or events[-1].get("Type") or "")
     return ""
+
+
+class BackendState:
+    """What :class:`_nomad.backend.NomadBackend` holds and its parts (watch, update, removal) read."""
+
+    nomad: NomadClient
+    network: NetworkControl
+    namespace: str
+    region: str
+    poll_interval: float
+    eval_timeout: float
+    _clock: t.Callable[[], float]
+    _sleep: t.Callable[[float], None]
+    _warn: t.Callable[[str], None]

@@ -33,6 +33,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.view im
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import (
+    BackendState,
     REPAIR_META,
     STEP_REGISTER,
     STEP_WAIT,
@@ -40,7 +41,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps imp
 )
 
 
-class Updating:
+class Updating(BackendState):
     """The update part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
 
     def _update(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],

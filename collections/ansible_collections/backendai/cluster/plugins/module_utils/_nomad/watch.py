@@ -20,12 +20,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view impo
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import (
+    BackendState,
     WaitFailed,
     last_event,
 )
 
 
-class Watching:
+class Watching(BackendState):
     """The watching part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
 
     def _logs(self, alloc: t.Mapping[str, t.Any], lines: int) -> t.List[str]:

@@ -113,11 +113,3 @@ def local_runtime_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
 def session_network_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
     """The cluster network key file and the claims namespace (doc fragment ``backendai.cluster.session_network``)."""
     return copy.deepcopy(_SESSION_NETWORK)
-
-
-def env_of(option: t.Mapping[str, t.Any]) -> t.List[str]:
-    """The environment variables an option falls back to (empty if none)."""
-    fallback = option.get("fallback")
-    if not fallback:
-        return []
-    return list(fallback[1]) if len(fallback) > 1 else []

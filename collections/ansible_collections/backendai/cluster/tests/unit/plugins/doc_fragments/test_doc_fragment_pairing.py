@@ -17,6 +17,14 @@ from ansible_collections.backendai.cluster.plugins.module_utils import _defaults
 INVERTED = dict(ca.NOMAD_INVERTED_ENV)
 
 
+def env_of(option: t.Mapping[str, t.Any]) -> t.List[str]:
+    """The environment variables an option falls back to (empty if none)."""
+    fallback = option.get("fallback")
+    if not fallback:
+        return []
+    return list(fallback[1]) if len(fallback) > 1 else []
+
+
 def fragment_options(name: str, variant: str = "DOCUMENTATION") -> t.Dict[str, t.Any]:
     module = importlib.import_module("ansible_collections.backendai.cluster.plugins.doc_fragments.%s" % name)
     text = getattr(module.ModuleDocFragment, variant)
@@ -45,7 +53,7 @@ def test_fragment_matches_argument_spec(fragment: str) -> None:
         assert doc.get("choices") == arg.get("choices"), name
         assert doc.get("elements") == arg.get("elements"), name
         assert bool(doc.get("required")) == bool(arg.get("required")), name
-        assert env_documented(doc) == set(ca.env_of(arg)), "%s: environment variables documented vs. fallback" % name
+        assert env_documented(doc) == set(env_of(arg)), "%s: environment variables documented vs. fallback" % name
         if arg.get("no_log"):
             assert "never logged" in description(doc), name
 
@@ -63,13 +71,13 @@ def test_plugin_variant_has_env_entries_for_the_fallbacks() -> None:
         if name in INVERTED:  # not a plain env fallback: the plugin inverts it itself
             assert env == [] and env_documented(doc) == {INVERTED[name]}
         else:
-            assert env == ca.env_of(arg) and env_documented(doc) == set(env), name
+            assert env == env_of(arg) and env_documented(doc) == set(env), name
 
 
 def test_fallbacks_match_the_clients_environment_tables() -> None:
-    nomad = {name: ca.env_of(arg) for name, arg in ca.nomad_connection_argument_spec().items() if ca.env_of(arg)}
+    nomad = {name: env_of(arg) for name, arg in ca.nomad_connection_argument_spec().items() if env_of(arg)}
     assert nomad == dict({k: [v] for k, v in defaults.NOMAD_ENV.items()}, validate_certs=["NOMAD_SKIP_VERIFY"])
-    vault = {name: ca.env_of(arg) for name, arg in ca.vault_connection_argument_spec().items()}
+    vault = {name: env_of(arg) for name, arg in ca.vault_connection_argument_spec().items()}
     assert vault == {k: [v] for k, v in defaults.VAULT_ENV.items()}
 
 

@@ -56,11 +56,11 @@ def populate(double: NomadAPIDouble, nodes: int, allocs: int) -> None:
     job = {"ID": "filler", "Name": "filler", "Namespace": "default", "Type": "service", "Priority": 50,
            "Datacenters": ["*"], "NodePool": "default", "TaskGroups": [group]}
     rec = {"job": job, "Version": 0, "Queued": {}, "CreateIndex": 1, "ModifyIndex": 1, "JobModifyIndex": 1, "SubmitTime": 0}
-    node_list = sorted(double._nodes.values(), key=lambda n: n["Name"])  # noqa: SLF001 - test-side setup
-    with double._lock:  # noqa: SLF001
-        double._jobs[("default", "filler")] = rec  # noqa: SLF001
+    node_list = sorted(double.model.nodes.values(), key=lambda n: n["Name"])  # test-side setup
+    with double.model.lock:
+        double.model.jobs[("default", "filler")] = rec
         for i in range(allocs):
-            double._create_alloc(rec, group, i, node_list[i % len(node_list)], [], "bench", 100 + i)  # noqa: SLF001
+            double.model.create_alloc(rec, group, i, node_list[i % len(node_list)], [], "bench", 100 + i)
 
 
 def previous_live_agents(client: NomadClient) -> t.List[t.Dict[str, t.Any]]:

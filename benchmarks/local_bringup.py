@@ -7,6 +7,13 @@ only does, for N containers, ip netns add + CNI ADD (loopback, bridge, firewall)
 waits until every sshd accepts a TCP connection, then tears down.  Needs root.
 
     sudo python3 benchmarks/local_bringup.py --sizes 16,64 --repeat 3
+
+``--against REV`` instead compares this tree's runtime with the one of an older commit REV (checked
+out into a temporary git worktree, removed afterwards): for each size and round, one session with
+each tree's own copy of this benchmark (``--json --no-baseline --repeat 1``), alternately, so that both
+see the same machine load. It prints the medians and the ratio this/REV of bring-up ("up") and of its
+network phase. Target (issue: session networks on one plugin): up within 10 % of the runtime before
+the plugin, i.e. ratio <= 1.10 for N = 16 and N = 64, e.g. ``--against 9505143``.
 """
 from __future__ import annotations
 
@@ -142,16 +149,60 @@ def bench_baseline(size: int, repeat: int, key: str, work: str) -> dict[str, lis
     return out
 
 
+AGAINST_TARGET = 1.10  # up(this tree) / up(REV), same run
+
+
+def _one_run(tree: str, size: int) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "local_bringup.py"), "--json",
+                           "--no-baseline", "--repeat", "1", "--sizes", str(size)],
+                          stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(proc.stdout)["runtime-%d" % size]
+
+
+def compare_against(rev: str, sizes: list[int], repeat: int) -> int:
+    """This tree against commit ``rev``, alternately (see the module docstring)."""
+    work = tempfile.mkdtemp(prefix="bai-bench-rev-", dir=os.path.dirname(REPO))
+    tree = os.path.join(work, "tree")
+    subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "--quiet", tree, rev], check=True)
+    try:
+        runs: dict[tuple[str, int], dict[str, list[float]]] = {}
+        for size in sizes:
+            for _round in range(repeat):
+                for label, where in (("this", REPO), (rev, tree)):
+                    got = _one_run(where, size)
+                    acc = runs.setdefault((label, size), {"up": [], "network": []})
+                    for k in acc:
+                        acc[k] += got[k]
+    finally:
+        subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", tree], check=False)
+        os.rmdir(work)
+    print("%-8s %6s %8s %8s   (median of %d, seconds; alternately)" % ("tree", "N", "up", "network", repeat))
+    met = True
+    for size in sizes:
+        med = {label: {k: statistics.median(v) for k, v in runs[(label, size)].items()} for label in ("this", rev)}
+        for label in ("this", rev):
+            print("%-8s %6d %8.2f %8.2f" % (label[:8], size, med[label]["up"], med[label]["network"]))
+        ratio = med["this"]["up"] / med[rev]["up"]
+        met = met and ratio <= AGAINST_TARGET
+        print("%-8s %6d %8.2f %8.2f   up ratio %.2f (target <= %.2f)" % (
+            "ratio", size, ratio, med["this"]["network"] / med[rev]["network"], ratio, AGAINST_TARGET))
+    print("target %s" % ("met" if met else "NOT met"))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="16,64")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    ap.add_argument("--against", metavar="REV", help="compare with the runtime of commit REV (see above)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
         return 2
+    if args.against:
+        return compare_against(args.against, [int(s) for s in args.sizes.split(",")], args.repeat)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bai-bench-") as work:
         key = os.path.join(work, "id")

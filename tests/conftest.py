@@ -9,6 +9,7 @@ import typing as t
 
 import pytest
 
+import leaks
 from repo_helpers import NOMAD_JOB_LINT, SHARED
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
@@ -40,3 +41,13 @@ def network_key_file(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[str
             os.environ.pop(NETWORK_KEY_ENV, None)
         else:
             os.environ[NETWORK_KEY_ENV] = before
+
+
+@pytest.fixture
+def host_leaks() -> t.Iterator[leaks.LeakCheck]:
+    """A snapshot of this machine before the test (tests/leaks.py); after it, nothing may be left or changed.
+    ``host_leaks.record(state_dir, [name])`` before destroying a session adds what its state directory says
+    it made. Needs root; run under ``flock /work/.netns-tests.lock``."""
+    check = leaks.LeakCheck()
+    yield check
+    check.assert_clean()

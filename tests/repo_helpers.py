@@ -51,3 +51,39 @@ def task_results(proc: subprocess.CompletedProcess) -> t.Dict[str, t.Dict[str, t
 
 def lint_job_files(*paths: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, NOMAD_JOB_LINT] + list(paths), capture_output=True, text=True)
+
+
+def read_var_spec(path: str) -> t.Dict[str, t.Any]:
+    """A Nomad variable specification file as ``nomad var put @FILE`` reads it (command/var_put.go: HCL or JSON by
+    the extension): ``{path, namespace, items}``, heredoc items unwrapped."""
+    import re
+
+    import hcl2
+
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if path.endswith(".json"):
+        body = json.loads(text)
+        return {"path": body["Path"], "namespace": body.get("Namespace", ""), "items": body["Items"]}
+    parsed = hcl2.loads(text)
+    items = {}
+    for key, value in parsed["items"][0].items():
+        if key.startswith("__"):  # python-hcl2's block marker
+            continue
+        heredoc = re.fullmatch(r'"<<([A-Za-z0-9_]+)\n(.*\n)\1"', value, re.S)
+        items[key] = heredoc.group(2) if heredoc else value.strip('"')
+    return {"path": parsed["path"].strip('"'), "namespace": parsed.get("namespace", '""').strip('"'), "items": items}
+
+
+def admitted_groups(job: t.Mapping[str, t.Any], key: bytes, namespace: str = "default",
+                    region: str = "global") -> t.List[t.Any]:
+    """Every group of ``job`` admitted by the CNI plugin's own check (``_session_network.admit``), with CNI_ARGS built
+    as Nomad's client builds them for an allocation of that group in ``namespace``; raises AdmissionError if not."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import client_args
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import admit, nomad_cni_args, parse_cni_args
+
+    out = []
+    for group in job["TaskGroups"]:
+        args = nomad_cni_args(client_args(job, group["Name"]), region, namespace, job["ID"], group["Name"], "alloc-1")
+        out.append(admit(key, parse_cni_args(args)))
+    return out

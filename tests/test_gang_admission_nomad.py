@@ -65,8 +65,8 @@ def leftovers(double: NomadAPIDouble, names: t.Iterable[str]) -> t.List[str]:
             out.append("variable nomad/jobs/" + name)
     if double.stored_variable(LOCK_PATH) is not None:
         out.append("admission lock variable")
-    with double._lock:  # network slots claimed and not released (issue 11)
-        claims = [(path, var) for (_ns, path), var in double._vars.items() if path.startswith("backendai-cluster/network/")]
+    with double.model.lock:  # network slots claimed and not released (issue 11)
+        claims = [(path, var) for (_ns, path), var in double.model.variables.items() if path.startswith("backendai-cluster/network/")]
     out += ["slot claim %s" % path for path, var in claims if (var.get("Items") or {}).get("job") in set(names)]
     return out
 

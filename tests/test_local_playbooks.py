@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 
+import leaks
 from repo_helpers import play_stats, run_playbook, task_results
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
@@ -42,26 +43,16 @@ class Session:
         return run_playbook(playbook, "-e", spec or spec_vars(self.name), "-e", "session_state_dir=" + self.state_dir,
                             *extra, check=check)
 
-    def netns(self) -> t.List[str]:
-        with open(os.path.join(self.state_dir, self.name, "session.json"), encoding="utf-8") as f:
-            return [c["netns"] for c in json.load(f)["containers"]]
-
 
 @pytest.fixture
-def session(tmp_path: t.Any) -> t.Iterator[Session]:
+def session(tmp_path: t.Any, host_leaks: t.Any) -> t.Iterator[Session]:
+    """A session name and state directory; destroyed after the test, then nothing of it may be left."""
     s = Session(tmp_path)
     try:
         yield s
     finally:
-        names = []
-        try:
-            names = s.netns()
-        except OSError:
-            pass
+        host_leaks.record(s.state_dir, [s.name])
         s.play("destroy_session.yml", spec=json.dumps({"session_name": s.name}))
-        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert not [n for n in names if n in left], "namespaces left behind"
-        assert not os.path.exists(os.path.join(s.state_dir, s.name))
 
 
 def command_of(supervisor: int) -> int:
@@ -152,12 +143,10 @@ def test_check_mode_makes_nothing(session: Session) -> None:
 
 def test_destroy_is_idempotent_and_complete(session: Session) -> None:
     assert session.play("create_session.yml").returncode == 0
-    netns = session.netns()
+    made = leaks.record(session.state_dir, [session.name])
     gone = session.play("destroy_session.yml")
     assert gone.returncode == 0 and play_stats(gone)["changed"] == 1
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not [n for n in netns if n in left]
-    assert not os.path.exists(os.path.join(session.state_dir, session.name))
+    assert leaks.leaks(None, made) == []
     again = session.play("destroy_session.yml")
     assert again.returncode == 0 and play_stats(again)["changed"] == 0
 

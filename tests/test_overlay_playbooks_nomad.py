@@ -101,4 +101,4 @@ def test_a_failed_submission_leaves_nothing(nomad: NomadAPIDouble, inventory: st
     result = task_results(created)["Submit the session (the next task waits for its containers and shows what is pending)"]
     assert result["failed_step"] == "register job" and "released" in result["rollback"]
     assert nomad.stored_job("ovl") is None and nomad.stored_variable("nomad/jobs/ovl") is None
-    assert not [path for (_ns, path) in nomad._vars if path.startswith("backendai-cluster/")]
+    assert not [path for (_ns, path) in nomad.model.variables if path.startswith("backendai-cluster/")]

@@ -114,6 +114,7 @@ def test_nomad_backend_results_match_return(nomad: NomadAPIDouble, run: ModuleRu
     infos.add(run(session_info, conn(nomad, name="s1", log_lines=2), check=True), "one")
     infos.add(run(session_info, conn(nomad, namespace="*"), check=True), "all namespaces")
     renders.add(run(session_render, conn(nomad, spec=s, output_dir=str(tmp_path), write_secret=True)), "render")
+    renders.add(run(session_render, {"spec": s, "agents": [{"name": "a", "cpu": 8000, "memory": 8192}]}), "unsigned")
     renders.add(run(session_render, {"spec": s, "agents": [{"name": "a", "cpu": 100, "memory": 100}],
                                      "fail_on_pending": False}), "pending")
     sessions.add(run(session_module, conn(nomad, name="s1", state="absent"), diff=True), "absent")

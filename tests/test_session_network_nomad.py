@@ -29,7 +29,7 @@ from module_helpers import ENV_VARS, NOMAD_TOKEN, ModuleRun, spec
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
-from repo_helpers import lint_job_files, run_playbook
+from repo_helpers import admitted_groups, lint_job_files, read_var_spec, run_playbook
 
 PREFIX = "backendai-cluster/network/slots/"
 
@@ -50,7 +50,7 @@ def args(double: NomadAPIDouble, name: str = "s1", **extra: t.Any) -> t.Dict[str
 
 def claims(double: NomadAPIDouble, namespace: str = "default") -> t.Dict[int, t.Dict[str, str]]:
     out = {}
-    for (ns, path), var in sorted(double._vars.items()):  # the double's store, read directly
+    for (ns, path), var in sorted(double.model.variables.items()):  # the double's store, read directly
         if ns == namespace and path.startswith(PREFIX):
             out[int(path[len(PREFIX):])] = var["Items"]
     return out
@@ -97,7 +97,7 @@ def test_a_rerun_keeps_the_slot_and_remakes_a_lost_claim(nomad: NomadAPIDouble, 
     slot = run(session_module, args(nomad))["network"]["slot"]
     again = run(session_module, args(nomad))
     assert again["changed"] is False and again["network"]["slot"] == slot == slot_in_job(nomad, "s1")
-    nomad._vars.pop(("default", PREFIX + str(slot)))  # someone deleted the claim
+    nomad.model.variables.pop(("default", PREFIX + str(slot)))  # someone deleted the claim
     checked = run(session_module, args(nomad), check=True)
     assert checked["changed"] is True and slot not in claims(nomad)  # would make it again; check mode writes nothing
     third = run(session_module, args(nomad))
@@ -192,9 +192,12 @@ def test_the_key_is_in_no_output_job_or_variable(nomad: NomadAPIDouble, network_
         proc = run_playbook(playbook, "-vvv", "-e", session, "-e", "wait_timeout=20", env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         outputs.append(proc.stdout + proc.stderr)
+    # the Nomad CLI path signs with the key: its job, claim and keypair files, output and -vvv log hold none of it
     proc = run_playbook("render_session.yml", "-vvv", "-e", session, "-e", "output_dir=" + str(tmp_path),
-                        "-e", json.dumps({"agents": [{"name": "a", "cpu": 8000, "memory": 8192}]}))
+                        "-e", "write_secret=true",
+                        "-e", json.dumps({"agents": [{"name": "a", "cpu": 8000, "memory": 8192, "underlay_ip": "10.1.1.1"}]}))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "signed for network slot" in proc.stdout and [f for f in os.listdir(tmp_path) if ".slot-" in f]
     outputs.append(proc.stdout + proc.stderr)
     outputs += [open(os.path.join(tmp_path, f), encoding="utf-8").read() for f in os.listdir(tmp_path)]
     outputs += [r.text for r in nomad.requests]
@@ -241,3 +244,114 @@ def test_render_against_nomad_shows_the_nodes_underlay_addresses_unsigned(nomad:
     assert not rendered.get("failed"), rendered.get("msg")
     assert rendered["network"]["agents"] == ["192.168.60.1", "10.9.0.2"] and rendered["network"]["signed"] is False
     assert rendered["network"]["placeholder_agents"] == [] and claims(nomad) == {}
+
+
+def nomad_cli(double: NomadAPIDouble, command: str) -> None:
+    """One command session_render printed, sent as the nomad CLI sends it (hashicorp/nomad command/var_put.go:
+    ``@FILE`` parsed by extension, ``-namespace`` steps on the file's namespace, ``CheckedUpdate`` =
+    ``PUT /v1/var/:path?cas=<-check-index, else the file's ModifyIndex, 0>``; command/var_purge.go: ``DELETE``;
+    command/job_run.go: the job's own namespace; command/job_stop.go ``-purge``), against the API double. ``nomad
+    job run X.nomad.hcl`` registers X.json, the same job as JSON (no HCL parser here)."""
+    import shlex
+
+    words = shlex.split(command)
+    flags = dict(w[1:].split("=", 1) if "=" in w else (w[1:], "") for w in words[3:] if w.startswith("-"))
+    args = [w for w in words[3:] if not w.startswith("-")]
+    client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
+    if words[:3] == ["nomad", "var", "put"]:
+        var = read_var_spec(args[0][1:])
+        ns = flags.get("namespace") or var["namespace"] or "default"
+        client.in_namespace(ns).put_variable(var["path"], var["items"], cas=int(flags.get("check-index") or 0))
+    elif words[:3] == ["nomad", "var", "purge"]:
+        client.in_namespace(flags.get("namespace") or "default").delete_variable(args[0])
+    elif words[:3] == ["nomad", "job", "run"]:
+        with open(args[0].replace(".nomad.hcl", ".json"), encoding="utf-8") as f:
+            body = json.load(f)
+        client.in_namespace(body["Job"].get("Namespace") or flags.get("namespace") or "default").register_job(body)
+    elif words[:3] == ["nomad", "job", "stop"]:
+        client.in_namespace(flags.get("namespace") or "default").deregister_job(args[0], purge="purge" in flags)
+    else:
+        raise AssertionError("not a command the CLI path prints: %s" % command)
+
+
+@pytest.mark.parametrize("fmt", ["hcl", "json"])
+def test_the_cli_path_claims_what_the_session_module_claims_runs_admitted_and_is_destroyed_normally(
+        nomad: NomadAPIDouble, nomad_double_factory: t.Any, run: ModuleRun, network_key_file: str, tmp_path: t.Any,
+        fmt: str) -> None:
+    """session_render against the cluster (team-a, claims in infra), its commands applied through the double's
+    /v1/var and /v1/jobs: the claim is the variable _network_claims writes, every group is admitted, a second claim
+    of the slot gets the 409 of -check-index=0, and `session state=absent` releases the claim as its own."""
+    out = str(tmp_path / "out")
+    rendered = run(render_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN, "namespace": "team-a",
+                                   "network_claims_namespace": "infra", "output_dir": out, "write_secret": True,
+                                   "secret_format": fmt, "spec": spec("cli", 4, cluster_mode="multi-node",
+                                                                      resources={"cpu": 3000, "memory": 1024})})
+    assert not rendered.get("failed"), rendered.get("msg")
+    net, sid = rendered["network"], rendered["plan"]["session_id"]
+    assert net["signed"] is True and net["agents"] == ["192.168.60.1", "10.9.0.2"]  # the nodes' addresses
+    assert net["slot"] == preferred_slot("team-a", "cli") and claims(nomad, "infra") == {}  # nothing claimed yet
+    assert rendered["claim_files"] == [os.path.join(out, "cli.slot-%d.var.%s" % (net["slot"], fmt))]
+    assert rendered["commands"][0].startswith("nomad var put -namespace=infra -check-index=0 @")
+    assert rendered["commands"][1].startswith("nomad var put -namespace=team-a @")
+    for command in rendered["commands"]:
+        nomad_cli(nomad, command)
+    # what _network_claims writes for this session, on a cluster of its own
+    other = nomad_double_factory(token=NOMAD_TOKEN)
+    own = _network_claims.NetworkClaims(NomadClient(NomadConnection(nomad_addr=other.url, token=NOMAD_TOKEN,
+                                                                    namespace="infra")))
+    assert own.claim("team-a", "cli", sid).slot == net["slot"]
+    assert claims(nomad, "infra") == claims(other, "infra") == {net["slot"]: {
+        "namespace": "team-a", "job": "cli", "session_id": sid, "first": str(net["slot"]), "slots": "1"}}
+    job = nomad.stored_job("cli", "team-a")
+    assert job is not None and nomad.stored_variable("nomad/jobs/cli", "team-a") is not None
+    assert len(admitted_groups(job, read_key(network_key_file), "team-a")) == 4
+    with pytest.raises(_network_claims.CASConflict):  # the slot is taken now: the claim command fails
+        nomad_cli(nomad, rendered["commands"][0])
+    # the session module sees the CLI-made session as its own and removes all of it, the claim included
+    gone = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN, "name": "cli", "state": "absent",
+                                "namespace": "team-a", "network_claims_namespace": "infra"})
+    assert not gone.get("failed"), gone.get("msg")
+    assert gone["removed"]["network_slot"] == net["slot"] and gone["removed"]["job"] is True
+    assert claims(nomad, "infra") == {} and nomad.stored_variable("nomad/jobs/cli", "team-a") is None
+    assert nomad.stored_job("cli", "team-a") is None
+
+
+def test_the_cli_path_teardown_commands_remove_everything(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:
+    """A session larger than a /24: one claim file per slot of its block, every one applied and purged again."""
+    double = nomad
+    for i in range(2):
+        double.add_node("big%d" % i, cpu=400000, memory=400000, address="192.168.61.%d" % (i + 1))
+    rendered = run(render_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "output_dir": str(tmp_path),
+                                   "write_secret": True, "spec": spec("big", 300, cluster_mode="multi-node",
+                                                                      resources={"cpu": 1000, "memory": 1024})})
+    assert not rendered.get("failed"), rendered.get("msg")
+    first = rendered["network"]["slot"]
+    assert rendered["network"]["slots"] == 2 and first % 2 == 0 and len(rendered["claim_files"]) == 2
+    for command in rendered["commands"]:
+        nomad_cli(double, command)
+    assert {s: items["first"] for s, items in claims(double).items()} == {first: str(first), first + 1: str(first)}
+    assert _network_claims.slot_of_job(double.stored_job("big")) == (first, 2)
+    for command in rendered["teardown"]:
+        nomad_cli(double, command)
+    assert claims(double) == {} and double.stored_job("big") is None and double.stored_variable("nomad/jobs/big") is None
+
+
+def test_a_render_that_cannot_sign_as_asked_fails_clearly_writing_nothing(run: ModuleRun, tmp_path: t.Any) -> None:
+    out = str(tmp_path / "out")
+    agents = [{"name": "a", "cpu": 8000, "memory": 8192, "underlay_ip": "10.1.1.1"}]
+    base = {"spec": spec("r3", 2), "agents": agents, "output_dir": out}
+    alone = run(render_module, dict(base, sign=True))
+    assert alone.get("failed") and alone["msg"].startswith("sign=true needs write_secret=true")
+    keyless = run(render_module, dict(base, sign=True, write_secret=True, network_key_file=str(tmp_path / "nope.key")))
+    assert keyless.get("failed") and "cannot read the network key %s" % (tmp_path / "nope.key") in keyless["msg"]
+    assert "overlay_agent" in keyless["msg"] and "Traceback" not in keyless["msg"]
+    misaligned = run(render_module, dict(base, write_secret=True, network_slot=3, spec=spec(
+        "r4", 300, cluster_mode="multi-node", resources={"cpu": 100, "memory": 100}),
+        agents=[dict(agents[0], cpu=100000, memory=100000)]))
+    assert misaligned.get("failed") and misaligned["problems"] == [
+        "network_slot: must be a multiple of 2 from 0 to 2046: this session needs an aligned block of 2 slots of the "
+        "cluster's 2048 (got 3)"]
+    assert not os.path.exists(out)
+    checked = run(render_module, dict(base, write_secret=True), check=True)
+    assert checked["changed"] is True and checked["network"]["signed"] is True and not os.path.exists(out)
+    assert checked["claim_files"] == [os.path.join(out, "r3.slot-%d.var.hcl" % checked["network"]["slot"])]

@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +18,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+import leaks  # tests/leaks.py: the one leak check
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(REPO, "collections")
 if COLLECTIONS not in sys.path:
@@ -26,13 +27,7 @@ if COLLECTIONS not in sys.path:
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._local import session as local_session  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import NETNS_DIR  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (  # noqa: E402
-    FAULT_ENV,
-    OWNER_ENV,
-    SessionPaths,
-)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import FAULT_ENV  # noqa: E402
 
 
 def _skip_reason() -> str | None:
@@ -114,102 +109,18 @@ except OSError as e:
 
 
 # ------------------------------------------------------------------ host snapshots
-# Other runs of this suite (or of the runtime) may be active on the host at the same time:
-# the checks look for what belongs to the sessions under test, and compare the whole
-# iptables ruleset and net.ipv4.ip_forward only when no other session is around.
+# The one leak check of the repository (tests/leaks.py): a snapshot before, what the sessions made
+# (recorded from their state directories), and everything that changed on the machine since.
 
-def _run(argv: list[str]) -> str:
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False).stdout.decode()
-
-
-def iptables_rules() -> list[str]:
-    out = []
-    for table in ("filter", "nat"):
-        out += [line for line in _run(["iptables-save", "-t", table]).splitlines()
-                if line.startswith(("-A", ":")) and not re.match(r"^:(INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) ",
-                                                                 line)]
-    return out
+def host_snapshot() -> leaks.LeakCheck:
+    return leaks.LeakCheck()
 
 
-def _ns_inode(path: str) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
-def live_processes() -> dict[int, tuple[str, bytes, int | None]]:
-    """pid -> (command line, environment, network namespace inode) of non-zombie processes."""
-    procs = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                if f.read().rpartition(")")[2].split()[0] in ("Z", "X"):
-                    continue
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-            with open("/proc/%s/environ" % entry, "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue
-        procs[int(entry)] = (cmd, environ, _ns_inode("/proc/%s/ns/net" % entry))
-    return procs
-
-
-def netns_names() -> set[str]:
-    return set(os.listdir(NETNS_DIR)) if os.path.isdir(NETNS_DIR) else set()
-
-
-def host_snapshot() -> dict[str, Any]:
-    netns = netns_names()
-    links = set(os.listdir("/sys/class/net"))
-    return {
-        "netns": netns,
-        "links": links,
-        "quiet": not any(n.startswith("bai") for n in netns | links),
-        "iptables": iptables_rules(),
-        "ip_forward": open("/proc/sys/net/ipv4/ip_forward").read().strip(),
-        "pids": set(live_processes()),
-    }
-
-
-def session_names_on_host(state_root: str, session: dict[str, Any]) -> list[str]:
-    """The bridge and netns names the runtime derives for this session."""
-    spec = local_session.from_raw(session)
-    names = local_session.resource_names(SessionPaths(os.path.abspath(state_root), spec["name"]), spec)
-    return [names["bridge"]] + list(names["netns"].values())
-
-
-def assert_clean(before: dict[str, Any], state_root: str, sessions: list[dict[str, Any]],
-                 marks: tuple[str, ...] = ()) -> None:
-    """Nothing of the sessions is left: namespaces, links, iptables rules, processes, files.
-
-    ``marks``: more strings only the sessions' iptables rules would contain (subnets...).
-    """
-    after = host_snapshot()
-    ours = [n for s in sessions for n in session_names_on_host(state_root, s)]
-    assert not [n for n in ours if n in after["netns"]], "network namespaces left: %s" % ours
-    assert not [n for n in ours if n in after["links"]], "links left: %s" % ours
-    rules = "\n".join(after["iptables"])
-    for mark in ours + list(marks):
-        assert mark not in rules, "iptables rules mention %s:\n%s" % (mark, rules)
-    if before["quiet"] and after["quiet"]:
-        assert after["iptables"] == before["iptables"], "iptables changed:\n%s" % "\n".join(
-            sorted(set(after["iptables"]) ^ set(before["iptables"])))
-        assert after["ip_forward"] == before["ip_forward"], "net.ipv4.ip_forward changed"
-    host_ns = _ns_inode("/proc/self/ns/net")
-    named = {_ns_inode(os.path.join(NETNS_DIR, n)) for n in netns_names()}
-    tag = ("%s=%s" % (OWNER_ENV, os.path.abspath(state_root))).encode()
-    for pid, (cmd, environ, ns) in live_processes().items():
-        assert state_root not in cmd and not any(e.startswith(tag) for e in environ.split(b"\0")), \
-            "process %d left: %s" % (pid, cmd)
-        if pid not in before["pids"]:
-            assert ns in named or ns == host_ns or ns is None, \
-                "process %d left in an unnamed network namespace: %s" % (pid, cmd)
-    for s in sessions:
-        assert not os.path.exists(os.path.join(state_root, s["name"])), "state dir of %s left" % s["name"]
+def assert_clean(before: leaks.LeakCheck, state_root: str, sessions: list[dict[str, Any]]) -> None:
+    """Nothing of the sessions is left (their state directories, processes tagged with the state root, and
+    anything that appeared or changed on the machine since ``before``)."""
+    before.record(state_root, [s["name"] for s in sessions])
+    before.assert_clean()
 
 
 # ------------------------------------------------------------------ state roots
@@ -284,20 +195,18 @@ def sessions(state_root: str, keypair: tuple[str, str]) -> Iterator[Callable[...
     the host is checked to hold nothing of them."""
     before = host_snapshot()
     made: list[dict[str, Any]] = []
-    subnets: list[str] = []
 
     def create(name: str, **kw: Any) -> dict[str, Any]:
         session = make_session(name, keypair, **kw)
         made.append(session)
         result = rt.create_session(session, state_root)
-        subnets.append(result["subnet"])
         return dict(result, spec=session)
 
     yield create
+    before.record(state_root, [s["name"] for s in made])  # what they made, while it is there
     for session in made:
         rt.destroy_session(session["name"], state_root)
-    marks = tuple(s.rsplit(".", 1)[0] + "." for s in subnets) if before["quiet"] else ()
-    assert_clean(before, state_root, made, marks)
+    assert_clean(before, state_root, made)
 
 
 def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -339,5 +248,4 @@ def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> s
 def helpers() -> types.SimpleNamespace:
     """This file's helpers, for the tests (a second ``conftest`` module cannot be imported by name)."""
     return types.SimpleNamespace(collections=COLLECTIONS, make_session=make_session, host_snapshot=host_snapshot,
-                                 assert_clean=assert_clean, ssh=ssh, netns_names=netns_names, start_creator=start_creator,
-                                 live_processes=live_processes, iptables_rules=iptables_rules)
+                                 assert_clean=assert_clean, ssh=ssh, start_creator=start_creator)

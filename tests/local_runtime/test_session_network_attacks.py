@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import typing as t
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -425,8 +427,12 @@ def test_16_concurrent_adds_and_dels_on_one_agent(world: World, sessions: int) -
     agent = "agent3"
     before = w.agent_state(agent)
     key = _key(w)
-    owners = [{"state_dir": "/nonexistent/test-" + uuid.uuid4().hex, "session_id": str(uuid.uuid4())}
-              for _ in range(sessions)]
+    # owners that look alive to claim_slot (a state dir with a journal): a claim whose state dir is gone is
+    # stale and taken back, so owner i+1 could take owner i's slot when a slot of the range is busy
+    homes = [tempfile.mkdtemp(prefix="bai-t-owner-", dir=w.fabric) for _ in range(sessions)]
+    for home in homes:
+        open(os.path.join(home, "journal"), "w").close()
+    owners = [{"state_dir": home, "session_id": str(uuid.uuid4())} for home in homes]
     slots = [lnet.claim_slot(os.path.join(w.fabric, "slots"), o, 1000 + i, []) for i, o in enumerate(owners)]
     params = [net.make_params(o["session_id"], s, [w.agents[agent]["underlay_ip"]]) for o, s in zip(owners, slots)]
     names = ["bai-t-%s-%d-c%02d" % (w.tag, sessions, i) for i in range(16)]
@@ -457,5 +463,7 @@ def test_16_concurrent_adds_and_dels_on_one_agent(world: World, sessions: int) -
     finally:
         for o in owners:
             lnet.release_slots(os.path.join(w.fabric, "slots"), o)
+        for home in homes:
+            shutil.rmtree(home, ignore_errors=True)
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join("netns del %s\n" % n for n in names), text=True,
                        check=False, capture_output=True)

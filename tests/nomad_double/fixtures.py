@@ -15,7 +15,8 @@ import typing as t
 
 import pytest
 
-from .server import NomadAPIDouble, TestPKI, make_test_pki
+from .pki import TestPKI, make_test_pki
+from .server import NomadAPIDouble
 from .vault import VaultKVDouble
 
 

@@ -16,7 +16,8 @@ import json
 import typing as t
 import uuid
 
-from .server import BadRequest, HTTPDouble, Request, Response, TestPKI, json_response
+from .http_shell import BadRequest, HTTPDouble, Request, Response, json_response
+from .pki import TestPKI
 
 CAS_MISMATCH = "check-and-set parameter did not match the current version"
 

@@ -24,13 +24,13 @@ class HalfPlacedWatch:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
-        d = self.double
+        d = self.double.model
         now = time.monotonic()
-        with d._lock:  # noqa: SLF001 - the watch reads the double's own state
+        with d.lock:  # the watch reads the double's model directly
             half = set()
-            for (_ns, job_id), rec in d._jobs.items():  # noqa: SLF001
+            for (_ns, job_id), rec in d.jobs.items():
                 groups = [g["Name"] for g in rec["job"].get("TaskGroups") or []]
-                live = {a["TaskGroup"] for a in d._job_allocs(_ns, job_id) if d._live(a)}  # noqa: SLF001
+                live = {a["TaskGroup"] for a in d.job_allocs(_ns, job_id) if d.live(a)}
                 if live and any(g not in live for g in groups):
                     half.add(job_id)
         for job_id in half:

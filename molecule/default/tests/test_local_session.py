@@ -19,7 +19,7 @@ import typing as t
 import uuid
 
 import pytest
-from conftest import PY, Session, expected_env, hostnames, leftovers, run_playbook
+from conftest import PY, Session, expected_env, hostnames, leaks, run_playbook
 
 
 def test_the_session_has_the_containers_of_the_spec(session: Session, spec: t.Mapping[str, t.Any]) -> None:
@@ -139,15 +139,16 @@ def other(svars: t.Mapping[str, t.Any], session: Session, spec: t.Mapping[str, t
     name = svars["other_session_name"]
     other_spec = {"name": name, "image": "local", "cluster_size": 2, "resources": {"cpu": 100, "memory": 64},
                   "ssh": dict(spec["ssh"]), "master_port": spec["master_port"]}
+    check = leaks.LeakCheck()  # the machine with this scenario's session only
     made = run_playbook("create_session.yml", session.state_root, {"session": other_spec})
     try:
         assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-2000:]
         yield Session(session.state_root, name)
     finally:
-        record = leftovers.record(session.state_root, name)
+        check.record(session.state_root, [name])
         gone = run_playbook("destroy_session.yml", session.state_root, {"session_name": name})
         assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-2000:]
-        assert leftovers.check(record) == []
+        check.assert_clean()
 
 
 def test_a_second_session_is_isolated_from_this_one(host: t.Any, session: Session, other: Session,

@@ -20,13 +20,7 @@ import os
 import subprocess
 import typing as t
 
-import pytest
-from conftest import PY, Session, expected_agents, hostnames, scenario_vars
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "hostname" in metafunc.fixturenames:
-        metafunc.parametrize("hostname", hostnames(scenario_vars()["session"]))
+from conftest import PY, Session, expected_agents, hostnames
 
 
 def agent_ns(agents: t.Sequence[t.Mapping[str, t.Any]]) -> t.Dict[str, str]:
@@ -156,9 +150,9 @@ def test_mtu_df_bit_and_20mb_transfer_between_agents(session: Session, agents: t
 def test_the_other_session_is_unreachable(session: Session, other: Session, spec: t.Mapping[str, t.Any]) -> None:
     port = spec["ssh"]["port"]
     mine, theirs = list(session.address.values()), list(other.address.values())
-    assert all(other.probe("main1", [other.address[h] for h in other.hosts[1:]], port).values()), \
+    assert all(other.reachable("main1", [other.address[h] for h in other.hosts[1:]], port).values()), \
         "the second session works across agents"
     for src in (session.hosts[0], session.hosts[-1]):
-        assert not any(session.probe(src, theirs, port).values()), "%s reached the other session" % src
+        assert not any(session.reachable(src, theirs, port).values()), "%s reached the other session" % src
     for src in other.hosts:
-        assert not any(other.probe(src, mine, port).values()), "the other session's %s reached this one" % src
+        assert not any(other.reachable(src, mine, port).values()), "the other session's %s reached this one" % src

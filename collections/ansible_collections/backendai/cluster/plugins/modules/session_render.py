@@ -12,14 +12,22 @@ version_added: 0.1.0
 description:
   - Validates a cluster session spec, places its containers on the given agents, and renders the Nomad job
     as the JSON body of C(PUT /v1/jobs) and as an HCL2 jobspec for C(nomad job run), plus an OpenMPI hostfile.
-  - Nothing is submitted and no key is generated; the job reads the session keypair at runtime from the secret
-    backend, so the rendered files hold no secret.
-  - "The job is B(not signed): every group's C(cni { args }) carries the marker C(BAI_MAC=UNSIGNED-RENDER-ONLY) instead
-    of the MAC made with the cluster network key, so the agents' CNI plugin refuses to start it. Signing needs a
-    network slot claimed in the cluster, which only M(backendai.cluster.session) does (it then signs with the real
-    key). C(BAI_VNI)/C(BAI_NET) show the slot the session would try first; agents without C(underlay_ip) get a
-    placeholder address from C(198.18.0.0/15); with live agents from Nomad they are the nodes' addresses, read as
-    M(backendai.cluster.session) reads them."
+  - Nothing is submitted and nothing is written to Nomad; the job reads the session keypair at runtime from the secret
+    backend, so the rendered job files hold no secret.
+  - "For the Nomad CLI (O(write_secret=true)) with the cluster network key at hand (O(network_key_file)), the job is
+    B(signed): every group's C(cni { args }) carries the MAC the agents' CNI plugin checks, made with the key over the
+    job's namespace (always written into the job then), job ID and group name, for one session network slot - the
+    session's preferred one or O(network_slot). The claim of that slot, the variable
+    C(backendai-cluster/network/slots/<n>) in O(network_claims_namespace) exactly as M(backendai.cluster.session)
+    writes it, is written beside the keypair as C(<name>.slot-<n>.var.hcl) (one per slot of a block), and
+    RV(commands) put it with C(nomad var put -check-index=0) (create only if absent) before the keypair and the job.
+    Signing needs every agent's real underlay address; an agent without one fails the task."
+  - "Otherwise the job is B(not signed): its groups carry C(BAI_MAC=UNSIGNED-RENDER-ONLY) and the agents' CNI plugin
+    refuses to start it (RV(unsigned_reason) says why); it is for reading. C(BAI_VNI)/C(BAI_NET) show the slot the
+    session would try first (or O(network_slot)); agents without C(underlay_ip) get a placeholder address from
+    C(198.18.0.0/15)."
+  - With live agents from Nomad (no O(agents)), the underlay addresses are the nodes' addresses, read as
+    M(backendai.cluster.session) reads them.
   - With O(output_dir), writes C(<name>.json), C(<name>.nomad.hcl) and C(<name>.hostfile) there, only when their
     content changes.
   - Without O(agents), the agents are read (read-only) from the Nomad cluster at O(nomad_addr), as the
@@ -55,8 +63,8 @@ options:
   agents:
     description:
       - Agents (Nomad client nodes) with their free capacity, each C({name, cpu, memory, gpu, datacenter, drivers}).
-      - C(cpu) is in MHz and C(memory) in MB; C(underlay_ip) (the agent's session network address) is shown in the
-        job's C(BAI_AGENTS); other keys are ignored.
+      - C(cpu) is in MHz and C(memory) in MB; C(underlay_ip) (the agent's session network address, required to sign)
+        and C(underlay_mtu) (default 1500) go into the job's C(BAI_AGENTS) and C(BAI_MTU); other keys are ignored.
       - Required unless a Nomad address is given (O(nomad_addr) or E(NOMAD_ADDR)); then the default is the free
         capacity of the cluster's ready, eligible nodes.
     type: list
@@ -85,25 +93,43 @@ options:
     description:
       - For the Nomad CLI path - also make the session keypair and write it into O(output_dir) as a Nomad variable
         specification file, C(<name>.var.hcl) (what C(nomad var put -in hcl) reads) or C(<name>.var.json)
-        (O(secret_format=json)), mode 0600; RV(commands) are then the two commands that run the session.
+        (O(secret_format=json)), mode 0600; RV(commands) are then the commands that run the session and
+        RV(teardown) the ones that remove it.
       - Without it the job's C(nomadVar) template finds no keypair at C(nomad/jobs/<name>) and C(nomad job run)
         waits for it; the M(backendai.cluster.session) module writes the variable itself.
       - An existing file is kept (same keys, same session ID); delete it to make new keys. The key is never in a
         result. Needs O(output_dir), the C(nomad-variables) secret backend and the cryptography library.
-      - The job itself stays B(unsigned) (see above), so agents whose CNI plugin checks the session network signature
-        refuse to start it. Use M(backendai.cluster.session) to run a session on such a cluster.
+      - With the cluster network key the job is signed and the slot claim written too (see O(sign)); without it the job
+        stays B(unsigned) and the agents refuse to start it.
     type: bool
     default: false
+  sign:
+    description:
+      - Whether to sign the job for the session network (see the description). Needs O(write_secret=true).
+      - When not set, the job is signed if O(write_secret=true) and the file O(network_key_file) exists; V(true) fails
+        without a readable key, V(false) renders unsigned even with the key.
+    type: bool
+  network_slot:
+    description:
+      - The session network slot (VNI and subnet) the job is rendered for, from 0 to the number of slots - 1 (2048 with
+        the default pool); a session larger than one slot's /24 takes an aligned block, so it must be a multiple of
+        the block's size.
+      - When not set, the session's preferred slot - the one M(backendai.cluster.session) tries first.
+      - If C(nomad var put -check-index=0) of its claim fails, the slot is taken; render again with another one, or
+        create the session with M(backendai.cluster.session), which picks a free slot.
+    type: int
   secret_format:
-    description: Format of the variable specification file of O(write_secret).
+    description: Format of the variable specification files of O(write_secret) (the keypair and the slot claims).
     type: str
     choices: [hcl, json]
     default: hcl
 notes:
   - Placement follows Backend.AI's rules; see the README section on placement.
   - O(namespace) and O(region) go into the rendered job.
-  - The Vault and session network options are accepted so that one C(module_defaults) group serves every module; this
-    module does not contact Vault, read the network key or claim a network slot.
+  - The Vault options are accepted so that one C(module_defaults) group serves every module; this module does not
+    contact Vault. It reads the network key only to sign (see O(sign)) and never claims a slot itself.
+  - The key is never in a result, a file or a log; the claim files are not secret, but are written with mode 0600 like
+    the keypair's file beside them.
 seealso:
   - name: Nomad job HTTP API
     description: The register request body this module renders.
@@ -142,9 +168,19 @@ EXAMPLES = r"""
     write_secret: true
   register: rendered
 
-- name: Print the two commands (nomad var put, nomad job run)
+- name: Print the commands (nomad var put of the slot claim and of the keypair, nomad job run)
   ansible.builtin.debug:
     msg: "{{ rendered.commands }}"
+
+- name: Sign for network slot 12, with the key from another path
+  backendai.cluster.session_render:
+    spec: "{{ session }}"
+    agents: "{{ agents }}"
+    output_dir: ./out
+    write_secret: true
+    sign: true
+    network_slot: 12
+    network_key_file: /etc/backendai-cluster/network.key
 
 - name: Only compute the plan
   backendai.cluster.session_render:
@@ -208,10 +244,15 @@ job:
   type: dict
 network:
   description:
-    - The session network of the rendered job - C(name), C(slot) (the one it would try first), C(vni), C(subnet),
-      C(agents), C(mtu), C(signed) (always false here) and C(placeholder_agents) (agents given without C(underlay_ip)).
+    - The session network of the rendered job - C(name), C(slot) (the first slot of its block), C(slots), C(vni),
+      C(subnet), C(agents), C(mtu), C(signed) and C(placeholder_agents) (agents given without C(underlay_ip)).
   returned: when placed
   type: dict
+unsigned_reason:
+  description: Why the job is not signed, and how to get a signed one.
+  returned: when placed and the job is not signed
+  type: str
+  sample: "there is no cluster network key at /root/.config/backendai-cluster/network.key (network_key_file, ...)"
 hcl:
   description: The same job as an HCL2 jobspec; empty when pending.
   returned: always
@@ -232,12 +273,30 @@ secret_file:
   type: str
   sample: out/train-42.var.hcl
 commands:
-  description: The Nomad CLI commands that run the rendered session - C(nomad var put) of RV(secret_file), then
-    C(nomad job run) of the HCL jobspec.
+  description:
+    - The Nomad CLI commands that run the rendered session, in order - when signed, C(nomad var put -check-index=0) of
+      every RV(claim_files) (fails if the slot is taken), then C(nomad var put) of RV(secret_file), then
+      C(nomad job run) of the HCL jobspec. Signed, every command names its namespace.
   returned: when O(write_secret=true) and the session is placed
   type: list
   elements: str
-  sample: ["nomad var put @out/train-42.var.hcl", "nomad job run out/train-42.nomad.hcl"]
+  sample: ["nomad var put -namespace=default -check-index=0 @out/train-42.slot-771.var.hcl",
+           "nomad var put -namespace=default @out/train-42.var.hcl", "nomad job run out/train-42.nomad.hcl"]
+teardown:
+  description: The Nomad CLI commands that remove the session again - C(nomad job stop -purge), C(nomad var purge) of the
+    slot claims (only purge claims this run did put) and of the keypair.
+  returned: when O(write_secret=true) and the session is placed
+  type: list
+  elements: str
+  sample: ["nomad job stop -namespace=default -purge train-42",
+           "nomad var purge -namespace=default backendai-cluster/network/slots/771",
+           "nomad var purge -namespace=default nomad/jobs/train-42"]
+claim_files:
+  description: Paths of the variable specification files of the signed job's slot claims, one per slot of its block.
+  returned: when the job is signed
+  type: list
+  elements: str
+  sample: [out/train-42.slot-771.var.hcl]
 secret_path:
   description: The Nomad variable path the job reads its keypair from (C(nomad/jobs/<name>)).
   returned: when the session is placed and uses the nomad-variables secret backend
@@ -248,17 +307,19 @@ secret_path:
 import os
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import cli as _nomad_cli
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import var_file as _nomad_var_file
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import refuse_all_namespaces
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_NAMESPACE, DEFAULT_UNDERLAY_MTU, JobNetwork
 from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import NETWORK, NOMAD, VAULT, ClusterModule
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents, underlay_addresses
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad import var_file as _nomad_var_file
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import secret_path
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import signed
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl, signed
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair, generate_keypair
@@ -288,6 +349,71 @@ def _secret_keypair(base: ClusterModule, p: t.Dict[str, t.Any]) -> t.Tuple[SSHKe
     return generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072), path
 
 
+def _unsigned_reason(p: t.Dict[str, t.Any]) -> str:
+    """Why the render is unsigned ("" when it is to be signed)."""
+    if p["sign"] is False:
+        return "sign=false was given"
+    if not p["write_secret"]:
+        return ("write_secret is off: a signed job comes with its keypair and its network slot claim, as variable "
+                "specification files (write_secret=true, with the cluster network key at %s)" % p["network_key_file"])
+    if p["sign"] is None and not os.path.exists(p["network_key_file"]):
+        return ("there is no cluster network key at %s (network_key_file, or BACKENDAI_NETWORK_KEY_FILE): copy the "
+                "key the overlay_agent role made on the control node there, or set network_key_file, and render again"
+                % p["network_key_file"])
+    return ""
+
+
+def _underlay(base: ClusterModule, live: bool, agents: t.List[t.Any], rendered: RenderedSession,
+              signing: bool) -> JobNetwork:
+    """The plan's agents' underlay addresses and MTU: read from Nomad for live agents, else the agents' own
+    C(underlay_ip)/C(underlay_mtu). Signing needs every address; unsigned, missing ones become placeholders."""
+    names = list(rendered.plan.agents_used)
+    if live:
+        try:
+            found = underlay_addresses(base.nomad(), names, agents)
+        except (NomadError, ValueError) as exc:
+            if signing:
+                raise BackendAIClusterError("sign: the agents' underlay addresses could not be read from Nomad (%s); "
+                                            "a signed job needs every agent's real address" % exc) from None
+            base.warn("the agents' underlay addresses could not be read (%s); the job shows placeholders" % exc)
+            found = {}
+    else:
+        index = {str(a.get("name")): i for i, a in enumerate(agents) if isinstance(a, dict)}
+        missing = sorted((n for n in names if not agents[index[n]].get("underlay_ip")), key=index.__getitem__)
+        if signing and missing:
+            raise InputError("agents", [Problem(
+                "agents[%d].underlay_ip" % index[n],
+                "is required to sign: the signed job lists every agent's real underlay address (the one the "
+                "overlay_agent role wrote into agent %s's backendai.conflist); give it, or render against the cluster "
+                "(nomad_addr, without agents), or set sign=false for an unsigned job" % n) for n in missing])
+        try:
+            found = underlay_addresses(None, [n for n in names if n not in missing], agents)
+        except ValueError as exc:
+            raise InputError("agents", [Problem("agents", str(exc))]) from None
+    return JobNetwork(underlay={a: ip for a, (ip, _mtu) in found.items()},
+                      underlay_mtu=min([mtu for _ip, mtu in found.values()] or [DEFAULT_UNDERLAY_MTU]))
+
+
+def _write_files(module: t.Any, out: str, files: t.List[t.Tuple[str, str, int]], stale: t.List[str],
+                 result: t.Dict[str, t.Any]) -> t.List[str]:
+    """Write (path, content, mode) where the content changed; remove ``stale`` files. Returns the paths."""
+    if not module.check_mode:
+        os.makedirs(out, exist_ok=True)
+    for path in stale:
+        result["changed"] = True
+        if not module.check_mode:
+            os.unlink(path)
+    paths = []
+    for path, content, mode in files:
+        before = _read(path) if path.endswith(".json") and not path.endswith(".var.json") and module._diff else None
+        if ensure_file(path, content, check_mode=module.check_mode, mode=mode):
+            result["changed"] = True
+            if before is not None:
+                result["diff"] = dict(before=before, after=content, before_header=path, after_header=path)
+        paths.append(path)
+    return paths
+
+
 def main() -> None:
     base = ClusterModule(
         argument_spec=dict(
@@ -300,12 +426,17 @@ def main() -> None:
             fail_on_pending=dict(type="bool", default=True),
             write_secret=dict(type="bool", default=False),
             secret_format=dict(type="str", choices=["hcl", "json"], default="hcl"),
+            sign=dict(type="bool"),
+            network_slot=dict(type="int"),
         ),
         shared=(NOMAD, VAULT, NETWORK),
         required_if=[("write_secret", True, ["output_dir"])],
     )
     module = base.module
     p = module.params
+    if p["sign"] and not p["write_secret"]:
+        module.fail_json(msg="sign=true needs write_secret=true: a signed job is run with its keypair and its network "
+                             "slot claim, which write_secret writes as variable specification files")
     try:
         refuse_all_namespaces(p["namespace"], "backendai.cluster.session_render")
     except BackendAIClusterError as exc:
@@ -320,26 +451,33 @@ def main() -> None:
         except NomadError as exc:
             base.close()
             module.fail_json(msg="reading the agents from Nomad: %s" % exc, exception="")
-    # unsigned on purpose: see the description (no slot is claimed here)
-    underlay = {str(a.get("name")): str(a["underlay_ip"]) for a in agents if isinstance(a, dict) and a.get("underlay_ip")}
+    unsigned_reason = _unsigned_reason(p)
+    # a signed job names its namespace (the MAC covers it, and `nomad job run` then registers it there)
+    namespace = (p["namespace"] or DEFAULT_NAMESPACE) if not unsigned_reason else (p["namespace"] or "")
+    claims_namespace = p["network_claims_namespace"] or DEFAULT_NAMESPACE
+    claim: t.Optional[Claim] = None
     try:
         keypair, secret_file = _secret_keypair(base, p) if p["write_secret"] else (None, "")
         rendered = render_session(p["spec"], agents, public_key=keypair.public_key if keypair else "",
-                                  session_id=p["session_id"] or "",
-                                  namespace=p["namespace"] or "", region=p["region"] or "",
-                                  network=JobNetwork(underlay=underlay))
+                                  session_id=p["session_id"] or "", namespace=namespace, region=p["region"] or "",
+                                  with_hcl=False)
+        if rendered.plan.placed:  # everything is checked and read before anything is written
+            name, slots = rendered.plan.spec.name, (rendered.network or {}).get("slots", 1)
+            slot = _nomad_cli.choose_slot(p["network_slot"], namespace, name, slots)
+            network = _underlay(base, live, agents, rendered, signing=not unsigned_reason)
+            key = None
+            if not unsigned_reason:
+                key = NetworkControl(p["network_key_file"], claims_namespace, base.hide).key()
+                claim = Claim(slot, namespace, name, rendered.plan.session_id, slots)
+            rendered = signed(rendered, JobNetwork(slot=slot, underlay=network.underlay, key=key,
+                                                   underlay_mtu=network.underlay_mtu),
+                              namespace, p["region"] or "", with_hcl=True)
     except InputError as exc:
+        base.close()
         module.fail_json(msg=str(exc), problems=[str(x) for x in exc.problems])
     except BackendAIClusterError as exc:
+        base.close()
         module.fail_json(msg=str(exc))
-    if live and rendered.plan.placed:  # the agents' real underlay addresses, as the session module reads them
-        try:
-            found = underlay_addresses(base.nomad(), rendered.plan.agents_used, agents)
-            rendered = signed(rendered, JobNetwork(underlay={a: ip for a, (ip, _mtu) in found.items()},
-                                                   underlay_mtu=min(mtu for _ip, mtu in found.values())),
-                              p["namespace"] or "", p["region"] or "")
-        except (NomadError, ValueError, BackendAIClusterError) as exc:
-            module.warn("the agents' underlay addresses could not be read (%s); the job shows placeholders" % exc)
     base.close()
     plan = plan_summary(rendered.plan)
     result: t.Dict[str, t.Any] = dict(changed=False, plan=plan, job=None, hcl=rendered.hcl, hostfile=rendered.hostfile)
@@ -351,33 +489,37 @@ def main() -> None:
     if rendered.plan.spec.secrets.backend == "nomad-variables":
         result["secret_path"] = secret_path(rendered.plan)
     result["network"] = rendered.network
+    if unsigned_reason:
+        result["unsigned_reason"] = unsigned_reason
     if p["output_dir"]:
-        out = p["output_dir"]
-        if not module.check_mode:
-            os.makedirs(out, exist_ok=True)
+        out, name = p["output_dir"], plan["name"]
         contents = {"json": (".json", rendered.job_json), "hcl": (".nomad.hcl", rendered.hcl),
                     "hostfile": (".hostfile", rendered.hostfile)}
-        files = []
-        for fmt in p["formats"]:
-            suffix, content = contents[fmt]
-            path = os.path.join(out, plan["name"] + suffix)
-            before = _read(path) if fmt == "json" and module._diff else None
-            if ensure_file(path, content, check_mode=module.check_mode):
-                result["changed"] = True
-                if before is not None:
-                    result["diff"] = dict(before=before, after=content, before_header=path, after_header=path)
-            files.append(path)
-        result["files"] = files
-    if keypair is not None:
-        text = _nomad_var_file.render(result["secret_path"], p["namespace"] or "", keypair.private_key,
-                                      keypair.public_key, p["secret_format"])
-        base.hide(keypair.private_key)
-        if ensure_file(secret_file, text, check_mode=module.check_mode, mode=0o600):
-            result["changed"] = True
-        result["secret_file"] = secret_file
-        job_file = os.path.join(p["output_dir"], plan["name"] + (".nomad.hcl" if "hcl" in p["formats"] else ".json"))
-        result["commands"] = ["nomad var put @%s" % secret_file,
-                              "nomad job run %s%s" % ("" if job_file.endswith(".hcl") else "-json ", job_file)]
+        files = [(os.path.join(out, name + contents[fmt][0]), contents[fmt][1], 0o644) for fmt in p["formats"]]
+        if keypair is not None:
+            text = _nomad_var_file.render(result["secret_path"], namespace, keypair.private_key, keypair.public_key,
+                                          p["secret_format"])
+            base.hide(keypair.private_key)
+            files.append((secret_file, text, 0o600))
+        # the claims are not secret; 0600 like the keypair's file beside them, so that the CLI flow's files are alike
+        claims = [(os.path.join(out, n), text, 0o600)
+                  for n, text in (_nomad_cli.claim_files(claim, claims_namespace, p["secret_format"]) if claim else [])]
+        keep = {os.path.basename(path) for path, _text, _mode in claims}
+        stale = [os.path.join(out, n) for n in (sorted(os.listdir(out)) if os.path.isdir(out) else [])
+                 if _nomad_cli.is_claim_file(name, n) and n not in keep]
+        paths = _write_files(module, out, files + claims, stale, result)
+        result["files"] = paths[:len(p["formats"])]
+        if keypair is not None:
+            result["secret_file"] = secret_file
+            job_file = os.path.join(out, name + (".nomad.hcl" if "hcl" in p["formats"] else ".json"))
+            claim_paths = [path for path, _text, _mode in claims]
+            result["commands"] = _nomad_cli.run_commands(claim_paths, claims_namespace, secret_file,
+                                                         "" if unsigned_reason else namespace, job_file)
+            slots = list(claim.block) if claim else []
+            result["teardown"] = _nomad_cli.teardown_commands(name, "" if unsigned_reason else namespace,
+                                                              result["secret_path"], claims_namespace, slots)
+            if claim is not None:
+                result["claim_files"] = claim_paths
     module.exit_json(**result)
 
 

@@ -66,9 +66,11 @@ class NetworkControl:
                           underlay_mtu=min([mtu for _ip, mtu in found.values()] or [1500]))
 
 
-def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "") -> RenderedSession:
-    """The same session rendered again with ``network`` (claimed slot, addresses, key)."""
+def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "",
+           with_hcl: t.Optional[bool] = None) -> RenderedSession:
+    """The same session rendered again with ``network`` (claimed slot, addresses, key); the HCL too if ``rendered``
+    had it (or as ``with_hcl`` says)."""
     plan = rendered.plan
     job = render_job(plan, namespace=namespace, region=region, network=network)
-    hcl = render_hcl(job) if rendered.hcl else ""
+    hcl = render_hcl(job) if (bool(rendered.hcl) if with_hcl is None else with_hcl) else ""
     return dataclasses.replace(rendered, job=job, hcl=hcl, network=render_network(plan, namespace, network).summary())

@@ -90,22 +90,23 @@ UNDERLAY_MTU_META = "backendai.underlay_mtu"
 DEFAULT_UNDERLAY_MTU = 1500
 
 
-def underlay_addresses(client: NomadClient, names: t.Sequence[str],
+def underlay_addresses(client: t.Optional[NomadClient], names: t.Sequence[str],
                        agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None) -> t.Dict[str, t.Tuple[str, int]]:
     """Agent name -> (underlay IPv4, underlay MTU) for the session network's ``BAI_AGENTS``.
 
     In order: the agent's ``underlay_ip``/``underlay_mtu`` in ``agents`` (the modules' option), the
     node's meta ``backendai.underlay_ip``/``backendai.underlay_mtu`` (``GET /v1/node/:id``, only for
     these agents), the node's ``Address`` (one ``GET /v1/nodes``) and 1500. It must be the address
-    the overlay_agent role wrote into that agent's ``backendai.conflist``.
+    the overlay_agent role wrote into that agent's ``backendai.conflist``. Without a ``client``, only
+    ``agents`` (agents given as data, not read from Nomad).
     """
     given = {str(a.get("name")): a for a in agents or [] if isinstance(a, t.Mapping)}
-    stubs = {s.get("Name"): s for s in client.list_nodes()}
+    stubs = {s.get("Name"): s for s in client.list_nodes()} if client is not None else {}
     out: t.Dict[str, t.Tuple[str, int]] = {}
     for name in names:
         entry, stub = given.get(name) or {}, stubs.get(name) or {}
         meta = {}
-        if stub.get("ID") and not (entry.get("underlay_ip") and entry.get("underlay_mtu")):
+        if client is not None and stub.get("ID") and not (entry.get("underlay_ip") and entry.get("underlay_mtu")):
             meta = (client.node(stub["ID"]) or {}).get("Meta") or {}
         ip = entry.get("underlay_ip") or meta.get(UNDERLAY_IP_META) or stub.get("Address") or ""
         mtu = entry.get("underlay_mtu") or meta.get(UNDERLAY_MTU_META) or DEFAULT_UNDERLAY_MTU

@@ -31,24 +31,32 @@ def file_name(job_name: str, fmt: str) -> str:
 
 
 def render(path: str, namespace: str, private_key: str, public_key: str, fmt: str = "hcl") -> str:
-    """The variable specification text (HCL laid out as nomad fmt leaves it, or JSON)."""
+    """The keypair's variable specification text (HCL laid out as nomad fmt leaves it, or JSON)."""
+    return render_items(path, namespace, {PRIVATE_KEY_ITEM: private_key, PUBLIC_KEY_ITEM: public_key}, fmt)
+
+
+def render_items(path: str, namespace: str, items: t.Mapping[str, str], fmt: str = "hcl") -> str:
+    """A variable specification of any items, in their order: a multi-line value (a PEM key) becomes a heredoc."""
     if fmt == "json":
         body: t.Dict[str, t.Any] = {"Path": path}
         if namespace:
             body["Namespace"] = namespace
-        body["Items"] = {PRIVATE_KEY_ITEM: private_key, PUBLIC_KEY_ITEM: public_key}
+        body["Items"] = dict(items)
         return json.dumps(body, indent=2) + "\n"
-    if not private_key.endswith("\n"):
-        private_key += "\n"
     head = [("path", quote(path))] + ([("namespace", quote(namespace))] if namespace else [])
     width = max(len(item[0]) for item in head)
     lines = ["%s = %s" % (k.ljust(width), v) for k, v in head]
-    delimiter = heredoc_delimiter(private_key)
-    width = max(len(PRIVATE_KEY_ITEM), len(PUBLIC_KEY_ITEM))
-    lines += ["", "items {",
-              "  %s = <<%s\n%s%s" % (PRIVATE_KEY_ITEM.ljust(width), delimiter, private_key, delimiter),
-              "  %s = %s" % (PUBLIC_KEY_ITEM.ljust(width), quote(public_key)),
-              "}"]
+    width = max(len(k) for k in items)
+    lines += ["", "items {"]
+    for key, value in items.items():
+        if "\n" in value:
+            if not value.endswith("\n"):
+                value += "\n"
+            delimiter = heredoc_delimiter(value)
+            lines.append("  %s = <<%s\n%s%s" % (key.ljust(width), delimiter, value, delimiter))
+        else:
+            lines.append("  %s = %s" % (key.ljust(width), quote(value)))
+    lines.append("}")
     return "\n".join(lines) + "\n"
 
 

@@ -114,6 +114,36 @@ def test_bad_parameters_are_named(change, message):
         net.check_params(params(**change))
 
 
+def test_records_behave_as_named_tuples():
+    p = params()
+    assert p.session_id == p[0] == SID and p._fields == ("session_id", "vni", "subnet", "agents", "mtu")
+    assert p._replace(mtu=1400).mtu == 1400 and p._replace(mtu=1400)[:4] == p[:4]
+    assert repr(p).startswith("NetworkParams(session_id='%s', vni=" % SID)
+    assert p == net.NetworkParams(*p) and hash(p) == hash(tuple(p))
+    with pytest.raises(TypeError, match="takes 5 values"):
+        net.NetworkParams(SID, 1)
+    with pytest.raises(TypeError, match="has no field color"):
+        p._replace(color="red")
+
+
+@pytest.mark.parametrize("sid", [SID.upper(), SID + "0", SID[:-1], SID.replace("-", ""), SID + "\n", "g" + SID[1:],
+                                 "-".join(["3614fdf3", "0e04", "4b5c9a5e", "1d2b3c4d5e6f"])])
+def test_session_ids_other_than_a_lowercase_uuid_are_refused(sid):
+    if sid == SID.upper():  # check_params lower-cases
+        assert net.check_params(params(session_id=sid)).session_id == SID
+        return
+    with pytest.raises(net.NetworkError, match="BAI_SID must be a UUID"):
+        net.check_params(params(session_id=sid))
+
+
+@pytest.mark.parametrize("text", ["ab" * 31, "ab" * 32 + "a", "AB" * 32, "ab" * 31 + "zz", "ab " * 32])
+def test_malformed_keys_are_refused(tmp_path, text):
+    bad = tmp_path / "key"
+    bad.write_text(text)
+    with pytest.raises(net.NetworkError, match="hex digits"):
+        net.read_key(str(bad))
+
+
 def test_keys_are_checked_and_never_echoed(tmp_path):
     bad = tmp_path / "key"
     bad.write_text("not-a-key-but-a-secret")
@@ -126,11 +156,11 @@ def test_keys_are_checked_and_never_echoed(tmp_path):
 
 
 def test_the_plugin_modules_import_nothing_slow():
-    """The plugin starts for every container: typing, dataclasses, subprocess or OpenSSL at import would cost
-    more than its ADD (benchmarks/cni_add.py)."""
+    """The plugin starts for every container: typing, dataclasses, subprocess, json, re, collections or OpenSSL at
+    import would cost more than its ADD (benchmarks/cni_add.py)."""
     here = os.path.dirname(net.__file__)
     code = ("import sys; sys.path.insert(0, %r); import _cni_plugin; bad = {'typing', 'dataclasses', 'subprocess', "
-            "'_hashlib', 'uuid', 'contextlib', 'ipaddress'} & set(sys.modules); print(sorted(bad))" % here)
+            "'_hashlib', 'uuid', 'contextlib', 'ipaddress', 'json', 're', 'collections'} & set(sys.modules); print(sorted(bad))" % here)
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 

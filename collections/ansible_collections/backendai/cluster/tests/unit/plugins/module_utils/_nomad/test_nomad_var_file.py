@@ -32,3 +32,8 @@ def test_json_is_the_api_variable_object() -> None:
 @pytest.mark.parametrize("text, fmt", [("", "hcl"), ("path = \"x\"\n", "hcl"), ("{", "json"), ("{}", "json")])
 def test_anything_else_is_not_a_keypair(text: str, fmt: str) -> None:
     assert var_file.read_keypair(text, fmt) is None
+
+
+def test_any_items_in_their_order_multi_line_ones_as_heredocs() -> None:
+    text = var_file.render_items("a/b", "", {"one": "1", "longer_key": "x\ny\n"})
+    assert text == 'path = "a/b"\n\nitems {\n  one        = "1"\n  longer_key = <<EOT\nx\ny\nEOT\n}\n'

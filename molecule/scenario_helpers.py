@@ -1,0 +1,150 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the Molecule scenarios' verify tests share (each scenario's ``tests/conftest.py`` imports it).
+
+The scenario's variables are its inventory (``molecule.yml``), read with testinfra's Ansible runner, so
+converge, verify and destroy read the same values. A container is entered the way users enter it:
+``ssh -F <state>/<name>/ssh_config main1`` (the subs through main1, by the config's ProxyJump). Expected
+values are computed from the spec and the seed tables, never by the collection. What a session leaves
+behind is checked with the repository's one leak check, ``tests/leaks.py`` (re-exported as ``leaks``; the
+create/destroy playbooks run the same file as a script).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import typing as t
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import testinfra
+from testinfra.utils.ansible_runner import AnsibleRunner
+
+REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.join(REPO, "tests") not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+
+import leaks  # noqa: E402,F401  (tests/leaks.py)
+import repo_helpers  # noqa: E402  (tests/repo_helpers.py)
+
+#: The Python inside a container (the host's Debian one; a root shell's PATH may start with pyenv shims).
+PY = "/usr/bin/python3"
+
+
+@functools.lru_cache(maxsize=None)
+def scenario_vars() -> t.Dict[str, t.Any]:
+    """localhost's variables in the scenario's inventory."""
+    inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
+    if not inventory:
+        scenario = os.environ.get("MOLECULE_SCENARIO_NAME", "<scenario>")
+        pytest.exit("run these tests with `molecule verify -s %s` (MOLECULE_INVENTORY_FILE is not set)" % scenario,
+                    returncode=2)
+    return AnsibleRunner(inventory).get_variables("localhost")
+
+
+def hostnames(spec: t.Mapping[str, t.Any]) -> t.List[str]:
+    """The seeds: main1, then sub1, sub2, ... up to the cluster size."""
+    return ["main1"] + ["sub%d" % i for i in range(1, int(spec["cluster_size"]))]
+
+
+def parametrize_hostname(metafunc: pytest.Metafunc) -> None:
+    """A test taking ``hostname`` runs once per container of the scenario's session."""
+    if "hostname" in metafunc.fixturenames:
+        metafunc.parametrize("hostname", hostnames(scenario_vars()["session"]))
+
+
+def run_playbook(playbook: str, state_root: str, extra: t.Mapping[str, t.Any]) -> subprocess.CompletedProcess:
+    """``ansible-playbook playbooks/<playbook>`` from the repository top, as a user runs it (JSON results on
+    stdout: ``tests/repo_helpers.py``)."""
+    return repo_helpers.run_playbook(
+        os.path.join(REPO, "playbooks", playbook), "-e", json.dumps(dict(extra)), "-e", "session_state_dir=" + state_root,
+        env={"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),
+             "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, "collections")})
+
+
+class Session:
+    """A running local session as its state directory describes it."""
+
+    def __init__(self, state_root: str, name: str) -> None:
+        self.state_root = state_root
+        self.name = name
+        self.dir = os.path.join(state_root, name)
+        with open(os.path.join(self.dir, "session.json"), encoding="utf-8") as f:
+            self.info = json.load(f)
+        self.ssh_config = os.path.join(self.dir, "ssh_config")
+        self.hosts = [c["hostname"] for c in self.info["containers"]]
+        self.address = {c["hostname"]: c["address"] for c in self.info["containers"]}
+        self.agent = {c["hostname"]: c["agent"] for c in self.info["containers"]}
+        self.pid = {c["hostname"]: c["pid"] for c in self.info["containers"]}
+
+    def container(self, hostname: str) -> t.Any:
+        """The container as a testinfra host, over ssh with the session's ssh_config (no control master)."""
+        return testinfra.get_host("ssh://" + hostname, ssh_config=self.ssh_config, controlpersist=0)
+
+    def ssh(self, hostname: str, command: str, stdin: t.Optional[bytes] = None) -> subprocess.CompletedProcess:
+        return subprocess.run(["ssh", "-F", self.ssh_config, hostname, command], input=stdin, capture_output=True,
+                              timeout=120, check=False)
+
+    def command_env(self, hostname: str) -> t.Dict[str, str]:
+        """The environment the container's command (`env`) printed into its log."""
+        with open(os.path.join(self.dir, "logs", hostname + ".log"), encoding="utf-8") as f:
+            return dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+
+    def on_each(self, fn: t.Callable[[str], t.Any], hosts: t.Optional[t.Sequence[str]] = None) -> t.Dict[str, t.Any]:
+        """``fn(hostname)`` for every container at once (each ssh login costs ~0.3 s here)."""
+        hosts = list(hosts or self.hosts)
+        with ThreadPoolExecutor(len(hosts)) as pool:
+            return dict(zip(hosts, pool.map(fn, hosts)))
+
+    def probe(self, hostname: str, targets: t.Sequence[t.Tuple[str, int]], timeout: float = 1.0) -> t.Dict[str, t.Any]:
+        """From inside ``hostname``, over ssh: ``{"reached": {"addr:port": bool}, "main1": <main1's address there>}``.
+
+        A peer on the session's bridge answers a SYN in well under a millisecond; a dropped one never does."""
+        script = (
+            "import json, socket, sys, concurrent.futures as cf\n"
+            "def ok(t):\n"
+            "    try:\n"
+            "        socket.create_connection((t[0], t[1]), %r).close()\n"
+            "        return True\n"
+            "    except OSError:\n"
+            "        return False\n"
+            "ts = json.loads(sys.argv[1])\n"
+            "with cf.ThreadPoolExecutor(len(ts)) as p:\n"
+            "    reached = dict(zip(['%%s:%%d' %% tuple(t) for t in ts], p.map(ok, ts)))\n"
+            "print(json.dumps({'reached': reached, 'main1': socket.gethostbyname('main1')}))\n" % timeout)
+        out = self.container(hostname).check_output("%s -c %s %s", PY, script, json.dumps([list(x) for x in targets]))
+        return json.loads(out)
+
+    def reachable(self, hostname: str, targets: t.Sequence[str], port: int) -> t.Dict[str, bool]:
+        """From inside ``hostname``'s network namespace (nsenter, no ssh): which ``targets`` accept a TCP
+        connection on ``port``."""
+        script = ("import json, socket, sys\n"
+                  "def ok(a):\n"
+                  "    try:\n"
+                  "        socket.create_connection((a, %d), 1.0).close()\n"
+                  "        return True\n"
+                  "    except OSError:\n"
+                  "        return False\n"
+                  "print(json.dumps({a: ok(a) for a in sys.argv[1:]}))\n" % port)
+        out = subprocess.run(["nsenter", "-t", str(self.pid[hostname]), "-n", "--", PY, "-c", script] + list(targets),
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def svars() -> t.Dict[str, t.Any]:
+    return scenario_vars()
+
+
+@pytest.fixture(scope="module")
+def spec(svars: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    return dict(svars["session"])
+
+
+@pytest.fixture(scope="module")
+def session(svars: t.Mapping[str, t.Any], spec: t.Mapping[str, t.Any]) -> Session:
+    return Session(svars["session_state_dir"], spec["name"])

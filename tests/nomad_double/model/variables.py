@@ -1,0 +1,188 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Variables and their locks, after ``nomad/variables_endpoint.go``, ``nomad/state/state_store_variables.go``
+(``VarSet`` with check-and-set, ``VarLockAcquire``, ``VarLockRelease``, ``isLocked``) and
+``nomad/structs/variables.go`` (path rules, the reserved ``nomad/`` prefix, lock TTL 10 s to 24 h, default
+TTL and lock delay 15 s).
+
+A check-and-set that does not match, or a write/delete of a locked variable without its lock ID, raises
+:class:`Conflict` (409 with the current variable, or its zero value). A held lock answers an acquire with
+409 and the variable's metadata only; the lock is lost ``TTL`` after its last renewal and cannot be taken
+again for ``LockDelay`` more.
+
+What it does not model: encryption and keyrings (Items are stored as given), variable ACL policies (the one
+token may read and write everything), ``LockDelay`` after a release (it applies only after a TTL expiry, as
+in Nomad), the size quota, and variable events.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+import typing as t
+import uuid
+
+from .state import CodedError, Conflict, ModelState
+
+_VAR_PATH = re.compile(r"^[a-zA-Z0-9-_~/]{1,128}$")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
+
+
+def go_duration(value: t.Any) -> float:
+    """Seconds of a Go duration: a string (``"15s"``, ``"1m30s"``) or integer nanoseconds."""
+    if value in (None, "", 0):
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(value) / 1e9
+    text = str(value)
+    parts = _DURATION.findall(text)
+    if not parts or "".join(a + b for a, b in parts) != text:
+        raise ValueError('time: invalid duration "%s"' % text)
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def go_duration_text(seconds: float) -> str:
+    return ("%gs" % seconds) if seconds < 60 else ("%dm%gs" % divmod(seconds, 60)).replace("m0s", "m")
+
+
+
+class VariablesModel(ModelState):
+    """Variables per (namespace, path): the public fields, plus ``lock_*`` bookkeeping never shown."""
+
+    @staticmethod
+    def var_meta(var: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        return {k: var[k] for k in ("Namespace", "Path", "CreateIndex", "ModifyIndex", "CreateTime", "ModifyTime")}
+
+    @staticmethod
+    def var_public(var: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        return {k: copy.deepcopy(v) for k, v in var.items() if not k.startswith("lock_")}
+
+    def expire_lock(self, var: t.Optional[t.Dict[str, t.Any]]) -> None:
+        """A lock not renewed within its TTL is lost (Nomad's TTL timer); the lock delay then starts."""
+        lock = (var or {}).get("Lock")
+        if var is not None and lock and time.monotonic() >= var["lock_expires"]:
+            var["Lock"] = None
+            var["lock_free_at"] = var["lock_expires"] + var["lock_delay"]
+
+    def locked_against(self, var: t.Optional[t.Dict[str, t.Any]], lock_id: t.Optional[str]) -> bool:
+        """``isLocked``: the variable holds a lock and the request does not carry its ID."""
+        self.expire_lock(var)
+        lock = (var or {}).get("Lock")
+        return bool(lock) and lock_id != lock["ID"]
+
+    def _conflict(self, ns: str, path: str, current: t.Optional[t.Mapping[str, t.Any]]) -> Conflict:
+        """409 with the current variable (Items included: the double's token can read), as Nomad answers."""
+        if current is None:  # zero-value conflict: the variable does not exist
+            return Conflict({"Namespace": ns, "Path": path, "CreateIndex": 0, "ModifyIndex": 0,
+                             "CreateTime": 0, "ModifyTime": 0, "Items": None}, 0)
+        return Conflict(self.var_public(current), current["ModifyIndex"])
+
+    # Test-side access ---------------------------------------------------------------------------
+    def lock_of(self, path: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
+        """The lock a variable holds now (after TTL expiry: None), for tests."""
+        with self.lock:
+            var = self.variables.get((namespace, path))
+            self.expire_lock(var)
+            return copy.deepcopy(var.get("Lock")) if var and var.get("Lock") else None
+
+    def stored_variable(self, path: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
+        with self.lock:
+            var = self.variables.get((namespace, path))
+            return self.var_public(var) if var else None
+
+    # Operations ---------------------------------------------------------------------------------
+    def list_variables(self, ns: str, prefix: str) -> t.List[t.Dict[str, t.Any]]:
+        return [self.var_meta(v) for (vns, path), v in sorted(self.variables.items())
+                if (ns == "*" or vns == ns) and path.startswith(prefix)]
+
+    def variable(self, ns: str, path: str) -> t.Dict[str, t.Any]:
+        var = self.variables.get((ns, path))
+        if var is None:
+            raise CodedError(404, "variable not found")
+        self.expire_lock(var)
+        return self.var_public(var)
+
+    def put_variable(self, ns: str, path: str, items: t.Mapping[str, t.Any], cas: t.Optional[int],
+                     lock_id: t.Optional[str]) -> t.Dict[str, t.Any]:
+        if not _VAR_PATH.match(path):
+            raise CodedError(500, 'invalid path "%s"' % path)
+        parts = path.split("/")
+        if parts[0] == "nomad" and (len(parts) == 1 or parts[1] not in ("jobs", "job-templates")):
+            raise CodedError(500, '"nomad" is a reserved top-level directory path, but you may write variables '
+                                  'to "nomad/jobs", "nomad/job-templates", or below')
+        current = self.variables.get((ns, path))
+        if cas is not None and (current["ModifyIndex"] if current else 0) != cas:
+            raise self._conflict(ns, path, current)
+        if self.locked_against(current, lock_id):
+            raise self._conflict(ns, path, None)
+        index = self.next_index()
+        now = time.time_ns()
+        var = {"Namespace": ns, "Path": path, "CreateIndex": current["CreateIndex"] if current else index,
+               "ModifyIndex": index, "CreateTime": current["CreateTime"] if current else now, "ModifyTime": now,
+               "Items": dict(items)}
+        if current is not None and current.get("Lock"):
+            var.update(Lock=current["Lock"], **{k: v for k, v in current.items() if k.startswith("lock_")})
+        self.variables[(ns, path)] = var
+        return self.var_public(var)
+
+    def delete_variable(self, ns: str, path: str, cas: t.Optional[int], lock_id: t.Optional[str]) -> int:
+        """Delete (absent: no error); the new index."""
+        current = self.variables.get((ns, path))
+        if cas is not None and (current["ModifyIndex"] if current else 0) != cas:
+            raise self._conflict(ns, path, current)
+        if self.locked_against(current, lock_id):
+            raise self._conflict(ns, path, None)
+        self.variables.pop((ns, path), None)
+        return self.next_index()
+
+    def lock_acquire(self, ns: str, path: str, items: t.Mapping[str, t.Any], lock: t.Mapping[str, t.Any]
+                     ) -> t.Dict[str, t.Any]:
+        current = self.variables.get((ns, path))
+        self.expire_lock(current)
+        now = time.monotonic()
+        try:
+            ttl = go_duration(lock.get("TTL")) or 15.0
+            delay = go_duration(lock.get("LockDelay")) or 15.0
+        except ValueError as err:
+            raise CodedError(400, str(err)) from None
+        if not 10.0 <= ttl <= 86400.0:
+            raise CodedError(400, "TTL must be between 10 seconds and 24 hours")
+        if self.locked_against(current, lock.get("ID")) or (current is not None and now < current.get("lock_free_at", 0.0)):
+            raise self._conflict(ns, path, None)
+        index = self.next_index()
+        wall = time.time_ns()
+        var = {"Namespace": ns, "Path": path, "CreateIndex": current["CreateIndex"] if current else index,
+               "ModifyIndex": index, "CreateTime": current["CreateTime"] if current else wall, "ModifyTime": wall,
+               "Items": dict(items),
+               "Lock": {"ID": str(uuid.uuid4()), "TTL": go_duration_text(ttl), "LockDelay": go_duration_text(delay)},
+               "lock_expires": now + ttl, "lock_delay": delay, "lock_ttl": ttl}
+        self.variables[(ns, path)] = var
+        return self.var_public(var)
+
+    def _held(self, ns: str, path: str, lock: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        """The variable whose lock ``lock["ID"]`` is, for a renew or a release."""
+        current = self.variables.get((ns, path))
+        self.expire_lock(current)
+        if current is None:
+            raise CodedError(404, "variable not found")
+        if not current.get("Lock"):
+            raise CodedError(409, "variable doesn't hold a lock")
+        if not lock.get("ID"):
+            raise CodedError(400, "missing lock information")
+        if lock["ID"] != current["Lock"]["ID"]:
+            raise self._conflict(ns, path, None)
+        return current
+
+    def lock_renew(self, ns: str, path: str, lock: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        """The TTL starts again; the variable's metadata."""
+        current = self._held(ns, path, lock)
+        current["lock_expires"] = time.monotonic() + current["lock_ttl"]
+        return self.var_meta(current)
+
+    def lock_release(self, ns: str, path: str, lock: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        current = self._held(ns, path, lock)
+        current["Lock"] = None
+        current["ModifyIndex"] = self.next_index()
+        return self.var_public(current)

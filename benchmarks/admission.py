@@ -28,16 +28,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "collections"))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
 
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import ModuleFailure  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import (  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import (  # noqa: E402
     agent_from_summary,
     live_agents,
+    summarize_node,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import (  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import (  # noqa: E402
     NomadClient,
     NomadConnection,
-    summarize_node,
 )
 from nomad_double.server import NomadAPIDouble  # noqa: E402
 from nomad_double.watch import HalfPlacedWatch  # noqa: E402

@@ -31,8 +31,8 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import prune_shared_chains  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import prune_shared_chains  # noqa: E402
 
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 

@@ -20,9 +20,9 @@ import typing as t
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "collections"))
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_hcl import render_hcl  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import dumps, register_request, render_job  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_session  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl import render_hcl  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import dumps, register_request, render_job  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session  # noqa: E402
 
 TIME_TARGET_S = 0.25
 BYTES_TARGET = 3072

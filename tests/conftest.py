@@ -12,8 +12,8 @@ import pytest
 import leaks
 from repo_helpers import NOMAD_JOB_LINT, SHARED
 
-from ansible_collections.backendai.cluster.plugins.module_utils._common_args import NETWORK_ENV
-from ansible_collections.backendai.cluster.plugins.module_utils._session_network import generate_key
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import generate_key
 
 NETWORK_KEY_ENV = NETWORK_ENV["network_key_file"]
 

@@ -79,8 +79,8 @@ def admitted_groups(job: t.Mapping[str, t.Any], key: bytes, namespace: str = "de
                     region: str = "global") -> t.List[t.Any]:
     """Every group of ``job`` admitted by the CNI plugin's own check (``_session_network.admit``), with CNI_ARGS built
     as Nomad's client builds them for an allocation of that group in ``namespace``; raises AdmissionError if not."""
-    from ansible_collections.backendai.cluster.plugins.module_utils._job_network import client_args
-    from ansible_collections.backendai.cluster.plugins.module_utils._session_network import admit, nomad_cni_args, parse_cni_args
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import client_args
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import admit, nomad_cni_args, parse_cni_args
 
     out = []
     for group in job["TaskGroups"]:

@@ -79,7 +79,7 @@ def spec_keys(schema: t.Mapping[str, t.Any]) -> t.Iterator[str]:
 
 
 def test_ansible_doc_shows_every_spec_key_from_the_install(installed: Installed) -> None:
-    from ansible_collections.backendai.cluster.plugins.module_utils._spec import SCHEMA
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SCHEMA
 
     doc = installed.tool("ansible-doc", "backendai.cluster.session")
     assert doc.returncode == 0 and "WARNING" not in doc.stderr, doc.stderr

@@ -9,7 +9,7 @@ import glob
 import os
 import subprocess
 
-from ansible_collections.backendai.cluster.plugins.module_utils._spec import RESERVED_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import RESERVED_ENV
 from repo_helpers import VENV_BIN
 from test_collection_build import COLLECTION
 

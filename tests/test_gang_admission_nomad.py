@@ -20,12 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from ansible_collections.backendai.cluster.plugins.module_utils._admission import LOCK_PATH
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._common_args import NETWORK_ENV
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import ModuleFailure
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadClient, NomadConnection
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.admission import LOCK_PATH
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
 from module_helpers import NOMAD_TOKEN, spec
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
@@ -128,8 +128,8 @@ def test_eight_creates_waiting_for_resources_run_once_the_first_four_are_removed
 KILLED_CREATE = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {collections!r}); sys.path.insert(0, {tests!r})
-    from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_api
-    from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as _nomad_api
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
     from module_helpers import spec
 
     def stuck(self, body):  # the create is killed while it holds the admission lock
@@ -138,7 +138,7 @@ KILLED_CREATE = textwrap.dedent("""
 
     _nomad_api.NomadClient.register_job = stuck
     client = _nomad_api.NomadClient(_nomad_api.NomadConnection(nomad_addr={url!r}, token={token!r}))
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
     NomadBackend(client, lambda: None, lambda *a: None, print, lock_ttl=10, lock_delay=1,
                  network=NetworkControl(key_file={key_file!r})).present(spec(name="killed"))
 """)

@@ -13,8 +13,8 @@ import typing as t
 import pytest
 import yaml
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_hcl import render_hcl
-from ansible_collections.backendai.cluster.plugins.module_utils._session_render import render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl import render_hcl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
 from hclfmt_check import problems
 from repo_helpers import EXAMPLES
 

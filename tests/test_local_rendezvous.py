@@ -17,11 +17,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_local import (
-    local_absent,
-    local_info,
-    local_present,
-)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import LocalBackend
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
                                 reason="the local backend needs root and the CNI plugins (scripts/setup)")
@@ -60,10 +56,10 @@ def test_env_rendezvous_finds_main1(tmp_path: t.Any) -> None:
     spec = {"name": name, "image": "local", "cluster_size": 4, "master_port": 29500,
             "resources": {"cpu": 100, "memory": 64}, "command": ["python3", "-c", RENDEZVOUS]}
     try:
-        local_present(spec, state)
+        LocalBackend(state).present(spec)
         deadline = time.monotonic() + 30
         while True:
-            (view,) = local_info(state, name=name, log_lines=5)
+            (view,) = LocalBackend(state).info(name=name, log_lines=5)
             codes = {c["hostname"]: c["exit_code"] for c in view["containers"]}
             if all(code is not None for code in codes.values()) or time.monotonic() > deadline:
                 break
@@ -73,4 +69,4 @@ def test_env_rendezvous_finds_main1(tmp_path: t.Any) -> None:
         assert tails["main1"] == ["rendezvous complete: [1, 2, 3]"]
         assert tails["sub2"] == ["rank 2 joined main1"]
     finally:
-        assert local_absent(name, state)["changed"]
+        assert LocalBackend(state).absent(name)["changed"]

@@ -9,11 +9,13 @@ import warnings
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_api as na
-from ansible_collections.backendai.cluster.plugins.module_utils import _vault_api as va
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM
-from ansible_collections.backendai.cluster.plugins.module_utils._session_render import render_session
-from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import generate_keypair
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as na
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import connection as nc
+from ansible_collections.backendai.cluster.plugins.module_utils._vault import client as va
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import summarize_node
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
 from nomad_double.fixtures import (  # noqa: F401 - pytest fixtures
     nomad_double,
     nomad_double_factory,
@@ -78,12 +80,12 @@ def test_connection_parsing_and_repr() -> None:
 
 
 def test_connection_from_env() -> None:
-    conn = na.connection_from_env({"NOMAD_ADDR": "https://n:4646", "NOMAD_TOKEN": TOKEN, "NOMAD_NAMESPACE": "ns",
+    conn = nc.connection_from_env({"NOMAD_ADDR": "https://n:4646", "NOMAD_TOKEN": TOKEN, "NOMAD_NAMESPACE": "ns",
                                    "NOMAD_REGION": "r", "NOMAD_CACERT": "/ca", "NOMAD_SKIP_VERIFY": "true"})
     assert (conn.nomad_addr, conn.token, conn.namespace, conn.region, conn.ca_cert, conn.validate_certs) == (
         "https://n:4646", TOKEN, "ns", "r", "/ca", False)
-    assert na.connection_from_env({}).nomad_addr == na.DEFAULT_NOMAD_ADDR
-    assert na.connection_from_env({"NOMAD_ADDR": "http://a:1"}, nomad_addr="http://b:2").nomad_addr == "http://b:2"
+    assert nc.connection_from_env({}).nomad_addr == nc.DEFAULT_NOMAD_ADDR
+    assert nc.connection_from_env({"NOMAD_ADDR": "http://a:1"}, nomad_addr="http://b:2").nomad_addr == "http://b:2"
 
 
 def test_process_environment_is_not_read_by_the_client(nomad: NomadAPIDouble, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -257,12 +259,11 @@ def test_nodes_and_capacity(nomad: NomadAPIDouble) -> None:
     nodes = {n["Name"]: n for n in client.list_nodes(resources=True)}
     assert nodes["n2"]["NodeResources"]["Cpu"]["CpuShares"] == 4000
     assert client.node("missing") is None
-    cap = client.node_capacity(nodes["n2"]["ID"])
+    cap = summarize_node(client.node(nodes["n2"]["ID"]), client.node_allocations(nodes["n2"]["ID"]))
     assert cap["name"] == "n2" and cap["datacenter"] == "dc1" and cap["drivers"] == ["docker"]
     assert cap["cni_networks"] == ["backendai"] and "bridge" in cap["cni_plugins"] and cap["bridge"]
     assert cap["free"] == {"cpu": 3500, "memory": 8192 - 256, "disk": 50000 - 300, "devices": {"nvidia/gpu/A100": 1}}
     assert cap["allocations"] == 1
-    assert client.node_capacity("missing") is None
 
 
 # Variables ---------------------------------------------------------------------------------------

@@ -24,10 +24,10 @@ import uuid
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._cluster_env import container_env
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import ENTRYPOINT_META_KEY, render_job
-from ansible_collections.backendai.cluster.plugins.module_utils._session_render import plan_session
-from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import generate_keypair
+from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import ENTRYPOINT_META_KEY, render_job
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
 
 META_REF = re.compile(r"\$\{NOMAD_META_([A-Za-z0-9_]+)\}")
 TOOLS = ("ip", "unshare", "nsenter", "ssh")

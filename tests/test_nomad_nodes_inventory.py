@@ -11,8 +11,8 @@ import typing as t
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadClient, NomadConnection
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
 from module_helpers import ENV_VARS, NOMAD_TOKEN
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble

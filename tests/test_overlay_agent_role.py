@@ -19,8 +19,8 @@ import pytest
 
 from repo_helpers import REPO, run_playbook
 
-from ansible_collections.backendai.cluster.plugins.module_utils._cni_plugin import SHIM
-from ansible_collections.backendai.cluster.plugins.module_utils._session_network import read_key, static_conflist
+from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_plugin import SHIM
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import read_key, static_conflist
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/portmap"),
                                 reason="needs root and the CNI plugins (scripts/setup)")
@@ -32,7 +32,7 @@ PLAYBOOK = """
   roles:
     - backendai.cluster.overlay_agent
 """
-MODULE_UTILS = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster", "plugins", "module_utils")
+MODULE_UTILS = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster", "plugins", "module_utils", "_network")
 # Stands in for the real _cni_plugin.py: shows that the shim runs it from the plugin dir, isolated (-IS).
 FAKE_PLUGIN = """import json, sys
 import _session_network

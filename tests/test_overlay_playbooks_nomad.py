@@ -16,9 +16,9 @@ import typing as t
 import pytest
 import yaml
 
-from ansible_collections.backendai.cluster.plugins.module_utils._job_network import client_args
-from ansible_collections.backendai.cluster.plugins.module_utils._network_claims import claim_path, slot_of_job
-from ansible_collections.backendai.cluster.plugins.module_utils._session_network import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import client_args
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import claim_path, slot_of_job
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     admit,
     nomad_cni_args,
     parse_cni_args,

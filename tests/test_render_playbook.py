@@ -76,10 +76,10 @@ def read_var_file(path: str) -> dict:
 
 def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints_the_commands(
         tmp_path: str, network_key_file: str, shared_dir: str) -> None:
-    from ansible_collections.backendai.cluster.plugins.module_utils._job_network import preferred_slot
-    from ansible_collections.backendai.cluster.plugins.module_utils._network_claims import Claim
-    from ansible_collections.backendai.cluster.plugins.module_utils._session_network import AdmissionError, read_key
-    from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import derive_session_id
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import preferred_slot
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import AdmissionError, read_key
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
     from hclfmt_check import problems
 
     out = os.path.join(str(tmp_path), "out")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 import time
@@ -76,7 +77,7 @@ def test_create_writes_the_variable_with_cas0_before_registering_the_job(nomad: 
     assert main1["ssh_command"] == "ssh -p %d root@10.0.0.10" % main1["ssh_port"]
     private = stored_private_key(nomad)
     public = nomad.stored_variable("nomad/jobs/s1")["Items"]["ssh_public_key"]
-    from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import derive_session_id
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
     assert view["session_id"] == derive_session_id("s1", public) == result["plan"]["session_id"]
     assert nomad.stored_job("s1")["Meta"]["BACKENDAI_SESSION_ID"] == view["session_id"]
     assert_no_secret(result, private, NOMAD_TOKEN)
@@ -381,17 +382,15 @@ def test_environment_fallbacks_choose_the_nomad_backend(nomad: NomadAPIDouble, r
 # Libraries, local dispatch -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("module_attr, library, extra", [
-    ("_nomad_api.HAS_PYTHON_NOMAD", "python-nomad", {}),
-    ("_ssh_keys.HAS_CRYPTOGRAPHY", "cryptography", {}),
-    ("_vault_api.HAS_HVAC", "hvac", {"spec": spec(secrets={"backend": "vault"})}),
+    ("_nomad.api.HAS_PYTHON_NOMAD", "python-nomad", {}),
+    ("_session.keys.HAS_CRYPTOGRAPHY", "cryptography", {}),
+    ("_vault.client.HAS_HVAC", "hvac", {"spec": spec(secrets={"backend": "vault"})}),
 ])
 def test_missing_library_is_reported_with_missing_required_lib(nomad: NomadAPIDouble, run: ModuleRun,
                                                                 monkeypatch: pytest.MonkeyPatch, module_attr: str,
                                                                 library: str, extra: t.Dict[str, t.Any]) -> None:
-    from ansible_collections.backendai.cluster.plugins import module_utils
-
-    owner, attr = module_attr.split(".")
-    monkeypatch.setattr(getattr(module_utils, owner), attr, False)
+    owner, attr = module_attr.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module("ansible_collections.backendai.cluster.plugins.module_utils." + owner), attr, False)
     result = run(session_module, args(nomad, **extra))
     assert result["failed"] and "Failed to import the required Python library (%s)" % library in result["msg"]
     assert writes(nomad) == []
@@ -399,28 +398,29 @@ def test_missing_library_is_reported_with_missing_required_lib(nomad: NomadAPIDo
 
 def test_local_backend_is_the_default_without_a_nomad_address(run: ModuleRun, monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: t.Any) -> None:
-    from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
+    from ansible_collections.backendai.cluster.plugins.module_utils._local import backend as _backend_local
     from ansible_collections.backendai.cluster.plugins.modules import session_info
 
     calls: t.List[t.Tuple[str, t.Any]] = []
 
-    def present(spec_raw: t.Any, state_root: str, check_mode: bool = False, wait: bool = True,
-                timeout: float = 60.0, agents: t.Any = None) -> t.Dict[str, t.Any]:
+    def present(self: t.Any, spec_raw: t.Any, agents: t.Any = None, check_mode: bool = False, diff: bool = False,
+                wait: bool = True, wait_timeout: float = 300.0, wait_for_resources: float = 0.0) -> t.Dict[str, t.Any]:
         assert agents is None  # no agents given: this machine is the one agent
-        calls.append(("present", (spec_raw["name"], state_root, check_mode, wait, timeout)))
+        calls.append(("present", (spec_raw["name"], self.root, check_mode, wait, wait_timeout)))
         return {"changed": True, "session": {"name": spec_raw["name"], "backend": "local"}, "plan": {}}
 
-    def absent(name: str, state_root: str, check_mode: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
-        calls.append(("absent", (name, state_root, check_mode, keep_logs)))
+    def absent(self: t.Any, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
+               diff: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
+        calls.append(("absent", (name or spec_raw["name"], self.root, check_mode, keep_logs)))
         return {"changed": False}
 
-    def info(state_root: str, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
-        calls.append(("info", (state_root, name, log_lines)))
+    def info(self: t.Any, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
+        calls.append(("info", (self.root, name, log_lines)))
         return []
 
-    monkeypatch.setattr(_backend_local, "local_present", present)
-    monkeypatch.setattr(_backend_local, "local_absent", absent)
-    monkeypatch.setattr(_backend_local, "local_info", info)
+    monkeypatch.setattr(_backend_local.LocalBackend, "present", present)
+    monkeypatch.setattr(_backend_local.LocalBackend, "absent", absent)
+    monkeypatch.setattr(_backend_local.LocalBackend, "info", info)
     state = str(tmp_path)
     result = run(session_module, {"spec": spec(), "state_dir": state, "wait_timeout": 30})
     assert result["changed"] is True and result["session"] == {"name": "s1", "backend": "local"}

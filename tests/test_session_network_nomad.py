@@ -12,10 +12,10 @@ import typing as t
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _network_claims
-from ansible_collections.backendai.cluster.plugins.module_utils._job_network import client_args, preferred_slot
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadClient, NomadConnection
-from ansible_collections.backendai.cluster.plugins.module_utils._session_network import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import claims as _network_claims
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import client_args, preferred_slot
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     VNI_BASE,
     AdmissionError,
     admit,

@@ -25,9 +25,9 @@ COLLECTIONS = os.path.join(REPO, "collections")
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._local_state import FAULT_ENV  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import FAULT_ENV  # noqa: E402
 
 
 def _skip_reason() -> str | None:
@@ -218,7 +218,7 @@ def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) ->
 _CREATOR = """
 import json, sys
 sys.path.insert(0, %r)
-from ansible_collections.backendai.cluster.plugins.module_utils._local_runtime import create_session
+from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import create_session
 create_session(json.load(sys.stdin), %r)
 """
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _backend_nomad
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_local import local_absent, local_info, local_present
-from ansible_collections.backendai.cluster.plugins.module_utils._local_state import SessionPaths
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import backend as _backend_nomad
+from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import LocalBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
                                 reason="the local backend needs root and the CNI plugins (scripts/setup)")
@@ -47,7 +47,7 @@ def children(pid: int) -> list[tuple[int, str]]:
 def view_until(state_root: str, name: str, wanted: str, timeout: float) -> tuple[dict[str, Any], float]:
     start = time.monotonic()
     while True:
-        (view,) = local_info(state_root, name=name, log_lines=2)
+        (view,) = LocalBackend(state_root).info(name=name, log_lines=2)
         if view["state"] == wanted or time.monotonic() - start > timeout:
             return view, time.monotonic() - start
         time.sleep(0.05)
@@ -57,7 +57,7 @@ def test_batch_session_lifecycle(state_root: str, helpers: Any) -> None:
     before = helpers.host_snapshot()
     name = "life"
     spec = {"name": name, "image": "local", "cluster_size": 3, "resources": {"cpu": 100, "memory": 64}, "command": COMMAND}
-    made = local_present(spec, state_root)
+    made = LocalBackend(state_root).present(spec)
     try:
         first = made["session"]
         assert first["state"] == "RUNNING", first
@@ -78,7 +78,7 @@ def test_batch_session_lifecycle(state_root: str, helpers: Any) -> None:
         # the container ended with its command: its sshd is gone too
         assert not os.path.exists("/proc/%d" % record["sshd_pid"]) or _is_zombie(record["sshd_pid"])
         # present on the DEGRADED session brings it back, same keys and session ID
-        again = local_present(spec, state_root)
+        again = LocalBackend(state_root).present(spec)
         assert again["changed"] is True and again["session"]["state"] == "RUNNING"
         assert again["session"]["session_id"] == first["session_id"]
         # every command ends with 0: TERMINATED (and present leaves a finished batch session alone)
@@ -89,9 +89,9 @@ def test_batch_session_lifecycle(state_root: str, helpers: Any) -> None:
         assert view["state"] == "TERMINATED", view
         assert {(c["status"], c["exit_code"]) for c in view["containers"]} == {("complete", 0)}
         assert view["containers"][1]["log_tail"] == ["sub1 done"]
-        assert local_present(spec, state_root)["changed"] is False
+        assert LocalBackend(state_root).present(spec)["changed"] is False
     finally:
-        local_absent(name, state_root)
+        LocalBackend(state_root).absent(name)
     helpers.assert_clean(before, state_root, [])
     assert not os.path.exists(os.path.join(state_root, name))
 
@@ -100,7 +100,7 @@ def test_interactive_container_fails_when_its_sshd_dies(state_root: str, helpers
     before = helpers.host_snapshot()
     name = "inter"
     spec = {"name": name, "image": "local", "cluster_size": 2, "resources": {"cpu": 100, "memory": 64}}
-    made = local_present(spec, state_root)
+    made = LocalBackend(state_root).present(spec)
     try:
         assert made["session"]["state"] == "RUNNING"
         paths = SessionPaths(os.path.abspath(state_root), name)
@@ -110,9 +110,9 @@ def test_interactive_container_fails_when_its_sshd_dies(state_root: str, helpers
         assert view["state"] == "DEGRADED", view
         (sub1,) = [c for c in view["containers"] if c["hostname"] == "sub1"]
         assert sub1["status"] == "failed" and "sshd is gone" in sub1["reason"]
-        assert local_present(spec, state_root)["session"]["state"] == "RUNNING"
+        assert LocalBackend(state_root).present(spec)["session"]["state"] == "RUNNING"
     finally:
-        local_absent(name, state_root)
+        LocalBackend(state_root).absent(name)
     helpers.assert_clean(before, state_root, [])
 
 

@@ -22,14 +22,15 @@ import uuid
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local as backend
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils import _session_network as net
-from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import build_plan
-from ansible_collections.backendai.cluster.plugins.module_utils._placement import parse_agents
-from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
-from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import SSHKeypair
+from ansible_collections.backendai.cluster.plugins.module_utils._local import backend
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils._local import session as local_session
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 
 from conftest import PROBE
 
@@ -151,11 +152,11 @@ def mn_root(run_dir: str) -> str:
 
 @pytest.fixture(scope="module")
 def mn(fabric: Fabric, mn_root: str) -> t.Iterator[Live]:
-    result = backend.local_present(spec("mn"), mn_root, agents=fabric.agents)
+    result = backend.LocalBackend(mn_root).present(spec("mn"), agents=fabric.agents)
     try:
         yield Live(mn_root, result)
     finally:
-        backend.local_absent("mn", mn_root)
+        backend.LocalBackend(mn_root).absent("mn")
 
 
 def test_spread_over_agents_with_per_agent_local_rank(mn: Live) -> None:
@@ -246,7 +247,7 @@ def test_df_bit_and_20mb_transfer_cross_agents_without_fragmentation(mn: Live, f
 
 
 def test_sessions_on_the_same_agents_are_isolated(mn: Live, fabric: Fabric, mn_root: str) -> None:
-    result = backend.local_present(spec("other", size=3, cpu=1500), mn_root, agents=fabric.agents)
+    result = backend.LocalBackend(mn_root).present(spec("other", size=3, cpu=1500), agents=fabric.agents)
     try:
         other = Live(mn_root, result)
         assert sorted(c["agent"] for c in other.view["containers"]) == ["agent1", "agent2", "agent3"]
@@ -261,16 +262,16 @@ def test_sessions_on_the_same_agents_are_isolated(mn: Live, fabric: Fabric, mn_r
         for c in mn.by_host.values():
             assert other.python_in("sub1", PROBE, c["address"], port).stdout.startswith("closed")
     finally:
-        assert backend.local_absent("other", mn_root)["changed"] is True
+        assert backend.LocalBackend(mn_root).absent("other")["changed"] is True
 
 
 def test_backend_is_idempotent_and_pending_says_why(mn: Live, fabric: Fabric, mn_root: str) -> None:
-    again = backend.local_present(spec("mn"), mn_root, agents=fabric.agents)
+    again = backend.LocalBackend(mn_root).present(spec("mn"), agents=fabric.agents)
     assert again["changed"] is False and again["session"]["session_id"] == mn.view["session_id"]
     with pytest.raises(Exception, match="PENDING on the local agents: the eligible agents together can hold only 6 of 7"):
-        backend.local_present(spec("toobig", size=7), mn_root, agents=fabric.agents)
+        backend.LocalBackend(mn_root).present(spec("toobig", size=7), agents=fabric.agents)
     with pytest.raises(Exception, match="local agents"):
-        backend.local_present(spec("nolocal"), mn_root, agents=[{"name": "x", "cpu": 9000, "memory": 9000}])
+        backend.LocalBackend(mn_root).present(spec("nolocal"), agents=[{"name": "x", "cpu": 9000, "memory": 9000}])
     assert not os.path.exists(os.path.join(mn_root, "toobig")) and not os.path.exists(os.path.join(mn_root, "nolocal"))
 
 
@@ -284,7 +285,7 @@ def test_agents_are_not_removed_under_a_session(mn: Live, fabric: Fabric) -> Non
 
 def _runtime_session(name: str, fabric: Fabric, keypair: tuple[str, str]) -> dict[str, t.Any]:
     plan = build_plan(parse_spec(spec(name)), parse_agents(fabric.agents), str(uuid.uuid4()))
-    return backend.runtime_session(plan, SSHKeypair(keypair[0], keypair[1]), backend.local_agents(fabric.agents))
+    return local_session.session_record(plan, SSHKeypair(keypair[0], keypair[1]), backend.local_agents(fabric.agents))
 
 
 def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils._local_netns import is_alive
-from ansible_collections.backendai.cluster.plugins.module_utils._local_state import FAULT_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import is_alive
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import FAULT_ENV
 
 HOSTS = ["main1", "sub1", "sub2"]
 
@@ -313,7 +313,7 @@ def test_concurrent_creates_and_destroys(state_root: str, keypair: Any, helpers:
     subnets = {rt.session_status(n, state_root)["subnet"] for n in names}
     assert len(subnets) == 3
     destroyer = "import sys\nsys.path.insert(0, %r)\nfrom ansible_collections.backendai.cluster.plugins." \
-                "module_utils._local_runtime import destroy_session\ndestroy_session(sys.argv[1], %r)\n" \
+                "module_utils._local.runtime import destroy_session\ndestroy_session(sys.argv[1], %r)\n" \
                 % (helpers.collections, state_root)
     procs = [subprocess.Popen([sys.executable, "-c", destroyer, n], stderr=subprocess.PIPE) for n in names]
     for proc in procs:

@@ -25,11 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents as local_agents
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_network as lnet
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils import _session_network as net
-from ansible_collections.backendai.cluster.plugins.module_utils._local_cni import Attachment, cni_add, cni_del
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._local import network as lnet
+from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
+from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import Attachment, cni_add, cni_del
 
 from conftest import PROBE, make_session
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The local backend's options; paired one-to-one with ``_common_args.local_runtime_argument_spec``."""
+    """The local backend's options; paired one-to-one with ``_ansible.args.local_runtime_argument_spec``."""
 
     DOCUMENTATION = r"""
 options:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """Nomad connection options; paired one-to-one with ``_common_args.nomad_connection_argument_spec``.
+    """Nomad connection options; paired one-to-one with ``_ansible.args.nomad_connection_argument_spec``.
 
     ``DOCUMENTATION`` is for modules (which read the environment through the argument spec's
     fallbacks), ``PLUGINS`` for the inventory plugin (the same options, with ``env:`` entries).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The session network's options; paired one-to-one with ``_common_args.session_network_argument_spec``."""
+    """The session network's options; paired one-to-one with ``_ansible.args.session_network_argument_spec``."""
 
     DOCUMENTATION = r"""
 options:

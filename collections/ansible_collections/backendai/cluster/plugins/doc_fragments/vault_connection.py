@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """Vault options; paired one-to-one with ``_common_args.vault_connection_argument_spec``."""
+    """Vault options; paired one-to-one with ``_ansible.args.vault_connection_argument_spec``."""
 
     DOCUMENTATION = r"""
 options:

@@ -88,26 +88,22 @@ import os
 import typing as t
 
 from ansible.errors import AnsibleError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import (
     SCHEDULABLE_POOLS,
     agent_from_summary,
     allocations_by_node,
     free_gpus,
     is_schedulable,
-)
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import (
-    HAS_PYTHON_NOMAD,
-    NomadClient,
-    NomadConnection,
-    NomadError,
     summarize_node,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import HAS_PYTHON_NOMAD, NomadClient
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.connection import NomadConnection, NomadError
 
 CONNECTION_OPTIONS = ("nomad_addr", "token", "namespace", "region", "ca_cert", "client_cert", "client_key",
                       "validate_certs", "timeout")
-_TRUE = frozenset(("1", "t", "true", "y", "yes", "on"))
 
 
 def host_vars(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
@@ -150,7 +146,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         params = {name: self.get_option(name) for name in CONNECTION_OPTIONS}
         value, origin = self.get_option_and_origin("validate_certs")
         if origin == "default" and os.environ.get("NOMAD_SKIP_VERIFY"):
-            value = os.environ["NOMAD_SKIP_VERIFY"].strip().lower() not in _TRUE
+            value = not boolean(os.environ["NOMAD_SKIP_VERIFY"], strict=False)
         params["validate_certs"] = value
         try:
             return NomadConnection.from_params(params)

@@ -1,6 +1,13 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Error types shared by the pure decision code (spec, agents, plan).
+"""The collection's error base class and the errors of its input. A leaf: imports nothing.
+
+Every error a module can show derives from :class:`BackendAIClusterError`; the module base turns
+it into ``fail_json`` with :meth:`BackendAIClusterError.details` as extra result keys, never a
+traceback. The clients' errors (``NomadError``, ``VaultError``), the local runtime's, the
+admission's and the claims' all derive from it. The only exceptions: ``_network`` (stdlib only,
+run on agents without this package) raises its own ``NetworkError``, which the collection wraps
+where it calls it; and control flow that never leaves its module.
 
 Every user-facing problem is a :class:`Problem` that names the field path, the value given and
 what is allowed, so that a caller can report all of them at once instead of a traceback.
@@ -37,6 +44,10 @@ def _short_repr(value: t.Any) -> str:
 class BackendAIClusterError(Exception):
     """Base class of this collection's expected errors (never shown as a traceback)."""
 
+    def details(self) -> t.Dict[str, t.Any]:
+        """Extra keys of the failed task's result (none by default)."""
+        return {}
+
 
 class InputError(BackendAIClusterError):
     """The input (spec or agent list) is invalid; carries every problem found."""
@@ -47,6 +58,9 @@ class InputError(BackendAIClusterError):
         lines = ["%s is invalid (%d problem%s):" % (what, len(self.problems), "" if len(self.problems) == 1 else "s")]
         lines.extend("  - " + str(p) for p in self.problems)
         super().__init__("\n".join(lines))
+
+    def details(self) -> t.Dict[str, t.Any]:
+        return {"problems": [str(p) for p in self.problems]}
 
 
 class SpecError(InputError):
@@ -65,3 +79,14 @@ class AgentsError(InputError):
 
 class PlanError(BackendAIClusterError):
     """The spec is valid but cannot be planned as asked (for example a bridge network across agents)."""
+
+
+class ModuleFailure(BackendAIClusterError):
+    """An expected failure that carries extra result keys (``result``) for ``fail_json``."""
+
+    def __init__(self, message: str, result: t.Optional[t.Mapping[str, t.Any]] = None) -> None:
+        super().__init__(message)
+        self.result = dict(result or {})
+
+    def details(self) -> t.Dict[str, t.Any]:
+        return dict(self.result)

@@ -1,12 +1,48 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Writing a text file only when its content differs, atomically: what makes file writes idempotent
-and check-mode safe across the collection (rendered jobs, CNI network configs)."""
+"""The collection's one file writer: atomic replacement (:func:`write_file`), and writing a text file only
+when its content differs (:func:`ensure_file`), what makes file writes idempotent and check-mode safe
+(rendered jobs, CNI network configs, the local runtime's state). A leaf: stdlib only.
+
+The CNI plugin (``_network/_cni_plugin.py``) keeps a writer of its own: it runs on agents as a
+standalone program without this package."""
 
 from __future__ import annotations
 
 import os
-import tempfile
+import threading
+import typing as t
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or a new file in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file(path: str, data: t.Union[str, bytes], mode: int = 0o644, durable: bool = False) -> None:
+    """Atomically replace ``path``; the file never exists with wider permissions than ``mode``."""
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # umask may have narrowed it
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(os.path.dirname(path) or ".")
 
 
 def ensure_file(path: str, text: str, check_mode: bool = False, mode: int = 0o644) -> bool:
@@ -23,16 +59,6 @@ def ensure_file(path: str, text: str, check_mode: bool = False, mode: int = 0o64
         pass
     if check_mode:
         return True
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".backendai-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    write_file(path, text, mode=mode)
     return True

@@ -104,8 +104,8 @@ state_dir:
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _local_agents
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import ClusterModule
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as _local_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import ClusterModule
 
 
 def run(module: ClusterModule) -> t.Dict[str, t.Any]:

@@ -428,46 +428,19 @@ rollback:
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend, refuse_all_namespaces
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl
-
-
-def _name(module: ClusterModule) -> t.Optional[str]:
-    p = module.params
-    spec = p["spec"] or {}
-    name = spec.get("name") if isinstance(spec, dict) else None
-    if p["name"] and name and p["name"] != name:
-        raise ModuleFailure("name %r and spec.name %r differ" % (p["name"], name))
-    return p["name"] or name
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.backends import session_backend
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule
 
 
 def run(module: ClusterModule) -> t.Dict[str, t.Any]:
     p = module.params
-    backend = p["backend"] or (NOMAD if module.nomad_address_given() else LOCAL)
-    if backend == LOCAL:
-        if p["state"] == "present":
-            return _backend_local.local_present(p["spec"], p["state_dir"], check_mode=module.check_mode, wait=p["wait"],
-                                                timeout=float(p["wait_timeout"]), agents=p["agents"])
-        name = _name(module)
-        if not name:
-            raise ModuleFailure("state=absent needs the session name (name, or spec with a name)")
-        return _backend_local.local_absent(name, p["state_dir"], check_mode=module.check_mode, keep_logs=p["keep_logs"])
-
-    refuse_all_namespaces(p["namespace"], "backendai.cluster.session")
-    if p["state"] == "present" and not module.check_mode:
-        module.require("cryptography")
-    secrets = (p["spec"] or {}).get("secrets") if isinstance(p["spec"], dict) else None
-    if isinstance(secrets, dict) and secrets.get("backend") == "vault":
-        module.vault()  # library and options checked before anything is written
-    network = NetworkControl(p["network_key_file"], p["network_claims_namespace"], module.hide)
-    nomad = NomadBackend(module.nomad(), module.vault, module.hide, module.warn, network=network)
+    backend = session_backend(module, changes=True)
     if p["state"] == "present":
-        return nomad.present(p["spec"], agents=p["agents"], check_mode=module.check_mode, diff=module.diff_mode,
-                             wait=p["wait"], wait_timeout=float(p["wait_timeout"]),
-                             wait_for_resources=float(p["wait_for_resources"]))
-    return nomad.absent(name=p["name"], spec_raw=p["spec"], check_mode=module.check_mode, diff=module.diff_mode)
+        return backend.present(p["spec"], agents=p["agents"], check_mode=module.check_mode, diff=module.diff_mode,
+                               wait=p["wait"], wait_timeout=float(p["wait_timeout"]),
+                               wait_for_resources=float(p["wait_for_resources"]))
+    return backend.absent(name=p["name"], spec_raw=p["spec"], check_mode=module.check_mode, diff=module.diff_mode,
+                          keep_logs=p["keep_logs"])
 
 
 def main() -> None:

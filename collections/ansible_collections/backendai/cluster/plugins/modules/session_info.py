@@ -233,21 +233,16 @@ sessions:
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _backend_local
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import NomadBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.backends import session_backend
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import LOCAL, NETWORK, NOMAD, VAULT, ClusterModule
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 
 
 def run(module: ClusterModule) -> t.Dict[str, t.Any]:
     p = module.params
     if p["log_lines"] < 0:
         raise ModuleFailure("log_lines must be 0 or more")
-    backend = p["backend"] or (NOMAD if module.nomad_address_given() else LOCAL)
-    if backend == LOCAL:
-        sessions = _backend_local.local_info(p["state_dir"], name=p["name"], log_lines=p["log_lines"])
-    else:
-        nomad = NomadBackend(module.nomad(), module.vault, module.hide, module.warn)
-        sessions = nomad.info(name=p["name"], log_lines=p["log_lines"])
+    sessions = session_backend(module).info(name=p["name"], log_lines=p["log_lines"])
     return {"changed": False, "sessions": sessions}
 
 

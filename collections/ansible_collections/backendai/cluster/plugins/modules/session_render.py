@@ -307,20 +307,22 @@ secret_path:
 import os
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_cli, _nomad_var_file
-from ansible_collections.backendai.cluster.plugins.module_utils._backend_nomad import refuse_all_namespaces
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import cli as _nomad_cli
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import var_file as _nomad_var_file
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import refuse_all_namespaces
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, InputError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
-from ansible_collections.backendai.cluster.plugins.module_utils._job_network import DEFAULT_NAMESPACE, DEFAULT_UNDERLAY_MTU, JobNetwork
-from ansible_collections.backendai.cluster.plugins.module_utils._module_base import NETWORK, NOMAD, VAULT, ClusterModule
-from ansible_collections.backendai.cluster.plugins.module_utils._network_claims import Claim
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_agents import live_agents, underlay_addresses
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_api import NomadError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_job import secret_path
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad_network import NetworkControl, signed
-from ansible_collections.backendai.cluster.plugins.module_utils._session_render import RenderedSession, plan_summary, render_session
-from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
-from ansible_collections.backendai.cluster.plugins.module_utils._ssh_keys import SSHKeypair, generate_keypair
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_NAMESPACE, DEFAULT_UNDERLAY_MTU, JobNetwork
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import NETWORK, NOMAD, VAULT, ClusterModule
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents, underlay_addresses
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import secret_path
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl, signed
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair, generate_keypair
 
 
 def _read(path: str) -> str:

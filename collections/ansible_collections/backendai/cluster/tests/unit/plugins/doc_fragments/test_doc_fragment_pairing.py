@@ -11,10 +11,18 @@ import typing as t
 import pytest
 import yaml
 
-from ansible_collections.backendai.cluster.plugins.module_utils import _common_args as ca
-from ansible_collections.backendai.cluster.plugins.module_utils import _nomad_api, _vault_api
+from ansible_collections.backendai.cluster.plugins.module_utils._ansible import args as ca
+from ansible_collections.backendai.cluster.plugins.module_utils import _defaults as defaults
 
 INVERTED = dict(ca.NOMAD_INVERTED_ENV)
+
+
+def env_of(option: t.Mapping[str, t.Any]) -> t.List[str]:
+    """The environment variables an option falls back to (empty if none)."""
+    fallback = option.get("fallback")
+    if not fallback:
+        return []
+    return list(fallback[1]) if len(fallback) > 1 else []
 
 
 def fragment_options(name: str, variant: str = "DOCUMENTATION") -> t.Dict[str, t.Any]:
@@ -45,7 +53,7 @@ def test_fragment_matches_argument_spec(fragment: str) -> None:
         assert doc.get("choices") == arg.get("choices"), name
         assert doc.get("elements") == arg.get("elements"), name
         assert bool(doc.get("required")) == bool(arg.get("required")), name
-        assert env_documented(doc) == set(ca.env_of(arg)), "%s: environment variables documented vs. fallback" % name
+        assert env_documented(doc) == set(env_of(arg)), "%s: environment variables documented vs. fallback" % name
         if arg.get("no_log"):
             assert "never logged" in description(doc), name
 
@@ -63,16 +71,14 @@ def test_plugin_variant_has_env_entries_for_the_fallbacks() -> None:
         if name in INVERTED:  # not a plain env fallback: the plugin inverts it itself
             assert env == [] and env_documented(doc) == {INVERTED[name]}
         else:
-            assert env == ca.env_of(arg) and env_documented(doc) == set(env), name
+            assert env == env_of(arg) and env_documented(doc) == set(env), name
 
 
 def test_fallbacks_match_the_clients_environment_tables() -> None:
-    nomad = {name: ca.env_of(arg) for name, arg in ca.nomad_connection_argument_spec().items() if ca.env_of(arg)}
-    assert nomad == dict({k: [v] for k, v in _nomad_api.NOMAD_ENV.items()}, validate_certs=["NOMAD_SKIP_VERIFY"])
-    vault = {name: ca.env_of(arg) for name, arg in ca.vault_connection_argument_spec().items()}
-    assert vault == {k: [v] for k, v in _vault_api.VAULT_ENV.items()}
-    assert _nomad_api.nomad_argument_spec().keys() == ca.nomad_connection_argument_spec().keys()
-    assert _vault_api.vault_argument_spec().keys() == ca.vault_connection_argument_spec().keys()
+    nomad = {name: env_of(arg) for name, arg in ca.nomad_connection_argument_spec().items() if env_of(arg)}
+    assert nomad == dict({k: [v] for k, v in defaults.NOMAD_ENV.items()}, validate_certs=["NOMAD_SKIP_VERIFY"])
+    vault = {name: env_of(arg) for name, arg in ca.vault_connection_argument_spec().items()}
+    assert vault == {k: [v] for k, v in defaults.VAULT_ENV.items()}
 
 
 def test_secrets_are_no_log_and_paths_are_not() -> None:

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from ansible_collections.backendai.cluster.plugins.doc_fragments.session_spec import ModuleDocFragment
-from ansible_collections.backendai.cluster.plugins.module_utils import _spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session import schema as spec_schema
+from ansible_collections.backendai.cluster.plugins.module_utils._session import spec as _spec
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import SpecError
 
 STRUCTURE = ("type", "elements", "default", "choices", "required")
@@ -44,7 +45,7 @@ def drift(doc: t.Mapping[str, t.Any], schema: t.Mapping[str, t.Any], path: str =
 
 
 def test_documentation_equals_the_schema() -> None:
-    assert drift(documented(), _spec.SCHEMA) == []
+    assert drift(documented(), spec_schema.SCHEMA) == []
 
 
 @pytest.mark.parametrize("mutate, expected", [
@@ -57,7 +58,7 @@ def test_documentation_equals_the_schema() -> None:
      "spec.roles.resources.gpu: documented, not in"),
 ])
 def test_a_drift_is_reported(mutate: t.Callable[[t.Dict[str, t.Any]], t.Any], expected: str) -> None:
-    schema = copy.deepcopy(_spec.SCHEMA)
+    schema = copy.deepcopy(spec_schema.SCHEMA)
     mutate(schema)
     assert any(line.startswith(expected) for line in drift(documented(), schema)), drift(documented(), schema)
 
@@ -65,7 +66,7 @@ def test_a_drift_is_reported(mutate: t.Callable[[t.Dict[str, t.Any]], t.Any], ex
 def test_the_validator_takes_keys_and_defaults_from_the_schema() -> None:
     spec = _spec.parse_spec({"name": "s", "image": "i", "ssh": {"key_type": "rsa"}, "secrets": {"backend": "vault"},
                              "roles": [{"name": "main"}]})
-    top = _spec.SCHEMA
+    top = spec_schema.SCHEMA
     assert spec.driver == top["driver"]["default"] and spec.cluster_mode == top["cluster_mode"]["default"]
     assert spec.cluster_size == 1 and spec.master_port == top["master_port"]["default"]
     res = top["resources"]["suboptions"]

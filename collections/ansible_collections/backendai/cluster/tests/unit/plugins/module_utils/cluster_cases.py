@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._placement import parse_agents
-from ansible_collections.backendai.cluster.plugins.module_utils._session_plan import SessionPlan, build_plan
-from ansible_collections.backendai.cluster.plugins.module_utils._spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan, build_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "fixtures")
 #: A fixed public key, so that session and kernel IDs are the same in every run.

@@ -1,0 +1,233 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Bringing a local session up: its files, namespaces, network and containers, every step journaled.
+
+``bring_up`` is called by ``_local.runtime`` with the session's directory locked and a journal
+open; when it raises, the runtime replays the journal backwards (``_local.teardown``).
+"""
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import socket
+import time
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
+from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
+    PRIVATE_DIRS,
+    ContainerSetup,
+    add_netns,
+    is_alive,
+    launch,
+    link_exists,
+    netns_path,
+    proc_stat,
+    read_pid,
+    render_container,
+    socket_in_netns,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
+from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
+    free_local_port,
+    sshd_config,
+    user_ssh_config,
+    wait_for_ssh,
+    write_key_files,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import resource_names
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
+    Journal,
+    LocalRuntimeError,
+    SessionPaths,
+    tail_lines,
+)
+
+
+def _host_networks() -> t.List[ipaddress.IPv4Network]:
+    proc = run(["ip", "-j", "-4", "addr", "show"], check=False)
+    nets = []
+    with contextlib.suppress(ValueError):
+        for link in json.loads(proc.stdout or b"[]"):
+            for a in link.get("addr_info", []):
+                net = ipaddress.IPv4Interface("%s/%s" % (a["local"], a["prefixlen"])).network
+                if not net.is_loopback:
+                    nets.append(net)
+    return nets
+
+
+def _missing_dirs(targets: t.List[str]) -> t.List[str]:
+    """Directories (parents first) to create on the host for the mount targets (those
+    under a container's private /tmp or /run are made in there, by mount)."""
+    out: t.List[str] = []
+    for target in targets:
+        if any(target == d or target.startswith(d + "/") for d in PRIVATE_DIRS):
+            continue
+        chain = []
+        d = target
+        while not os.path.exists(d) and d not in out:
+            chain.append(d)
+            d = os.path.dirname(d)
+        out += [c for c in reversed(chain) if c not in out]
+    return out
+
+
+def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+    t0 = time.monotonic()
+    names = resource_names(paths, spec)
+    hosts = [c["hostname"] for c in spec["containers"]]
+    netns = [names["netns"][h] for h in hosts]
+    targets = [m["target"] for m in spec["mounts"]]
+    journal.record("begin", name=spec["name"], session_id=spec["session_id"], bridge=names["bridge"],
+                   netns=netns, hosts=hosts, targets=targets)
+    # Never journal (hence never undo) something that is not ours.
+    if link_exists(names["bridge"]):
+        raise LocalRuntimeError("bridge %s already exists (left over by another session?)" % names["bridge"])
+    taken = [n for n in netns if os.path.exists(netns_path(n))]
+    if taken:
+        raise LocalRuntimeError("network namespace %s already exists (left over by another session?)"
+                                % ", ".join(taken))
+    published = _write_files(spec, paths, names)
+
+    missing = _missing_dirs(targets)
+    if missing:
+        journal.record("mkdirs", paths=missing)
+        for d in missing:
+            os.mkdir(d, 0o755)
+
+    journal.record("netns", names=netns)
+    add_netns(netns, owner=paths.root)
+
+    t_net = time.monotonic()
+    # main1 is published by portmap on this machine, by a relay behind local agents
+    mappings = {h: [{"hostPort": addr[1], "containerPort": spec["ssh"]["port"], "protocol": "tcp", "hostIP": addr[0]}]
+                for h, addr in published.items()} if not spec["agents"] else {}
+    addresses, network = _local_network.bring_up(spec, paths, names, mappings,
+                                                 [] if spec["agents"] else _host_networks(), journal)
+    t_net = time.monotonic() - t_net
+
+    main = hosts[0]
+    hosts_text = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    hosts_text += ["%s\t%s" % (addresses[h], h) for h in hosts]
+    write_file(paths.hosts_file, "\n".join(hosts_text) + "\n", mode=0o644)
+    if main in published:
+        write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
+                                                          spec["ssh"]["port"]), mode=0o644)
+
+    journal.record("containers", hosts=hosts)
+    t_ready = time.monotonic()
+    _start_containers(spec, paths, names, addresses, published, journal)
+    t_ready = time.monotonic() - t_ready
+
+    containers = []
+    for c in spec["containers"]:
+        host = c["hostname"]
+        cdir = paths.container_dir(host)
+        pid, sshd_pid = read_pid(os.path.join(cdir, "pid")), read_pid(os.path.join(cdir, "sshd.pid"))
+        containers.append({
+            "hostname": host, "role": c["role"], "idx": c["idx"], "agent": c["agent"], "netns": names["netns"][host],
+            "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
+            "pid_starttime": _starttime(pid), "sshd_starttime": _starttime(sshd_pid),
+            "has_command": bool(c["command"]), "log": paths.log(host), "system_log": paths.system_log(host),
+            "published": "%s:%d" % published[host] if host in published else None,
+        })
+    info = {
+        "name": spec["name"], "session_id": spec["session_id"], "state_dir": paths.root,
+        "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
+        "ssh_port": spec["ssh"]["port"],
+        "ssh_config": paths.user_ssh_config if main in published else None,
+        "published": containers[0]["published"], "containers": containers,
+        "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
+        "vxlan": names["vxlan"] if network["spans"] else None,
+        "created_at": time.time(),
+        "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
+                    "total": round(time.monotonic() - t0, 3)},
+    }
+    write_file(paths.session_json, json.dumps(info, indent=1), mode=0o644, durable=True)
+    write_file(paths.started, "%f\n" % time.time(), mode=0o644)  # the batch commands start now
+    journal.record("ready")
+    return dict(public_info(info), changed=True, state="RUNNING")
+
+
+def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any]) -> t.Dict[str, t.Tuple[str, int]]:
+    """Everything in the state dir a container needs (no journal: destroy removes the dir);
+    returns the published address of each container that publishes its ssh port."""
+    for d in (paths.logs_dir, paths.cni_dir):
+        os.makedirs(d, mode=0o700, exist_ok=True)
+    # No DNS on the private network: fail lookups at once instead of timing out.
+    write_file(paths.resolv_conf, "# backendai.cluster local session: no DNS, peers are in /etc/hosts\n"
+               "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n", mode=0o644)
+    ssh = spec["ssh"]
+    write_key_files(paths, ssh["private_key"], ssh["public_key"], ssh["port"])
+    published: t.Dict[str, t.Tuple[str, int]] = {}
+    for c in spec["containers"]:
+        host = c["hostname"]
+        cdir = paths.container_dir(host)
+        os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
+        os.makedirs(os.path.join(paths.home_dir(host), ".ssh"), mode=0o700, exist_ok=True)
+        write_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"]), mode=0o600)
+        setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"])
+        for fname, text in render_container(paths, setup).items():
+            write_file(os.path.join(cdir, fname), text, mode=0o600)
+        if c["publish"]:
+            published[host] = ("127.0.0.1", free_local_port())
+    return published
+
+
+def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
+                      published: t.Dict[str, t.Tuple[str, int]], journal: Journal) -> None:
+    """Start every container and wait until each sshd (and each published port) answers."""
+    hosts = [c["hostname"] for c in spec["containers"]]
+    starters = [launch(paths, h, names["netns"][h]) for h in hosts]
+    for host, proc in zip(hosts, starters):
+        if proc.wait() != 0:
+            raise LocalRuntimeError("could not start container %s: %s"
+                                    % (host, "\n".join(tail_lines(paths.system_log(host), 10))))
+    targets = {h: (addresses[h], spec["ssh"]["port"]) for h in hosts}
+    make_socket = None
+    if spec["agents"]:
+        # Behind agents the containers are reachable only over the overlay: every sshd is probed
+        # from main1's namespace (so across agents), and main1 is published by a relay.
+        make_socket = _overlay_prober(netns_path(names["netns"][hosts[0]]))
+        for host, addr in published.items():
+            journal.record("relay", host=host, published="%s:%d" % addr)
+            start_relay(paths, netns_path(names["netns"][host]), addr, spec["ssh"]["port"], paths.system_log(host))
+    targets.update({"%s (published)" % h: addr for h, addr in published.items()})
+    wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, hosts), make_socket=make_socket)
+
+
+def _overlay_prober(main_ns: str) -> t.Callable[[str], socket.socket]:
+    """Sockets for wait_for_ssh: in main1's namespace for the containers, here for published ports."""
+    def make_socket(key: str) -> socket.socket:
+        if key.endswith(" (published)"):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            return sock
+        return socket_in_netns(main_ns)
+    return make_socket
+
+
+def _starttime(pid: t.Optional[int]) -> t.Optional[int]:
+    stat = proc_stat(pid) if pid else None
+    return stat[1] if stat else None
+
+
+def public_info(info: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+    out = dict(info)
+    out["containers"] = [{k: v for k, v in c.items() if not k.endswith("_starttime") and k != "has_command"}
+                         for c in info["containers"]]
+    return out
+
+
+def _check_started(paths: SessionPaths, hosts: t.List[str]) -> None:
+    for host in hosts:
+        cdir = paths.container_dir(host)
+        for pidfile, what in (("pid", "supervisor"), ("sshd.pid", "sshd")):
+            pid = read_pid(os.path.join(cdir, pidfile))
+            if pid is not None and not is_alive(pid):
+                raise LocalRuntimeError("container %s: %s exited during start-up:\n%s" % (
+                    host, what, "\n".join(tail_lines(paths.system_log(host), 15))))

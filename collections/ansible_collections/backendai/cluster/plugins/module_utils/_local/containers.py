@@ -1,0 +1,283 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Namespaces and the processes in them: what makes a local "container".
+
+A container is a process tree in its own network namespace (a named ``ip netns``), UTS
+namespace (its hostname) and mount namespace (private /run and /tmp, its own home as /root,
+/etc/hosts and ssh client config, the session's mounts).  Its first process is a small ``sh``
+supervisor (``init.sh``) that sets the namespaces up, starts sshd, runs the user
+command with exactly its environment once the session is up, records the command's exit code
+and then ends the container (stops sshd); without a command it waits for sshd.  The supervisor is started through ``setsid -f`` so that it is never a child
+of the caller (an Ansible module exits long before its containers do).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+import typing as t
+from dataclasses import dataclass, field
+
+from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
+    CONTAINER_STATE_DIR,
+    OWNER_ENV,
+    SANE_PATH,
+    SessionPaths,
+    owner_env,
+    read_text,
+)
+
+NETNS_DIR = "/run/netns"
+SSHD = "/usr/sbin/sshd"
+MOUNTS_STAGE = "/run/backendai-cluster-mounts"
+# Directories every container gets a private tmpfs on.
+PRIVATE_DIRS = ("/tmp", "/run")
+# Login records sshd would otherwise append to on the host.
+LOGIN_RECORDS = ("/var/log/wtmp", "/var/log/btmp", "/var/log/lastlog")
+
+
+@dataclass
+class ContainerSetup:
+    """What init.sh needs to know about one container."""
+
+    hostname: str
+    netns: str
+    env: t.Dict[str, str]
+    command: t.List[str]
+    mounts: t.List[t.Dict[str, object]] = field(default_factory=list)
+
+
+def netns_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+def add_netns(names: t.List[str], owner: str) -> None:
+    ip_batch(["netns add " + n for n in names], owner=owner, what="ip netns add")
+
+
+def delete_netns(names: t.Iterable[str]) -> t.List[str]:
+    present = [n for n in names if os.path.exists(netns_path(n))]
+    if not present:
+        return []
+    proc = ip_batch(["netns delete " + n for n in present], force=True, check=False)
+    left = [n for n in present if os.path.exists(netns_path(n))]
+    if left:
+        return ["ip netns delete %s failed: %s" % (", ".join(left), proc.stderr.decode().strip())]
+    return []
+
+
+_CLONE_NEWNET = 0x40000000
+_LIBC: t.List[ctypes.CDLL] = []
+
+
+def _setns(fd: int) -> None:
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    if _LIBC[0].setns(fd, _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def socket_in_netns(path: str) -> socket.socket:
+    """A non-blocking TCP socket that lives in the network namespace ``path``.
+
+    The calling thread enters the namespace (setns affects only the calling thread), makes the
+    socket and returns to its own namespace; the socket keeps the namespace it was made in."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
+    sock.setblocking(False)
+    return sock
+
+
+def link_exists(name: str) -> bool:
+    return os.path.exists(os.path.join("/sys/class/net", name))
+
+
+def _fstab_escape(path: str) -> str:
+    return (path.replace("\\", "\\134").replace(" ", "\\040")
+            .replace("\t", "\\011").replace("\n", "\\012"))
+
+
+def _fstab(entries: t.List[t.Tuple[str, str, str, str]]) -> str:
+    return "".join("%s %s %s %s 0 0\n" % (_fstab_escape(src), _fstab_escape(dst), fstype, opts)
+                   for src, dst, fstype, opts in entries)
+
+
+def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, str]:
+    """The files (relative to the container dir) that make up a container's init."""
+    cdir = paths.container_dir(setup.hostname)
+    inside = paths.in_container(cdir)
+    staging = os.path.join(cdir, "run")
+    stage = [
+        ("tmpfs", staging, "tmpfs", "mode=0755,nosuid,nodev"),
+        ("tmpfs", staging + "/sshd", "tmpfs", "mode=0755,nosuid,nodev,X-mount.mkdir"),
+        (paths.root, staging + CONTAINER_STATE_DIR[len("/run"):], "none", "bind,X-mount.mkdir"),
+    ]
+    final = [
+        ("tmpfs", "/tmp", "tmpfs", "mode=1777,nosuid,nodev"),
+        (paths.in_container(paths.hosts_file), "/etc/hosts", "none", "bind"),
+        (paths.in_container(os.path.join(paths.ssh_dir, "config")), "/etc/ssh/ssh_config", "none", "bind"),
+    ]
+    if os.path.isfile("/etc/resolv.conf") and not os.path.islink("/etc/resolv.conf"):
+        # (a symlink into /run dangles under the private /run: lookups fail fast anyway)
+        final.append((paths.in_container(paths.resolv_conf), "/etc/resolv.conf", "none", "bind"))
+    # The container's own home, as a container has: the host root's dotfiles (shell start-up files, keys,
+    # ssh config that would win over ssh_config) stay out, and what is written to ~ goes with the session.
+    final.append((paths.in_container(paths.home_dir(setup.hostname)), "/root", "none", "bind"))
+    final.append((paths.in_container(paths.ssh_dir), "/root/.ssh", "none", "bind"))
+    final += [("/dev/null", f, "none", "bind") for f in LOGIN_RECORDS if os.path.isfile(f)]
+    for i, mount in enumerate(setup.mounts):
+        # Sources are bound before /tmp is covered, targets after: both may live under /tmp.
+        ro = ",ro" if mount.get("read_only") else ""
+        stage.append((str(mount["source"]), "%s%s/%d" % (staging, MOUNTS_STAGE[len("/run"):], i),
+                      "none", "bind%s,X-mount.mkdir" % ro))
+        # X-mount.mkdir: targets under the private /tmp or /run exist only in here.
+        final.append(("%s/%d" % (MOUNTS_STAGE, i), str(mount["target"]), "none", "bind%s,X-mount.mkdir" % ro))
+
+    q = shlex.quote
+    lines = [
+        "# backendai.cluster local runtime: container %s of session %s" % (setup.hostname, paths.name),
+        "set -eu",
+        "echo $$ > %s" % q(os.path.join(cdir, "pid")),
+        "echo %s > /proc/sys/kernel/hostname" % q(setup.hostname),
+        "mount -n -a -T %s" % q(os.path.join(cdir, "stage.fstab")),
+        "mount -n --move %s /run" % q(staging),
+        "mount -n -a -T %s" % q(inside + "/final.fstab"),
+        # env --default-signal: a background job of sh starts with SIGINT/SIGQUIT ignored.
+        "env --default-signal %s -D -e -f %s &" % (SSHD, q(inside + "/sshd_config")),
+        "S=$!",
+        "echo $S > %s" % q(inside + "/sshd.pid"),
+        "set +e",
+    ]
+    if setup.command:
+        # A batch container: its command starts once the whole session is up, and the container ends
+        # with it (sshd goes too): complete on exit 0, failed otherwise; no restart (see the README).
+        started = q(paths.in_container(paths.started))
+        lines += [
+            "i=0",
+            "while [ ! -e %s ]; do i=$((i+1)); [ $i -le 12000 ] || exit 75; sleep 0.05; done" % started,
+        ]
+        env = dict(setup.env)
+        env.setdefault("PATH", SANE_PATH)
+        env.setdefault("HOME", "/root")
+        exitcode = q(paths.in_container(paths.exitcode(setup.hostname)))
+        assignments = " ".join(q("%s=%s" % kv) for kv in sorted(env.items()))
+        lines += [
+            "cd %s 2>/dev/null || cd /" % q(env["HOME"]),
+            "env -i --default-signal %s %s >> %s 2>&1 < /dev/null" % (
+                assignments, " ".join(q(a) for a in setup.command),
+                q(paths.in_container(paths.log(setup.hostname)))),
+            "echo $? > %s.tmp && mv -f %s.tmp %s" % (exitcode, exitcode, exitcode),
+            "kill $S 2>/dev/null",
+        ]
+    # An interactive container lives as long as its sshd.
+    lines.append("wait")
+    return {
+        "init.sh": "\n".join(lines) + "\n",
+        "stage.fstab": _fstab(stage),
+        "final.fstab": _fstab(final),
+    }
+
+
+def launch(paths: SessionPaths, hostname: str, netns: str) -> subprocess.Popen[bytes]:
+    """Start the container's supervisor, detached (``setsid -f``); wait() on the result
+    only waits for the short-lived setsid parent."""
+    cdir = paths.container_dir(hostname)
+    with open(paths.system_log(hostname), "ab") as log:
+        return subprocess.Popen(
+            ["setsid", "-f", "nsenter", "--net=" + netns_path(netns), "--",
+             "unshare", "--uts", "--mount", "--propagation", "private", "--",
+             "/bin/sh", os.path.join(cdir, "init.sh")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
+            env=owner_env(paths.root), close_fds=True)
+
+
+def read_pid(path: str) -> t.Optional[int]:
+    text = (read_text(path) or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def proc_stat(pid: int) -> t.Optional[t.Tuple[str, int]]:
+    """(state letter, start time in clock ticks) of a process, None if it does not exist."""
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()
+    return fields[0], int(fields[19])
+
+
+def is_alive(pid: t.Optional[int], starttime: t.Optional[int] = None) -> bool:
+    """Running (not a zombie) and, if given, the same process (start time) as recorded."""
+    if not pid:
+        return False
+    stat = proc_stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):
+        return False
+    return starttime is None or stat[1] == starttime
+
+
+def _ns_key(path: str) -> t.Optional[t.Tuple[int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def session_pids(netns_names: t.Iterable[str], owner: str) -> t.List[int]:
+    """Live processes in one of the network namespaces, or started for the session (see
+    owner_env(); e.g. CNI plugins or ``ip`` still running for a creator that was killed)."""
+    keys = {k for k in (_ns_key(netns_path(n)) for n in netns_names) if k is not None}
+    tag = ("%s=%s" % (OWNER_ENV, owner)).encode()
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        if keys and _ns_key("/proc/%d/ns/net" % pid) in keys:
+            found.append(pid)
+            continue
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                if tag in f.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:
+            pass
+    return [p for p in found if is_alive(p)]
+
+
+def kill_session_processes(netns_names: t.Iterable[str], owner: str, timeout: float = 5.0) -> t.List[str]:
+    """SIGKILL every process of the session until none is left; returns the errors."""
+    names = list(netns_names)
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = session_pids(names, owner)
+        if not pids:
+            return []
+        if time.monotonic() > deadline:
+            return ["processes of the session survived SIGKILL: %s" % " ".join(map(str, pids))]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.005)

@@ -1,0 +1,250 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The local runtime: real cluster sessions on this one machine, pure stdlib.
+
+Public API::
+
+    create_planned_session(plan, keys, agents, state_root) -> dict   (the local backend's way in)
+    create_session(session, state_root) -> dict                      (a session dict, see _local.session)
+    destroy_session(name, state_root, keep_logs=False) -> dict
+    session_status(name, state_root, log_lines=0) -> dict
+    list_sessions(state_root) -> list[dict]
+
+and ``LocalRuntimeError``.  Every container of the session is a process tree with its own
+network, UTS and mount namespaces (``_local.containers``), attached by the CNI plugins to the
+session's network, and runs sshd on the session's ssh port (``_local.sshd``).  Each side effect is
+journaled before it is made (``_local.bringup``); a failed create is rolled back and destroy
+replays the journal backwards (``_local.teardown``), so a creator killed at any point leaves
+nothing that destroy cannot remove.
+
+The network is the one every backend uses: the ``backendai`` CNI plugin with the agent's one
+static config, admitted by signed parameters (``_local.network``). Without ``agents`` this
+machine is the agent; with ``agents`` (local agents made by ``_local.agents``, each container
+placed on one of them) the containers sit behind those agents, joined across agents by the
+session's VXLAN segment, and main1 is published by a relay (``_local.publish``).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
+    CNI_PATH,
+    REQUIRED_PLUGINS,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
+    SSHD,
+    is_alive,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._session.state import local_container_status, session_state
+from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, public_info
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan, from_raw
+from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import NAME_RE
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_STATE_ROOT
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
+    SANE_PATH,
+    Journal,
+    LocalRuntimeError,
+    SessionPaths,
+    flocked,
+    read_json,
+    read_text,
+    session_names,
+    tail_lines,
+)
+
+__all__ = ["LocalRuntimeError", "create_planned_session", "create_session", "destroy_session",
+           "list_sessions", "session_status"]
+
+# executable -> Debian package that provides it
+_TOOLS = {
+    "ip": "iproute2",
+    "iptables": "iptables",
+    "iptables-save": "iptables",
+    "iptables-restore": "iptables",
+    "nsenter": "util-linux",
+    "unshare": "util-linux",
+    "setsid": "util-linux",
+    "mount": "mount",
+    "ssh": "openssh-client",
+    "env": "coreutils",
+    "sh": "dash",
+}
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise LocalRuntimeError("the local runtime must run as root (it creates network namespaces, a bridge "
+                                "and iptables rules); run it with become: true or sudo")
+
+
+def _check_environment() -> None:
+    _require_root()
+    for plugin in REQUIRED_PLUGINS:
+        path = os.path.join(CNI_PATH, plugin)
+        if not os.access(path, os.X_OK):
+            raise LocalRuntimeError("containernetworking-plugins is not installed: %s missing; install it with "
+                                    "apt-get install containernetworking-plugins" % path)
+    if not os.access(SSHD, os.X_OK):
+        raise LocalRuntimeError("openssh-server is not installed: %s missing; install it with "
+                                "apt-get install openssh-server" % SSHD)
+    if not os.path.isfile("/etc/ssh/ssh_config"):
+        raise LocalRuntimeError("openssh-client is not installed: /etc/ssh/ssh_config missing; install it with "
+                                "apt-get install openssh-client")
+    for tool, package in _TOOLS.items():
+        if shutil.which(tool, path=SANE_PATH) is None:
+            raise LocalRuntimeError("%s is not installed: %s missing from %s; install it with apt-get install %s"
+                                    % (package, tool, SANE_PATH, package))
+
+
+def create_session(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT) -> t.Dict[str, t.Any]:
+    """Bring up a session given as a dict (see ``_local.session.from_raw``); on any failure everything
+    made so far is undone."""
+    return _create(from_raw(session), state_root)
+
+
+def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]],
+                           state_root: str = DEFAULT_STATE_ROOT) -> t.Dict[str, t.Any]:
+    """Bring up a placed plan (``agents``: name -> local mapping of local agents, None for this machine)."""
+    return _create(from_plan(plan, keys, agents), state_root)
+
+
+def _create(spec: t.Dict[str, t.Any], state_root: str) -> t.Dict[str, t.Any]:
+    _check_environment()
+    state_root = os.path.abspath(os.path.expanduser(state_root))
+    os.makedirs(state_root, mode=0o700, exist_ok=True)
+    paths = SessionPaths(state_root, spec["name"])
+    with flocked(state_root):
+        try:
+            os.mkdir(paths.root, 0o700)
+        except FileExistsError:
+            raise LocalRuntimeError("session %s already exists in %s; destroy it first"
+                                    % (spec["name"], state_root)) from None
+        lock_fd = os.open(paths.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    journal = Journal(paths.journal)
+    try:
+        return bring_up(spec, paths, journal)
+    except BaseException as exc:
+        journal.close()
+        errors = teardown(paths, Journal.replay(paths.journal), keep_logs=False)
+        note = "rolled back" if not errors else "rollback incomplete, run destroy: " + "; ".join(errors)
+        if isinstance(exc, LocalRuntimeError):
+            raise LocalRuntimeError("%s (%s)" % (exc.message, note)) from exc
+        if isinstance(exc, Exception):
+            raise LocalRuntimeError("unexpected error: %r (%s)" % (exc, note)) from exc
+        raise
+    finally:
+        journal.close()
+        os.close(lock_fd)
+
+
+def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: bool = False) -> t.Dict[str, t.Any]:
+    """Idempotent; also cleans up after a create that was killed half-way."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise LocalRuntimeError("invalid session name %r" % (name,))
+    _require_root()
+    state_root = os.path.abspath(os.path.expanduser(state_root))
+    paths = SessionPaths(state_root, name)
+    t0 = time.monotonic()
+    if not os.path.isdir(paths.root):
+        return {"changed": False, "name": name, "state": "missing"}
+    with flocked(state_root):  # orders us after a create's mkdir+lock
+        try:
+            fd = os.open(paths.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {"changed": False, "name": name, "state": "missing"}
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits for a create (or destroy) in progress
+        try:
+            same = os.stat(paths.root).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the create we waited for rolled back
+            return {"changed": False, "name": name, "state": "missing"}
+        has_journal = os.path.exists(paths.journal)
+        if not has_journal and keep_logs:
+            return {"changed": False, "name": name, "state": "TERMINATED", "logs": paths.logs_dir}
+        errors = teardown(paths, Journal.replay(paths.journal), keep_logs)
+        if errors:
+            raise LocalRuntimeError("destroy of session %s incomplete (run it again): %s" % (name, "; ".join(errors)))
+    finally:
+        os.close(fd)
+    result: t.Dict[str, t.Any] = {"changed": True, "name": name, "elapsed": round(time.monotonic() - t0, 3)}
+    if keep_logs:
+        result.update(state="TERMINATED", logs=paths.logs_dir)
+    else:
+        result.update(state="missing")
+    return result
+
+
+def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int) -> t.Dict[str, t.Any]:
+    """A container's status in the job model both backends share (see ``_session.state.local_container_status``)."""
+    host = c["hostname"]
+    supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
+    sshd = is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
+    code_text = (read_text(paths.exitcode(host)) or "").strip()
+    exit_code = int(code_text) if code_text.lstrip("-").isdigit() else None
+    has_command = bool(c.get("has_command", True))
+    status, reason = local_container_status(has_command, supervisor, sshd, exit_code)
+    if not has_command:
+        command = "none"
+    elif exit_code is not None:
+        command = "exited"
+    else:
+        command = "running" if supervisor else "killed"
+    out = {"hostname": host, "state": status, "command": command, "reason": reason,
+           "exit_code": exit_code, "address": c.get("address"), "netns": c.get("netns"),
+           "pid": c.get("pid"), "sshd_pid": c.get("sshd_pid"), "published": c.get("published"),
+           "log": paths.log(host)}
+    if log_lines > 0:
+        out["log_tail"] = tail_lines(paths.log(host), log_lines)
+    return out
+
+
+def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> t.Dict[str, t.Any]:
+    """The session's state by the rule both backends share (``_session.state.session_state``: RUNNING,
+    DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
+    work), DEGRADED with a message (the creator died half-way), TERMINATED (only kept logs), missing."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise LocalRuntimeError("invalid session name %r" % (name,))
+    paths = SessionPaths(os.path.abspath(os.path.expanduser(state_root)), name)
+    if not os.path.isdir(paths.root):
+        return {"name": name, "exists": False, "state": "missing", "containers": []}
+    info = read_json(paths.session_json)
+    has_journal = os.path.exists(paths.journal)
+    if not isinstance(info, dict):
+        state = "TERMINATED"
+        if has_journal:
+            with flocked(paths.root, blocking=False) as fd:
+                state = "CREATING" if fd is None else "DEGRADED"
+        result = {"name": name, "exists": True, "state": state, "containers": [], "state_dir": paths.root}
+        if state == "DEGRADED":
+            result["message"] = "creation did not complete (creator killed?); destroy the session"
+        return result
+    containers = [_container_status(paths, c, log_lines) for c in info["containers"]]
+    state = session_state([c["state"] for c in containers], stopped=not has_journal)
+    public = public_info(info)
+    public.update(exists=True, state=state, containers=containers)
+    return public
+
+
+def list_sessions(state_root: str = DEFAULT_STATE_ROOT) -> t.List[t.Dict[str, t.Any]]:
+    state_root = os.path.abspath(os.path.expanduser(state_root))
+    out = []
+    for name in session_names(state_root):
+        if not NAME_RE.match(name):
+            continue
+        st = session_status(name, state_root)
+        out.append({"name": name, "session_id": st.get("session_id"), "state": st["state"],
+                    "containers": len(st.get("containers", [])), "published": st.get("published")})
+    return out

@@ -1,0 +1,184 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""SSH of the local runtime: key files, sshd and client configs, readiness polling.
+
+One keypair per session serves as every container's host key and as the authorized
+key; known_hosts pins it for every host name (``* <pubkey>``), so clients run with
+StrictHostKeyChecking=yes and never prompt.  A container's environment reaches ssh
+shells through sshd's ``SetEnv``.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import time
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
+    LocalRuntimeError,
+    SessionPaths,
+)
+
+_CLIENT_OPTIONS = (
+    "User root",
+    "IdentitiesOnly yes",
+    "GlobalKnownHostsFile /dev/null",
+    "StrictHostKeyChecking yes",
+    "UpdateHostKeys no",
+    "CheckHostIP no",
+    "BatchMode yes",
+    "LogLevel ERROR",
+)
+
+
+def write_key_files(paths: SessionPaths, private_key: str, public_key: str, port: int) -> None:
+    """ssh/ holds the key pair (private 0600), authorized_keys, known_hosts and the
+    client config containers use (bound over /etc/ssh/ssh_config, and ~/.ssh if any)."""
+    os.makedirs(paths.ssh_dir, mode=0o700, exist_ok=True)
+    pub = public_key.strip() + "\n"
+    priv = private_key.strip() + "\n"
+    write_file(paths.private_key, priv, mode=0o600)
+    write_file(paths.private_key + ".pub", pub, mode=0o644)
+    write_file(os.path.join(paths.ssh_dir, "authorized_keys"), pub, mode=0o600)
+    write_file(os.path.join(paths.ssh_dir, "known_hosts"), "* " + pub, mode=0o644)
+    key = paths.in_container(paths.private_key)
+    known = paths.in_container(os.path.join(paths.ssh_dir, "known_hosts"))
+    client = ["Host *", "    Port %d" % port, "    IdentityFile " + key, "    UserKnownHostsFile " + known]
+    client += ["    " + o for o in _CLIENT_OPTIONS]
+    write_file(os.path.join(paths.ssh_dir, "config"), "\n".join(client) + "\n", mode=0o644)
+
+
+def _setenv_token(name: str, value: str) -> str:
+    # sshd_config tokens: double quotes group, backslash escapes '"' and '\'.
+    return '"%s=%s"' % (name, value.replace("\\", "\\\\").replace('"', '\\"'))
+
+
+def sshd_config(paths: SessionPaths, port: int, env: t.Dict[str, str]) -> str:
+    ssh_dir = paths.in_container(paths.ssh_dir)
+    lines = [
+        "# backendai.cluster local runtime",
+        "Port %d" % port,
+        "AddressFamily inet",
+        "ListenAddress 0.0.0.0",
+        "HostKey %s/id_cluster" % ssh_dir,
+        "AuthorizedKeysFile %s/authorized_keys" % ssh_dir,
+        "PermitRootLogin prohibit-password",
+        "AuthenticationMethods publickey",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        # The state dir may live under a world-writable directory such as /tmp; the
+        # key files themselves are 0600 and owned by root.
+        "StrictModes no",
+        "PidFile none",
+        "UseDNS no",
+        "PrintMotd no",
+        "PrintLastLog no",
+        "AllowTcpForwarding yes",
+        "X11Forwarding no",
+        "MaxStartups 100:30:200",
+        "Subsystem sftp internal-sftp",
+    ]
+    if env:
+        lines.append("SetEnv " + " ".join(_setenv_token(k, v) for k, v in sorted(env.items())))
+    return "\n".join(lines) + "\n"
+
+
+def user_ssh_config(paths: SessionPaths, main: str, subs: t.List[str], published: t.Tuple[str, int],
+                    port: int) -> str:
+    """``ssh -F <state>/ssh_config main1`` from the host; subs are reached through main1."""
+    lines = ["# backendai.cluster local session %s" % paths.name,
+             "Host " + main, "    HostName " + published[0], "    Port %d" % published[1]]
+    if subs:
+        lines += ["Host " + " ".join(subs), "    Port %d" % port, "    ProxyJump " + main]
+    lines += ["Host " + " ".join([main] + subs),
+              "    IdentityFile " + paths.private_key,
+              "    UserKnownHostsFile " + os.path.join(paths.ssh_dir, "known_hosts")]
+    lines += ["    " + o for o in _CLIENT_OPTIONS]
+    return "\n".join(lines) + "\n"
+
+
+def free_local_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check: t.Callable[[], None],
+                 check_interval: float = 0.05, attempt_timeout: float = 1.0,
+                 make_socket: t.Optional[t.Callable[[str], socket.socket]] = None) -> float:
+    """Connect to every target until each sends an SSH banner; returns the seconds taken.
+
+    ``check`` is called periodically and may raise (e.g. a container's supervisor died).
+    An attempt that gets no answer within ``attempt_timeout`` (a lost SYN) is retried.
+    ``make_socket(key)`` makes the (non-blocking) socket of a target, e.g. in another network
+    namespace; by default a plain one of this process.
+    """
+    start = time.monotonic()
+    deadline = start + timeout
+    pending = dict(targets)
+    retry_at = dict.fromkeys(pending, 0.0)
+    active: t.Dict[str, t.Tuple[socket.socket, bytearray, float]] = {}
+    sel = selectors.DefaultSelector()
+    next_check = start + check_interval
+
+    def drop(key: str, retry: bool) -> None:
+        sock = active.pop(key)[0]
+        sel.unregister(sock)
+        sock.close()
+        if retry:
+            retry_at[key] = time.monotonic() + 0.01
+
+    try:
+        while pending:
+            now = time.monotonic()
+            if now >= next_check:
+                check()
+                next_check = now + check_interval
+            if now > deadline:
+                raise LocalRuntimeError("sshd did not accept connections within %.0f s on: %s" % (
+                    timeout, ", ".join("%s (%s:%d)" % ((k,) + pending[k]) for k in sorted(pending))))
+            for key in [k for k, a in active.items() if now - a[2] > attempt_timeout]:
+                drop(key, retry=True)
+            for key, addr in pending.items():
+                if key not in active and retry_at[key] <= now:
+                    if make_socket is None:
+                        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                        sock.setblocking(False)
+                    else:
+                        sock = make_socket(key)
+                    err = sock.connect_ex(addr)
+                    if err not in (0, errno.EINPROGRESS):
+                        sock.close()
+                        retry_at[key] = now + 0.01
+                        continue
+                    active[key] = (sock, bytearray(), now)
+                    sel.register(sock, selectors.EVENT_READ, key)
+            for sk, _events in sel.select(timeout=0.01):
+                key = sk.data
+                sock, buf = active[key][:2]
+                try:
+                    data = sock.recv(64)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    drop(key, retry=True)
+                    continue
+                if not data:
+                    drop(key, retry=True)
+                    continue
+                buf += data
+                if len(buf) >= 4:
+                    ok = bytes(buf[:4]) == b"SSH-"
+                    drop(key, retry=not ok)
+                    if ok:
+                        del pending[key]
+    finally:
+        for sock, _buf, _started in active.values():
+            sock.close()
+        sel.close()
+    return time.monotonic() - start

@@ -1,0 +1,373 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one Nomad HTTP API client of this collection (modules, inventory and lookup plugins share it).
+
+:class:`NomadClient` (connection options: ``_nomad.connection``) wraps python-nomad and turns
+every failure into one :class:`NomadError` carrying the HTTP status and Nomad's error text.
+
+What python-nomad 2.1.0 gets wrong, and how this module works around it:
+
+* ``nomad.Nomad()`` silently reads NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION,
+  NOMAD_CLIENT_CERT/KEY from the process environment, overriding or filling in what the caller
+  passed. This module instantiates python-nomad's endpoint classes itself with explicit settings,
+  so only the options given here are used (the Ansible argument spec applies the env fallbacks).
+* It defaults to ``verify=False`` and ignores NOMAD_CACERT: here TLS is verified by default
+  (``ca_cert`` if given, else the default CA bundle); only ``validate_certs=false`` disables it.
+* It does not add ``?namespace=`` to the ``/v1/var`` and ``/v1/vars`` endpoints (its namespace
+  table names them ``variable``/``variables``): the namespace is passed explicitly there.
+* It raises a bare ``BaseNomadException`` wrapping ``requests.Timeout`` on read timeouts (its
+  ``TimeoutNomadException`` is only used for streams), and its endpoint objects' ``repr`` shows
+  the ACL token. Timeouts are recognised here; the endpoint objects are never exposed.
+* It does not URL-quote path parameters: job IDs, allocation and node IDs are quoted here.
+* Its ``User-Agent`` handling crashes when no token is set; the user agent is set on the session.
+
+No secret (ACL token, variable items) ever appears in an exception message or a ``repr``.
+"""
+
+from __future__ import annotations
+
+import typing as t
+from urllib.parse import quote
+
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.connection import CASConflict, NomadConnection, NomadError, NomadTimeout
+
+try:
+    import requests
+    HAS_REQUESTS = True
+    REQUESTS_IMPORT_ERROR = None
+except ImportError as _exc:  # pragma: no cover - exercised by missing_required_lib in the modules
+    requests = None  # type: ignore[assignment]
+    HAS_REQUESTS = False
+    REQUESTS_IMPORT_ERROR = _exc
+
+try:
+    import nomad.api as nomad_api
+    import nomad.api.exceptions as nomad_exceptions
+    from nomad.api.client import stream_logs as _NomadStreamLogs
+    HAS_PYTHON_NOMAD = True
+    PYTHON_NOMAD_IMPORT_ERROR = None
+except ImportError as _exc:  # pragma: no cover - exercised by missing_required_lib in the modules
+    nomad_api = None  # type: ignore[assignment]
+    nomad_exceptions = None  # type: ignore[assignment]
+    _NomadStreamLogs = None  # type: ignore[assignment,misc]
+    HAS_PYTHON_NOMAD = False
+    PYTHON_NOMAD_IMPORT_ERROR = _exc
+
+USER_AGENT = "backendai.cluster (python-nomad)"
+#: Longest part of an error body that goes into an error message.
+MAX_ERROR_BODY = 2000
+#: How many bytes of a log :meth:`NomadClient.read_logs` fetches from the end by default.
+DEFAULT_LOG_BYTES = 64 * 1024
+#: Nomad's filter expression (go-bexpr, over AllocListStub fields) for allocations that hold
+#: resources on their node: not terminal in the sense of ``Allocation.TerminalStatus``.
+LIVE_ALLOCATIONS_FILTER = ('DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
+                           'and ClientStatus != "lost"')
+#: Page size of the allocation list (Nomad's ``per_page``).
+DEFAULT_PAGE_SIZE = 1000
+
+
+def _quote_id(value: str) -> str:
+    if not value:
+        raise ValueError("an ID is required")
+    return quote(str(value), safe="")
+
+
+def _quote_path(value: str) -> str:
+    if not value:
+        raise ValueError("a variable path is required")
+    return quote(str(value).strip("/"), safe="/~")
+
+
+def _json_or_text(response: t.Any) -> t.Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+class NomadClient:
+    """Nomad HTTP API calls the collection needs, each mapped to :class:`NomadError` on failure."""
+
+    def __init__(self, connection: NomadConnection, session: t.Optional[t.Any] = None) -> None:
+        if not HAS_PYTHON_NOMAD or not HAS_REQUESTS:
+            raise NomadError("the python-nomad Python library is required (pip install python-nomad)")
+        self.connection = connection
+        self._own_session = session is None
+        self._session = session if session is not None else requests.Session()
+        if str(self._session.headers.get("User-Agent", "")).startswith("python-requests"):
+            self._session.headers["User-Agent"] = USER_AGENT
+        settings = {
+            "address": connection.base_url,
+            "uri": "%s://%s" % (connection.scheme, connection.host),
+            "port": connection.port,
+            "user_agent": None,
+            "namespace": connection.namespace or None,
+            "token": connection.token or None,
+            "timeout": connection.timeout,
+            "version": "v1",
+            "verify": connection.verify,
+            "cert": connection.cert or (),
+            "region": connection.region or None,
+            "session": self._session,
+        }
+        self._jobs = nomad_api.Jobs(**settings)
+        self._job = nomad_api.Job(**settings)
+        self._allocation = nomad_api.Allocation(**settings)
+        self._nodes = nomad_api.Nodes(**settings)
+        self._node = nomad_api.Node(**settings)
+        self._variable = nomad_api.Variable(**settings)
+        self._variables = nomad_api.Variables(**settings)
+        self._allocations = nomad_api.Allocations(**settings)
+        self._evaluation = nomad_api.Evaluation(**settings)
+        self._logs = _NomadStreamLogs(**settings)
+
+    def __repr__(self) -> str:
+        return "NomadClient(%r)" % (self.connection,)
+
+    def in_namespace(self, namespace: str) -> "NomadClient":
+        """A client of the same cluster for another namespace (sharing this one's HTTP session)."""
+        return NomadClient(self.connection.with_options(namespace=namespace), session=self._session)
+
+    def close(self) -> None:
+        if self._own_session:
+            self._session.close()
+
+    def __enter__(self) -> "NomadClient":
+        return self
+
+    def __exit__(self, *exc_info: t.Any) -> None:
+        self.close()
+
+    # Error mapping ----------------------------------------------------------------------------
+    def _scrub(self, text: str) -> str:
+        token = self.connection.token
+        if token and len(token) >= 4 and text:
+            text = text.replace(token, "<redacted>")
+        return text
+
+    def _error_from(self, exc: BaseException, what: str) -> NomadError:
+        payload = getattr(exc, "nomad_resp", exc)
+        if HAS_REQUESTS and isinstance(payload, requests.Response):
+            method = payload.request.method if payload.request is not None else ""
+            path = payload.request.path_url if payload.request is not None else ""
+            body = self._scrub((payload.text or "").strip())
+            status = payload.status_code
+            if status == 409 and nomad_exceptions is not None and isinstance(exc, nomad_exceptions.VariableConflict):
+                current = _json_or_text(payload)
+                index = current.get("ModifyIndex") if isinstance(current, dict) else None
+                return CASConflict("%s: check-and-set conflict (HTTP 409 on %s %s): the variable's current "
+                                   "ModifyIndex is %s" % (what, method, path, index), current if isinstance(current, dict) else None,
+                                   method, path)
+            shown = body if len(body) <= MAX_ERROR_BODY else body[:MAX_ERROR_BODY] + "..."
+            message = "%s: HTTP %d %s on %s %s: %s" % (
+                what, status, payload.reason or "", method, path, shown or "(empty body)")
+            return NomadError(message, status, body, method, path)
+        # No HTTP answer: connection refused, TLS failure, timeout.
+        is_stream_timeout = nomad_exceptions is not None and isinstance(payload, nomad_exceptions.TimeoutNomadException)
+        if is_stream_timeout or (HAS_REQUESTS and isinstance(payload, requests.Timeout)):
+            return NomadTimeout("%s: no answer from %s within %ss (timeout)" % (
+                what, self.connection.base_url, self.connection.timeout))
+        if HAS_REQUESTS and isinstance(payload, requests.exceptions.SSLError):
+            return NomadError("%s: TLS error talking to %s: %s (set ca_cert to the CA that signed Nomad's "
+                              "certificate, or validate_certs=false to skip verification)" % (
+                                  what, self.connection.base_url, self._scrub(_short(payload))))
+        if HAS_REQUESTS and isinstance(payload, requests.ConnectionError):
+            return NomadError("%s: cannot connect to %s: %s" % (what, self.connection.base_url, self._scrub(_short(payload))))
+        return NomadError("%s: %s" % (what, self._scrub(_short(payload))))
+
+    def _call(self, what: str, fn: t.Callable[..., t.Any], *args: t.Any, **kwargs: t.Any) -> t.Any:
+        # The mapped error is raised outside the except block so that it carries no __context__
+        # (python-nomad's exception holds the response, whose request holds the token header).
+        error: t.Optional[NomadError] = None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # python-nomad raises BaseNomadException and requests exceptions
+            if not _is_transport_error(exc):
+                raise
+            error = self._error_from(exc, what)
+        raise error
+
+    def _call_or_none(self, what: str, fn: t.Callable[..., t.Any], *args: t.Any, **kwargs: t.Any) -> t.Any:
+        """Like :meth:`_call`, but a 404 means "absent" and gives None."""
+        try:
+            return self._call(what, fn, *args, **kwargs)
+        except NomadError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    # Jobs -------------------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+        """``GET /v1/job/:id``: the job as Nomad holds it (canonicalized), or None if absent."""
+        return self._call_or_none("reading job %r" % job_id, lambda: self._job.get_job(_quote_id(job_id)))
+
+    def register_job(self, register_body: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        """``PUT /v1/jobs`` with a JobRegisterRequest (``{"Job": {...}, ...}``): EvalID, JobModifyIndex, ..."""
+        if not isinstance(register_body, t.Mapping) or not isinstance(register_body.get("Job"), t.Mapping):
+            raise ValueError("register_job needs a JobRegisterRequest body: {'Job': {...}}")
+        job_id = register_body["Job"].get("ID")
+        return self._call("registering job %r" % job_id, lambda: self._jobs.register_job(dict(register_body)))
+
+    def plan_job(self, job: t.Mapping[str, t.Any], diff: bool = True) -> t.Dict[str, t.Any]:
+        """``POST /v1/job/:id/plan`` (dry run): Diff (``Type`` None/Added/Edited/Deleted), Annotations, FailedTGAllocs."""
+        if "Job" in job and "TaskGroups" not in job:  # a register body was passed
+            job = job["Job"]
+        job_id = job.get("ID")
+        if not job_id:
+            raise ValueError("the job has no ID")
+        return self._call("planning job %r" % job_id,
+                          lambda: self._job.plan_job(_quote_id(job_id), {"Job": dict(job)}, diff=bool(diff)))
+
+    def deregister_job(self, job_id: str, purge: bool = True) -> t.Dict[str, t.Any]:
+        """``DELETE /v1/job/:id?purge=``: stops (and purges) the job. Nomad answers 200 for an absent job."""
+        return self._call("deregistering job %r" % job_id,
+                          lambda: self._job.deregister_job(_quote_id(job_id), purge=bool(purge)))
+
+    def list_jobs(self, prefix: t.Optional[str] = None, meta: bool = False) -> t.List[t.Dict[str, t.Any]]:
+        """``GET /v1/jobs``: job stubs (with ``Meta`` when ``meta``), optionally filtered by ID prefix."""
+        return self._call("listing jobs", lambda: self._jobs.get_jobs(prefix=prefix or None, meta=True if meta else None))
+
+    def job_allocations(self, job_id: str, all_versions: bool = False) -> t.List[t.Dict[str, t.Any]]:
+        """``GET /v1/job/:id/allocations``: allocation stubs (ClientStatus, TaskStates, NodeName, ...)."""
+        return self._call("listing allocations of job %r" % job_id,
+                          lambda: self._job.get_allocations(_quote_id(job_id), all_=True if all_versions else None))
+
+    def allocation(self, alloc_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+        """``GET /v1/allocation/:id``, or None if absent."""
+        return self._call_or_none("reading allocation %r" % alloc_id,
+                                  lambda: self._allocation.get_allocation(_quote_id(alloc_id)))
+
+    def read_logs(self, alloc_id: str, task: str, type: str = "stdout", lines: int = 100,
+                  max_bytes: int = DEFAULT_LOG_BYTES) -> str:
+        """The last ``lines`` lines of a task's stdout/stderr (``/v1/client/fs/logs``, origin=end, plain)."""
+        if type not in ("stdout", "stderr"):
+            raise ValueError("type must be stdout or stderr")
+        if lines < 0 or max_bytes <= 0:
+            raise ValueError("lines must be >= 0 and max_bytes > 0")
+        text = self._call("reading %s of task %r in allocation %r" % (type, task, alloc_id),
+                          lambda: self._logs.stream(_quote_id(alloc_id), task, type, follow=False,
+                                                    offset=int(max_bytes), origin="end", plain=True))
+        return tail_lines(text or "", lines)
+
+    # Nodes ------------------------------------------------------------------------------------
+    def list_nodes(self, prefix: t.Optional[str] = None, resources: bool = False) -> t.List[t.Dict[str, t.Any]]:
+        """``GET /v1/nodes``: node stubs (``NodeResources``/``ReservedResources`` only with ``resources``)."""
+        return self._call("listing nodes", lambda: self._nodes.get_nodes(prefix=prefix or None,
+                                                                         resources=True if resources else None))
+
+    def node(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+        """``GET /v1/node/:id``: the full node (NodeResources, ReservedResources, Drivers, Attributes, ...)."""
+        return self._call_or_none("reading node %r" % node_id, lambda: self._node.get_node(_quote_id(node_id)))
+
+    def node_allocations(self, node_id: str) -> t.List[t.Dict[str, t.Any]]:
+        """``GET /v1/node/:id/allocations``: full allocations (with AllocatedResources) placed on the node."""
+        return self._call("listing allocations of node %r" % node_id,
+                          lambda: self._node.get_allocations(_quote_id(node_id)))
+
+    def live_allocations(self, per_page: int = DEFAULT_PAGE_SIZE) -> t.List[t.Dict[str, t.Any]]:
+        """Every allocation that holds resources, in every namespace, with its ``AllocatedResources``.
+
+        ``GET /v1/allocations?namespace=*&resources=true&task_states=false&filter=...`` with Nomad's
+        server-side filter for non-terminal allocations (:data:`LIVE_ALLOCATIONS_FILTER`), paged
+        with ``per_page`` / ``next_token`` (Nomad's ``X-Nomad-NextToken`` header): one request per
+        ``per_page`` live allocations, whatever the number of nodes.
+        """
+        out: t.List[t.Dict[str, t.Any]] = []
+        token: t.Optional[str] = None
+        while True:
+            params = {"namespace": "*", "resources": "true", "task_states": "false", "filter": LIVE_ALLOCATIONS_FILTER,
+                      "per_page": int(per_page), "next_token": token}
+            response = self._call("listing live allocations",
+                                  lambda: self._allocations.request(method="get", params=dict(params)))
+            out.extend(response.json() or [])
+            token = response.headers.get("X-Nomad-NextToken") or None
+            if not token:
+                return out
+
+    # Evaluations ------------------------------------------------------------------------------
+    def evaluation(self, eval_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+        """``GET /v1/evaluation/:id``: Status, FailedTGAllocs, BlockedEval, QueuedAllocations ..., or None."""
+        return self._call_or_none("reading evaluation %r" % eval_id,
+                                  lambda: self._evaluation.request(_quote_id(eval_id), method="get").json())
+
+    # Variable locks ---------------------------------------------------------------------------
+    def _lock_operation(self, operation: str, path: str, body: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        params = {operation: "", "namespace": self.connection.namespace or None}
+        result = self._call("%s on variable %r" % (operation, path),
+                            lambda: self._variable.request(_quote_path(path), method="put", params=dict(params),
+                                                           json=dict(body)).json())
+        return result if isinstance(result, dict) else {}
+
+    def acquire_lock(self, path: str, ttl: float, lock_delay: float, items: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
+        """``PUT /v1/var/:path?lock-acquire`` (Nomad 1.7+): the variable with ``Lock.ID``.
+
+        Raises :class:`CASConflict` (HTTP 409) while another holder has the lock or its lock delay runs.
+        """
+        body = {"Path": path.strip("/"), "Items": dict(items),
+                "Lock": {"TTL": "%gs" % float(ttl), "LockDelay": "%gs" % float(lock_delay)}}
+        return self._lock_operation("lock-acquire", path, body)
+
+    def renew_lock(self, path: str, lock_id: str) -> t.Dict[str, t.Any]:
+        """``PUT /v1/var/:path?lock-renew``: restart the lock's TTL (409 if the lock was lost)."""
+        return self._lock_operation("lock-renew", path, {"Path": path.strip("/"), "Lock": {"ID": lock_id}})
+
+    def release_lock(self, path: str, lock_id: str) -> t.Dict[str, t.Any]:
+        """``PUT /v1/var/:path?lock-release``: give the lock up (409 if another holder has it now)."""
+        return self._lock_operation("lock-release", path, {"Path": path.strip("/"), "Lock": {"ID": lock_id}})
+
+    # Variables --------------------------------------------------------------------------------
+    def get_variable(self, path: str) -> t.Optional[t.Dict[str, t.Any]]:
+        """``GET /v1/var/:path``: the variable with its Items (secret!), or None if absent."""
+        return self._call_or_none("reading variable %r" % path,
+                                  lambda: self._variable.get_variable(_quote_path(path), namespace=self.connection.namespace))
+
+    def put_variable(self, path: str, items: t.Mapping[str, str], cas: t.Optional[int] = None) -> t.Dict[str, t.Any]:
+        """``PUT /v1/var/:path[?cas=N]``; ``cas=0`` creates only if absent. Returns the metadata (no Items).
+
+        Raises :class:`CASConflict` (with the current variable) when the check-and-set fails.
+        """
+        if not items or not all(isinstance(k, str) and isinstance(v, str) for k, v in items.items()):
+            raise ValueError("variable items must be a non-empty mapping of strings to strings")
+        body = {"Path": path.strip("/"), "Items": dict(items)}
+        result = self._call("writing variable %r" % path,
+                            lambda: self._variable.create_variable(_quote_path(path), body, namespace=self.connection.namespace,
+                                                                   cas=None if cas is None else int(cas)))
+        return _variable_metadata(result)
+
+    def delete_variable(self, path: str, cas: t.Optional[int] = None) -> None:
+        """``DELETE /v1/var/:path[?cas=N]`` (absent is fine). Raises :class:`CASConflict` on a lost check-and-set."""
+        self._call("deleting variable %r" % path,
+                   lambda: self._variable.delete_variable(_quote_path(path), namespace=self.connection.namespace,
+                                                          cas=None if cas is None else int(cas)))
+
+    def list_variables(self, prefix: str = "") -> t.List[t.Dict[str, t.Any]]:
+        """``GET /v1/vars?prefix=``: variable metadata (never Items)."""
+        return self._call("listing variables", lambda: self._variables.get_variables(prefix=prefix,
+                                                                                     namespace=self.connection.namespace))
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    if nomad_exceptions is not None and isinstance(exc, (nomad_exceptions.BaseNomadException,
+                                                         nomad_exceptions.TimeoutNomadException)):
+        return True
+    return HAS_REQUESTS and isinstance(exc, requests.RequestException)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _variable_metadata(variable: t.Any) -> t.Dict[str, t.Any]:
+    if not isinstance(variable, dict):
+        return {}
+    return {k: v for k, v in variable.items() if k != "Items"}
+
+
+def tail_lines(text: str, lines: int) -> str:
+    """The last ``lines`` lines of ``text`` (a trailing newline does not count as an empty line)."""
+    if lines == 0 or not text:
+        return ""
+    parts = text.splitlines(keepends=True)
+    return "".join(parts[-lines:])

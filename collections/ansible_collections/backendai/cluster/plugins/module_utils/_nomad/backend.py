@@ -1,0 +1,318 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The ``nomad`` backend of the ``session`` and ``session_info`` modules.
+
+Create (``present``, no job yet), in this order:
+
+1. take the cluster's admission lock (``_nomad.admission``: a Nomad variable lock with a TTL);
+2. place the containers on live node data (or the given agents); PENDING releases the lock and
+   fails with the reason, or retries against fresh node data for ``wait_for_resources`` seconds;
+3. generate the keypair and write it to the secret backend with check-and-set ``cas=0``
+   (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
+   ``nomadVar`` is missing blocks forever (nomad#17220);
+4. claim a session network slot (``_nomad.claims``) and sign the job's network args with the
+   cluster key (``_nomad.network``);
+5. register the job and follow its evaluation: if Nomad cannot place a group (``FailedTGAllocs``,
+   a blocked evaluation), the session is rolled back at once (all or nothing) and, with
+   ``wait_for_resources``, placed again; then release the lock;
+6. optionally wait until every container's allocation runs.
+
+Every rollback and ``state=absent`` go through one teardown (:meth:`NomadBackend._teardown`).
+A present on an existing session whose containers failed or were lost gives each of those a new
+allocation (``_mark_repairs``), keeping the keys and the session ID.
+
+If a step after the secret fails, the run is rolled back: the job is deregistered (purged) if it
+carries this run's session ID, the network slot is released if this run claimed it, and the secret
+is deleted if it holds this run's public key. The error names the failed step and what was rolled back.
+
+Update (job exists): the keys are never regenerated. The session ID comes from the stored public
+key, the job is re-rendered with it (placement prefers the agents the session already uses, and
+counts the session's own allocations as free), keeping the network slot its job carries, and Nomad's
+plan decides: ``Diff.Type`` None means unchanged. A changed job is registered again; a failure then is reported, not rolled back (the
+session existed before this run). Check mode only reads (the plan endpoint is a dry run).
+
+Absent: deregister (purge) the job, release its network slot, then delete the secret; nothing there
+means no change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import admission
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, dumps, register_request
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl, signed
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, slot_of_job
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
+    SecretExists,
+    SecretLocation,
+    SecretStore,
+    location_of_plan,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import (
+    ALL_NAMESPACES,
+    DEFAULT_EVAL_TIMEOUT,
+    DEFAULT_POLL_INTERVAL,
+    STEP_CLAIM,
+    STEP_REGISTER,
+    STEP_SECRET,
+    STEP_WAIT,
+    CheckModePending,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.removal import Removing
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.update import Updating
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.watch import Watching
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
+    failed_placement_reason,
+    is_managed,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id, generate_keypair
+from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultClient, VaultError
+
+
+def refuse_all_namespaces(namespace: t.Optional[str], module: str) -> None:
+    """A session is created, changed or rendered in one namespace: ``*`` is for reading only."""
+    if namespace == ALL_NAMESPACES:
+        raise ModuleFailure("namespace: '*' (every namespace) is only for backendai.cluster.session_info; %s needs the "
+                            "session's own namespace (a name, or omit it for 'default')" % module)
+
+
+class NomadBackend(Watching, Updating, Removing):
+    """Session operations against one Nomad cluster (and, for ``secrets.backend: vault``, one Vault)."""
+
+    def __init__(self, nomad: NomadClient, vault: t.Callable[[], VaultClient], hide: t.Callable[..., None],
+                 warn: t.Callable[[str], None], sleep: t.Callable[[float], None] = time.sleep,
+                 clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL,
+                 lock_ttl: float = admission.DEFAULT_TTL, lock_delay: float = admission.DEFAULT_LOCK_DELAY,
+                 lock_wait: float = admission.DEFAULT_LOCK_WAIT, eval_timeout: float = DEFAULT_EVAL_TIMEOUT,
+                 network: t.Optional[NetworkControl] = None) -> None:
+        self.nomad = nomad
+        self.network = network or NetworkControl(hide=hide)
+        self.lock_options = {"ttl": lock_ttl, "lock_delay": lock_delay, "wait": lock_wait}
+        self.eval_timeout = eval_timeout
+        self._vault = vault
+        self._hide = hide
+        self._warn = warn
+        self._sleep = sleep
+        self._clock = clock
+        self.poll_interval = max(0.05, float(poll_interval))
+        conn = nomad.connection
+        self.namespace = conn.namespace or ""
+        self.region = conn.region or ""
+
+    # Helpers ------------------------------------------------------------------------------------
+    def _store(self, location: SecretLocation) -> SecretStore:
+        return SecretStore(location, self.nomad, self._vault, self._hide)
+
+    def _render(self, spec_raw: t.Any, agents: t.List[t.Dict[str, t.Any]], session_id: str,
+                prefer: t.AbstractSet[str]) -> RenderedSession:
+        """Render; with ``prefer`` (the agents a session already uses), try those alone first."""
+        if prefer:
+            subset = [a for a in agents if a.get("name") in prefer]
+            if subset:
+                rendered = render_session(spec_raw, subset, session_id=session_id, namespace=self.namespace,
+                                          region=self.region, with_hcl=False)
+                if rendered.plan.placed:
+                    return rendered
+        return render_session(spec_raw, agents, session_id=session_id, namespace=self.namespace,
+                              region=self.region, with_hcl=False)
+
+    def _plan_once(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                   session_id: str, existing: t.Optional[t.Mapping[str, t.Any]]) -> RenderedSession:
+        """One rendering on the given agents or on the nodes' live free capacity (placed or PENDING)."""
+        prefer = {(g.get("Meta") or {}).get("backendai_agent") for g in (existing or {}).get("TaskGroups") or []}
+        prefer.discard(None)
+        pool = agents if agents is not None else live_agents(
+            self.nomad, exclude_job=spec.name if existing is not None else None, namespace=self.namespace or "default")
+        return self._render(spec_raw, pool, session_id, t.cast(t.AbstractSet[str], prefer))
+
+    def _place(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+               session_id: str, existing: t.Optional[t.Mapping[str, t.Any]], wait_for_resources: float,
+               check_mode: bool) -> RenderedSession:
+        """A placed rendering, retrying on fresh node data for ``wait_for_resources`` seconds; PENDING fails."""
+        deadline = self._clock() + max(0.0, wait_for_resources)
+        attempts = 0
+        while True:
+            attempts += 1
+            rendered = self._plan_once(spec_raw, spec, agents, session_id, existing)
+            if rendered.plan.placed:
+                return rendered
+            remaining = deadline - self._clock()
+            if agents is not None or check_mode or remaining <= 0:
+                break
+            self._sleep(min(self.poll_interval, remaining))
+        self._pending(spec, rendered, agents, wait_for_resources, check_mode, attempts)
+        raise AssertionError("unreachable")
+
+    def _pending(self, spec: SessionSpec, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                 wait_for_resources: float, check_mode: bool, attempts: int) -> None:
+        """Fail with the PENDING reason (check mode with a wait: tell the caller to warn instead)."""
+        summary = plan_summary(rendered.plan)
+        message = "session %s is PENDING: %s" % (spec.name, rendered.plan.reason)
+        if agents is not None and wait_for_resources > 0:
+            message += " (wait_for_resources has no effect with an explicit agents list)"
+        elif check_mode and wait_for_resources > 0:
+            raise CheckModePending(summary)
+        elif wait_for_resources > 0:
+            message += " (still after waiting %gs for resources, %d placement attempts)" % (wait_for_resources, attempts)
+        raise ModuleFailure(message, {"changed": False, "plan": summary})
+
+    def _unclaimed(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]]) -> RenderedSession:
+        """Check mode: ``rendered`` with the real addresses and the session's preferred slot, but NOT signed (the key is
+        read, so that a missing key fails here too): a job for an unclaimed slot must never be admitted."""
+        network = self.network.job_network(self.nomad, rendered, agents, None)
+        return signed(rendered, dataclasses.replace(network, key=None), self.namespace, self.region)
+
+    # present ------------------------------------------------------------------------------------
+    def present(self, spec_raw: t.Any, agents: t.Optional[t.List[t.Dict[str, t.Any]]] = None, check_mode: bool = False,
+                diff: bool = False, wait: bool = True, wait_timeout: float = 300.0,
+                wait_for_resources: float = 0.0) -> t.Dict[str, t.Any]:
+        spec = parse_spec(spec_raw)
+        existing = self.nomad.get_job(spec.name)
+        if existing is not None and not is_managed(existing):
+            namespace = existing.get("Namespace") or "default"
+            raise ModuleFailure("a Nomad job %r exists in namespace %r but was not made by backendai.cluster (its Meta has "
+                                "no %s); choose another session name" % (spec.name, namespace, MANAGED_META_KEY))
+        try:
+            if existing is None:
+                made = self._create(spec_raw, spec, agents, check_mode, diff, wait, wait_timeout, wait_for_resources)
+                return dict(made, created=not check_mode)
+            return dict(self._update(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
+                                     wait_for_resources), created=False)
+        except CheckModePending as pending:
+            self._warn("session %s cannot be placed now (PENDING: %s); a real run waits up to %gs for resources"
+                       % (spec.name, pending.summary["reason"], wait_for_resources))
+            return {"changed": True, "created": False, "plan": pending.summary, "job": None, "session": None}
+
+    def _admission(self, owner: str) -> admission.AdmissionLock:
+        return admission.AdmissionLock(self.nomad, owner, sleep=self._sleep, clock=self._clock, **self.lock_options)
+
+    def _create(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool,
+                diff: bool, wait: bool, wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
+        if check_mode:
+            # no key is made in check mode: the session ID shown is a placeholder
+            rendered = self._place(spec_raw, spec, agents, derive_session_id(spec.name, ""), None, wait_for_resources, True)
+            rendered = self._unclaimed(rendered, agents)  # nothing is claimed: unsigned
+            return self._result(True, rendered, diff, before="", after=dumps(register_request(rendered.job)),
+                                session=None, changes=["job %s: added" % spec.name])
+        self.network.key()  # a missing or bad cluster key fails before anything is written, the lock included
+        keypair = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
+        self._hide(keypair.private_key)
+        session_id = derive_session_id(spec.name, keypair.public_key)
+        deadline = self._clock() + max(0.0, wait_for_resources)
+        attempts = 0
+        while True:
+            attempts += 1
+            refused: t.Optional[t.Tuple[str, str]] = None
+            # Admission: plan on live data and register while no other create of this collection does.
+            with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
+                rendered = self._plan_once(spec_raw, spec, agents, session_id, None)
+                if rendered.plan.placed:
+                    store = self._store(location_of_plan(rendered.plan))
+                    rendered, refused = self._submit(spec, rendered, agents, store, keypair, lock)
+            if not rendered.plan.placed:
+                if agents is None and deadline - self._clock() > 0:
+                    self._sleep(min(self.poll_interval, max(0.0, deadline - self._clock())))
+                    continue
+                self._pending(spec, rendered, agents, wait_for_resources, False, attempts)
+            if refused is None:
+                break
+            reason, rollback = refused
+            if deadline - self._clock() > 0:
+                self._sleep(min(self.poll_interval, max(0.0, deadline - self._clock())))
+                continue
+            waited = " (still after waiting %gs for resources, %d attempts)" % (wait_for_resources, attempts) \
+                if wait_for_resources > 0 else ""
+            raise ModuleFailure("creating session %s failed at step '%s': Nomad cannot place every container now%s: %s. %s"
+                                % (spec.name, STEP_REGISTER, waited, reason, rollback),
+                                {"changed": False, "failed_step": STEP_REGISTER, "rollback": rollback,
+                                 "plan": plan_summary(rendered.plan), "unplaced": reason})
+        job = t.cast(t.Dict[str, t.Any], rendered.job)
+        if wait:
+            try:
+                self._wait(job, wait_timeout)
+            except BaseException as exc:
+                rollback = self._rollback(spec.name, session_id, store, keypair.public_key, slot_of_job(job))
+                if isinstance(exc, (NomadError, VaultError, BackendAIClusterError)):
+                    raise ModuleFailure("creating session %s failed at step '%s': %s. %s" % (spec.name, STEP_WAIT, exc, rollback),
+                                        {"changed": False, "failed_step": STEP_WAIT, "rollback": rollback,
+                                         "plan": plan_summary(rendered.plan)}) from None
+                raise
+        try:
+            view: t.Optional[t.Dict[str, t.Any]] = self.view(self.nomad.get_job(spec.name) or job)
+        except NomadError as err:  # the session is made; only reading it back failed
+            self._warn("session %s was created, but reading its state failed: %s" % (spec.name, err))
+            view = None
+        return self._result(True, rendered, diff, before="", after=dumps(register_request(job)), session=view,
+                            changes=["job %s: added" % spec.name], location=store.location)
+
+    def _submit(self, spec: SessionSpec, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                store: SecretStore, keypair: t.Any,
+                lock: admission.AdmissionLock) -> t.Tuple[RenderedSession, t.Optional[t.Tuple[str, str]]]:
+        """Write the keypair, claim a network slot and sign the job's network args, register, follow the
+        evaluation (under the lock). Returns the signed session and None when every group was placed, else
+        (Nomad's reason per group, what the rollback did): the new session was rolled back at once."""
+        session_id = rendered.plan.session_id
+        network = self.network.job_network(self.nomad, rendered, agents, None)  # key and addresses: before any write
+        claim: t.Optional[Claim] = None
+        step = STEP_SECRET
+        try:
+            store.create(keypair)
+            step = STEP_CLAIM
+            claim = self.network.claims(self.nomad).claim(self.namespace, spec.name, session_id,
+                                                          (rendered.network or {}).get("slots", 1))
+            rendered = signed(rendered, dataclasses.replace(network, slot=claim.slot, slots=claim.slots),
+                              self.namespace, self.region)
+            job = t.cast(t.Dict[str, t.Any], rendered.job)
+            step = STEP_REGISTER
+            answer = self.nomad.register_job(register_request(job))
+            failed = self._follow_eval(str(answer.get("EvalID") or ""), lock)
+        except SecretExists as exc:
+            raise ModuleFailure("creating session %s failed at step '%s': %s while job %s does not; it is left from an "
+                                "earlier run or another run is creating this session. Nothing was changed; remove it with "
+                                "state=absent if it is a leftover" % (spec.name, step, exc, spec.name),
+                                {"changed": False, "plan": plan_summary(rendered.plan)}) from None
+        except BaseException as exc:
+            rollback = self._rollback(spec.name, session_id, store, keypair.public_key,
+                                      (claim.slot, claim.slots) if claim else None)
+            if isinstance(exc, (NomadError, VaultError, BackendAIClusterError)):
+                raise ModuleFailure("creating session %s failed at step '%s': %s. %s" % (spec.name, step, exc, rollback),
+                                    {"changed": False, "failed_step": step, "rollback": rollback,
+                                     "plan": plan_summary(rendered.plan)}) from None
+            raise
+        if not failed:
+            return rendered, None
+        # Nomad placed some groups and blocked others (capacity taken by a job that is not ours):
+        # all or nothing, so the session goes at once, before any of it runs for long.
+        return rendered, (failed_placement_reason(failed),
+                          self._rollback(spec.name, session_id, store, keypair.public_key, (claim.slot, claim.slots)))
+
+    # info ---------------------------------------------------------------------------------------
+    def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
+        """One session (``name``) or all made by this collection; namespace ``*`` looks in every namespace."""
+        everywhere = self.namespace == ALL_NAMESPACES
+        if name and not everywhere:
+            job = self.nomad.get_job(name)
+            return [self.view(job, log_lines)] if job is not None and is_managed(job) else []
+        views = []
+        for stub in self.nomad.list_jobs(prefix=name, meta=True):
+            if (stub.get("Meta") or {}).get(MANAGED_META_KEY) != stub.get("ID") or (name and stub.get("ID") != name):
+                continue
+            # with '*', each job is read where it lives (Nomad refuses reads in the wildcard namespace)
+            backend = self._in_namespace(str(stub.get("Namespace") or "default")) if everywhere else self
+            job = backend.nomad.get_job(stub["ID"])
+            if job is not None and is_managed(job):
+                views.append(backend.view(job, log_lines))
+        return views
+
+    def _in_namespace(self, namespace: str) -> "NomadBackend":
+        return NomadBackend(self.nomad.in_namespace(namespace), self._vault, self._hide, self._warn, network=self.network)

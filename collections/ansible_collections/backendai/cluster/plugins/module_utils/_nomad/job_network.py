@@ -1,0 +1,164 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The session network in a rendered Nomad job: what goes into every group's ``cni { args }``.
+
+Every group of a session is ``network { mode = "cni/backendai" }`` with ``cni { args = {...} }``
+= ``_session_network.job_args(key, namespace, job, group, params)``, every value written out in
+every group. Nomad's client passes a group's ``cni { args }`` to the plugins as the job has them,
+not interpolated: ``client/allocrunner/networking_cni.go`` (``Setup``: ``addCustomCNIArgs`` reads
+``alloc.Job.LookupTaskGroup(...).Networks``), while ``InterpolateNetworks`` in the network hook
+only feeds the hostname. So ``BAI_AGENTS`` cannot live once in job ``Meta``: a group would send
+``${NOMAD_META_...}`` itself. A session's job therefore grows by about 12 bytes per agent in every
+group (see benchmarks/plan_render.py).
+
+A job rendered WITHOUT the cluster key (``session_render`` with no key file, the render playbook,
+the benchmarks) carries :data:`UNSIGNED_MAC` instead of a MAC: the plugin refuses it, so such a
+job is for reading, not for running; the ``session`` module signs with the real key. Agents whose
+underlay address is not known while rendering get a placeholder from :data:`PLACEHOLDER_POOL`
+(RFC 2544's benchmarking range, never an agent's), and a job with a placeholder is never signed.
+
+A session larger than one slot's /24 holds (more than 253 containers, or agents whose blocks of it
+would be too small) takes a *block* of ``2**k`` aligned slots: its subnet is their union (a
+/``24-k``), its VNI the first slot's, and every slot of the block is claimed (``_network_claims``).
+
+Pure and deterministic; the key is never part of a result or a repr.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import ipaddress
+import typing as t
+from dataclasses import dataclass, field
+
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
+    MAC_KEY,
+    MIN_NOMAD_VERSION,
+    NETWORK_NAME,
+    SUBNET_POOL,
+    SUBNET_PREFIX,
+    VNI_BASE,
+    NetworkError,
+    NetworkParams,
+    check_params,
+    job_args,
+    overlay_mtu,
+    slot_count,
+    slot_network,
+)
+
+#: The MAC of a job rendered without the cluster key (the plugin refuses it).
+UNSIGNED_MAC = "UNSIGNED-RENDER-ONLY"
+PLACEHOLDER_POOL = "198.18.0.0/15"
+#: Keeps clients older than MIN_NOMAD_VERSION (no NOMAD_* keys in CNI_ARGS) out of placement.
+VERSION_CONSTRAINT = {"LTarget": "${attr.nomad.version}", "RTarget": ">= %s" % MIN_NOMAD_VERSION, "Operand": "semver"}
+DEFAULT_NAMESPACE = "default"
+DEFAULT_UNDERLAY_MTU = 1500
+
+
+@dataclass(frozen=True)
+class JobNetwork:
+    """What the renderer needs besides the plan: the claimed slot, the agents' underlay addresses, the key."""
+
+    slot: t.Optional[int] = None  # the first slot of the block; None: the session's preferred one (render-only)
+    underlay: t.Mapping[str, str] = field(default_factory=dict)  # agent name -> underlay IPv4
+    key: t.Optional[bytes] = field(default=None, repr=False)  # None: render-only, unsigned
+    underlay_mtu: int = DEFAULT_UNDERLAY_MTU
+    slots: t.Optional[int] = None  # the claimed block's size, if larger than the session needs
+
+
+def preferred_slot(namespace: str, job_id: str, count: t.Optional[int] = None) -> int:
+    """Where a session starts looking for a free slot (and the slot a render-only job shows)."""
+    count = count or slot_count()
+    digest = hashlib.sha256(("%s/%s" % (namespace or DEFAULT_NAMESPACE, job_id)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def placeholder_address(index: int) -> str:
+    net = ipaddress.IPv4Network(PLACEHOLDER_POOL)
+    return str(net.network_address + 1 + index)
+
+
+def slots_needed(agent_count: int, max_per_agent: int) -> int:
+    """How many slots (a power of two) a session needs: the smallest subnet of whole /24s in which each agent's
+    block (``_session_network.agent_blocks``) holds its containers besides the bridge's address."""
+    pool = ipaddress.IPv4Network(SUBNET_POOL).prefixlen
+    for prefix in range(SUBNET_PREFIX, pool - 1, -1):
+        if ((1 << (32 - prefix)) - 2) // max(1, agent_count) - 1 >= max(1, max_per_agent):
+            return 1 << (SUBNET_PREFIX - prefix)
+    raise PlanError("the session network cannot hold %d agents with up to %d containers each (the pool %s is too "
+                    "small)" % (agent_count, max_per_agent, SUBNET_POOL))
+
+
+def block_network(first: int, count: int) -> t.Tuple[int, str]:
+    """(VNI, subnet) of the block of ``count`` slots starting at ``first`` (aligned to ``count``)."""
+    if count < 1 or count & (count - 1) or first % count:
+        raise NetworkError("a block of network slots is 2**k slots starting at a multiple of 2**k, got %d at %r"
+                           % (count, first))
+    slot_network(first + count - 1)  # the whole block is in the pool
+    subnet = ipaddress.IPv4Network(slot_network(first)[1]).supernet(new_prefix=SUBNET_PREFIX - (count.bit_length() - 1))
+    return VNI_BASE + first, str(subnet)
+
+
+@dataclass(frozen=True)
+class RenderedNetwork:
+    params: NetworkParams
+    slot: int  # the first slot of the session's block
+    signed: bool
+    placeholders: t.Tuple[str, ...]  # agents whose address is a placeholder
+    slots: int = 1  # how many slots the block has
+
+    def summary(self) -> t.Dict[str, t.Any]:
+        """Secret-free, for results: what the session's network is."""
+        return {"name": NETWORK_NAME, "slot": self.slot, "slots": self.slots, "vni": self.params.vni,
+                "subnet": self.params.subnet,
+                "agents": list(self.params.agents), "mtu": self.params.mtu, "signed": self.signed,
+                "placeholder_agents": list(self.placeholders)}
+
+
+def session_slots(hosts_agents: t.Sequence[str]) -> int:
+    """:func:`slots_needed` for a session whose containers run on ``hosts_agents`` (one entry per container)."""
+    per_agent = collections.Counter(hosts_agents)
+    return slots_needed(len(per_agent), max(per_agent.values() or [1]))
+
+
+def session_network(session_id: str, agents: t.Sequence[str], namespace: str, job_id: str,
+                    network: t.Optional[JobNetwork], slots: int = 1) -> RenderedNetwork:
+    """The session's parameters (agents in plan order; ``slots``: its block size, :func:`session_slots`)."""
+    network = network or JobNetwork()
+    slots = max(slots, network.slots or 0)
+    slot = network.slot if network.slot is not None else preferred_slot(namespace, job_id) // slots * slots
+    ips, placeholders = [], []
+    for i, agent in enumerate(agents):
+        ip = network.underlay.get(agent)
+        if not ip:
+            ip = placeholder_address(i)
+            placeholders.append(agent)
+        ips.append(ip)
+    try:
+        vni, subnet = block_network(slot, slots)
+        params = check_params(NetworkParams(str(session_id), vni, subnet, tuple(ips), overlay_mtu(network.underlay_mtu)))
+    except NetworkError as err:
+        raise PlanError("session %s: the session network cannot be laid out: %s" % (job_id, err)) from None
+    return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders), slots)
+
+
+def group_args(rendered: RenderedNetwork, key: t.Optional[bytes], namespace: str, job_id: str,
+               group: str) -> t.Dict[str, str]:
+    """One group's ``cni { args }`` as rendered."""
+    if rendered.signed and key is not None:
+        args = job_args(key, namespace or DEFAULT_NAMESPACE, job_id, group, rendered.params)
+    else:
+        args = rendered.params.args()
+        args[MAC_KEY] = UNSIGNED_MAC
+    return args
+
+
+def client_args(job: t.Mapping[str, t.Any], group: str) -> t.Dict[str, str]:
+    """A group's CNI args as Nomad's client passes them on to the plugins: as the job has them."""
+    for g in job.get("TaskGroups") or []:
+        if g.get("Name") == group:
+            return dict(((g.get("Networks") or [{}])[0].get("CNI") or {}).get("Args") or {})
+    raise KeyError("job %r has no group %r" % (job.get("ID"), group))

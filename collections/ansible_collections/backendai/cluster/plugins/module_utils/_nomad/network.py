@@ -1,0 +1,76 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The control side of the session network for the ``nomad`` backend: the cluster key, the slot
+claims and the agents' underlay addresses, put together into a signed job.
+
+The nomad backend renders a session unsigned while it places it, then (before it writes
+anything) reads the key and the agents' addresses here, claims a slot, and renders the job
+again, signed (:func:`signed`). The key is read from ``network_key_file`` and registered with
+``hide`` at once, so it is masked should it ever reach a result or a log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NETWORK_KEY_FILE
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import DEFAULT_CLAIMS_NAMESPACE, NetworkClaims
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import underlay_addresses
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl import render_hcl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import render_job, render_network
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import NetworkError, read_key
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession
+
+
+class NetworkControl:
+    """The key file and the claims namespace of one cluster (the modules' ``network_*`` options)."""
+
+    def __init__(self, key_file: t.Optional[str] = None, claims_namespace: t.Optional[str] = None,
+                 hide: t.Callable[..., None] = lambda *secrets: None) -> None:
+        self.key_file = key_file or DEFAULT_NETWORK_KEY_FILE
+        self.claims_namespace = claims_namespace or DEFAULT_CLAIMS_NAMESPACE
+        self._hide = hide
+        self._key: t.Optional[bytes] = None
+
+    def __repr__(self) -> str:
+        return "NetworkControl(key_file=%r, claims_namespace=%r)" % (self.key_file, self.claims_namespace)
+
+    def key(self) -> bytes:
+        if self._key is None:
+            try:
+                key = read_key(self.key_file)
+            except NetworkError as err:
+                raise BackendAIClusterError("%s. The overlay_agent role creates the cluster network key on the control "
+                                            "node at %s and copies it to every agent; set network_key_file (or "
+                                            "BACKENDAI_NETWORK_KEY_FILE) if it is elsewhere" % (err, DEFAULT_NETWORK_KEY_FILE)) from None
+            self._hide(key.hex())
+            self._key = key
+        return self._key
+
+    def claims(self, nomad: NomadClient) -> NetworkClaims:
+        return NetworkClaims(nomad.in_namespace(self.claims_namespace))
+
+    def job_network(self, nomad: NomadClient, rendered: RenderedSession,
+                    agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]], slot: t.Optional[int]) -> JobNetwork:
+        """The key and the plan's agents' underlay addresses (read now); ``slot`` None: the preferred one."""
+        key = self.key()
+        try:
+            found = underlay_addresses(nomad, rendered.plan.agents_used, agents)
+        except ValueError as err:
+            raise BackendAIClusterError(str(err)) from None
+        return JobNetwork(slot=slot, underlay={a: ip for a, (ip, _mtu) in found.items()}, key=key,
+                          underlay_mtu=min([mtu for _ip, mtu in found.values()] or [1500]))
+
+
+def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "",
+           with_hcl: t.Optional[bool] = None) -> RenderedSession:
+    """The same session rendered again with ``network`` (claimed slot, addresses, key); the HCL too if ``rendered``
+    had it (or as ``with_hcl`` says)."""
+    plan = rendered.plan
+    job = render_job(plan, namespace=namespace, region=region, network=network)
+    hcl = render_hcl(job) if (bool(rendered.hcl) if with_hcl is None else with_hcl) else ""
+    return dataclasses.replace(rendered, job=job, hcl=hcl, network=render_network(plan, namespace, network).summary())

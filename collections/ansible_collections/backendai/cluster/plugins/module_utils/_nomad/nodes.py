@@ -1,0 +1,220 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Agents (placement input) from live Nomad node data.
+
+The ``session`` module and the ``nomad_nodes`` inventory plugin read nodes the same way:
+:func:`summarize_node` gives free capacity (pure arithmetic over the node and its allocations), and :func:`agent_from_summary` turns a
+summary into the agent mapping placement takes. The inventory plugin stores that mapping as the
+host variable ``backendai_agent``, so a playbook can build the same ``agents`` list from hostvars.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
+
+_TERMINAL_CLIENT_STATUSES = frozenset(("complete", "failed", "lost"))
+#: Jobs without a NodePool (as this collection renders them) only run in Nomad's default pool.
+SCHEDULABLE_POOLS = ("default",)
+#: The device the rendered job requests for ``resources.gpu`` (``nvidia/gpu``): vendor, type.
+GPU_DEVICE = ("nvidia", "gpu")
+
+
+def free_gpus(summary: t.Mapping[str, t.Any]) -> int:
+    """Free ``nvidia/gpu`` device instances of a node summary (over every model)."""
+    total = 0
+    for key, count in ((summary.get("free") or {}).get("devices") or {}).items():
+        parts = key.split("/")
+        if tuple(parts[:2]) == GPU_DEVICE:
+            total += int(count)
+    return total
+
+
+def is_schedulable(summary: t.Mapping[str, t.Any]) -> bool:
+    """Ready, eligible, not draining: a node Nomad places new allocations on."""
+    return summary.get("status") == "ready" and bool(summary.get("eligible")) and not summary.get("drain")
+
+
+def agent_from_summary(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """The placement agent (``{name, cpu, memory, gpu, datacenter, drivers, node_pool}``) of a node summary."""
+    free = summary.get("free") or {}
+    return {
+        "name": summary.get("name"),
+        "cpu": int(free.get("cpu") or 0),
+        "memory": int(free.get("memory") or 0),
+        "gpu": free_gpus(summary),
+        "datacenter": summary.get("datacenter") or "dc1",
+        "drivers": list(summary.get("drivers") or []),
+        "node_pool": summary.get("node_pool") or "default",
+    }
+
+
+def allocations_by_node(client: NomadClient) -> t.Dict[str, t.List[t.Dict[str, t.Any]]]:
+    """Node ID -> the live allocations on it (``AllocatedResources`` included), read in bulk."""
+    out: t.Dict[str, t.List[t.Dict[str, t.Any]]] = {}
+    for alloc in client.live_allocations():
+        out.setdefault(str(alloc.get("NodeID") or ""), []).append(alloc)
+    return out
+
+
+def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None,
+                namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
+    """Free capacity of every ready, eligible node of the default node pool, sorted by name.
+
+    A constant number of requests whatever the cluster size: ``GET /v1/nodes?resources=true``
+    (capacity and reservations of every node) and ``GET /v1/allocations`` of every namespace,
+    filtered by Nomad to the live ones and paged (see ``NomadClient.live_allocations``).
+    With ``exclude_job``, that job's own allocations count as free (re-planning an existing
+    session must see the capacity it already holds, or it would not fit where it runs).
+    """
+    nodes = client.list_nodes(resources=True)
+    by_node = allocations_by_node(client)
+    agents = []
+    for stub in nodes:
+        if stub.get("NodePool", "default") not in SCHEDULABLE_POOLS:
+            continue
+        if stub.get("Status") != "ready" or stub.get("SchedulingEligibility") != "eligible" or stub.get("Drain"):
+            continue
+        allocations = by_node.get(stub["ID"], [])
+        if exclude_job:
+            allocations = [a for a in allocations
+                           if not (a.get("JobID") == exclude_job and (a.get("Namespace") or "default") == namespace)]
+        agents.append(agent_from_summary(summarize_node(stub, allocations)))
+    return sorted(agents, key=lambda a: a["name"] or "")
+
+
+#: Node meta that overrides a node's underlay address / MTU for the session network (multi-homed agents).
+UNDERLAY_IP_META = "backendai.underlay_ip"
+UNDERLAY_MTU_META = "backendai.underlay_mtu"
+DEFAULT_UNDERLAY_MTU = 1500
+
+
+def underlay_addresses(client: t.Optional[NomadClient], names: t.Sequence[str],
+                       agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None) -> t.Dict[str, t.Tuple[str, int]]:
+    """Agent name -> (underlay IPv4, underlay MTU) for the session network's ``BAI_AGENTS``.
+
+    In order: the agent's ``underlay_ip``/``underlay_mtu`` in ``agents`` (the modules' option), the
+    node's meta ``backendai.underlay_ip``/``backendai.underlay_mtu`` (``GET /v1/node/:id``, only for
+    these agents), the node's ``Address`` (one ``GET /v1/nodes``) and 1500. It must be the address
+    the overlay_agent role wrote into that agent's ``backendai.conflist``. Without a ``client``, only
+    ``agents`` (agents given as data, not read from Nomad).
+    """
+    given = {str(a.get("name")): a for a in agents or [] if isinstance(a, t.Mapping)}
+    stubs = {s.get("Name"): s for s in client.list_nodes()} if client is not None else {}
+    out: t.Dict[str, t.Tuple[str, int]] = {}
+    for name in names:
+        entry, stub = given.get(name) or {}, stubs.get(name) or {}
+        meta = {}
+        if client is not None and stub.get("ID") and not (entry.get("underlay_ip") and entry.get("underlay_mtu")):
+            meta = (client.node(stub["ID"]) or {}).get("Meta") or {}
+        ip = entry.get("underlay_ip") or meta.get(UNDERLAY_IP_META) or stub.get("Address") or ""
+        mtu = entry.get("underlay_mtu") or meta.get(UNDERLAY_MTU_META) or DEFAULT_UNDERLAY_MTU
+        if not ip:
+            raise ValueError("agent %s: no underlay address for the session network (it is not a Nomad node of this "
+                             "cluster and its entry in agents has no underlay_ip)" % name)
+        try:
+            out[name] = (str(ip), int(mtu))
+        except (TypeError, ValueError):
+            raise ValueError("agent %s: underlay MTU must be an integer, got %r" % (name, mtu)) from None
+    return out
+
+
+# Node capacity ---------------------------------------------------------------------------------
+
+def _int(value: t.Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _alloc_is_live(alloc: t.Mapping[str, t.Any]) -> bool:
+    """Whether an allocation holds resources on its node (Nomad: not terminal)."""
+    return alloc.get("DesiredStatus", "run") == "run" and alloc.get("ClientStatus") not in _TERMINAL_CLIENT_STATUSES
+
+
+def _alloc_usage(alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    cpu = memory = disk = 0
+    devices: t.Dict[str, int] = {}
+    allocated = alloc.get("AllocatedResources") or {}
+    if allocated:
+        for res in (allocated.get("Tasks") or {}).values():
+            res = res or {}
+            cpu += _int((res.get("Cpu") or {}).get("CpuShares"))
+            memory += _int((res.get("Memory") or {}).get("MemoryMB"))
+            for dev in res.get("Devices") or []:
+                key = "/".join(p for p in (dev.get("Vendor"), dev.get("Type"), dev.get("Name")) if p)
+                devices[key] = devices.get(key, 0) + len(dev.get("DeviceIDs") or [])
+        disk += _int((allocated.get("Shared") or {}).get("DiskMB"))
+    else:  # pre-0.9 shape
+        res = alloc.get("Resources") or {}
+        cpu, memory, disk = _int(res.get("CPU")), _int(res.get("MemoryMB")), _int(res.get("DiskMB"))
+    return {"cpu": cpu, "memory": memory, "disk": disk, "devices": devices}
+
+
+def summarize_node(node: t.Mapping[str, t.Any], allocations: t.Iterable[t.Mapping[str, t.Any]] = ()) -> t.Dict[str, t.Any]:
+    """A plain view of a node for inventories: identity, drivers, networks and free capacity.
+
+    ``free = total (NodeResources) - reserved (ReservedResources) - sum of the live allocations'
+    AllocatedResources``. CPU is in MHz (CpuShares), memory/disk in MB; devices are counted per
+    ``vendor/type/name`` from healthy instances. CNI: ``cni_plugins`` from the
+    ``plugins.cni.version.<plugin>`` attributes, ``cni_networks`` from NodeResources.Networks
+    entries of mode ``cni/<name>`` (what Nomad fingerprints from ``cni_config_dir``).
+    """
+    resources = node.get("NodeResources") or {}
+    reserved = node.get("ReservedResources") or {}
+    attributes = node.get("Attributes") or {}
+    total = {
+        "cpu": _int((resources.get("Cpu") or {}).get("CpuShares")),
+        "cpu_cores": _int((resources.get("Cpu") or {}).get("TotalCpuCores")),
+        "memory": _int((resources.get("Memory") or {}).get("MemoryMB")),
+        "disk": _int((resources.get("Disk") or {}).get("DiskMB")),
+        "devices": {},
+    }
+    for dev in resources.get("Devices") or []:
+        key = "/".join(p for p in (dev.get("Vendor"), dev.get("Type"), dev.get("Name")) if p)
+        total["devices"][key] = sum(1 for i in dev.get("Instances") or [] if i.get("Healthy", True))
+    held = {
+        "cpu": _int((reserved.get("Cpu") or {}).get("CpuShares")),
+        "memory": _int((reserved.get("Memory") or {}).get("MemoryMB")),
+        "disk": _int((reserved.get("Disk") or {}).get("DiskMB")),
+    }
+    used: t.Dict[str, t.Any] = {"cpu": 0, "memory": 0, "disk": 0, "devices": {}}
+    live = 0
+    for alloc in allocations:
+        if not _alloc_is_live(alloc):
+            continue
+        live += 1
+        usage = _alloc_usage(alloc)
+        for key in ("cpu", "memory", "disk"):
+            used[key] += usage[key]
+        for name, count in usage["devices"].items():
+            used["devices"][name] = used["devices"].get(name, 0) + count
+    free = {key: max(0, total[key] - held[key] - used[key]) for key in ("cpu", "memory", "disk")}
+    free["devices"] = {name: max(0, count - used["devices"].get(name, 0)) for name, count in total["devices"].items()}
+    drivers = node.get("Drivers") or {}
+    networks = resources.get("Networks") or []
+    return {
+        "id": node.get("ID"),
+        "name": node.get("Name"),
+        "datacenter": node.get("Datacenter"),
+        "node_pool": node.get("NodePool") or "default",
+        "node_class": node.get("NodeClass") or "",
+        "status": node.get("Status"),
+        "eligible": node.get("SchedulingEligibility") == "eligible",
+        "drain": bool(node.get("Drain")),
+        "address": attributes.get("unique.network.ip-address") or node.get("Address") or "",
+        "drivers": sorted(name for name, info in drivers.items()
+                          if (info or {}).get("Detected") and (info or {}).get("Healthy")),
+        "cni_plugins": sorted(k[len("plugins.cni.version."):] for k in attributes if k.startswith("plugins.cni.version.")),
+        "cni_networks": sorted(n["Mode"][len("cni/"):] for n in networks if str(n.get("Mode", "")).startswith("cni/")),
+        "bridge": any(n.get("Mode") == "bridge" for n in networks) or "plugins.cni.version.bridge" in attributes,
+        "host_networks": sorted((node.get("HostNetworks") or {}).keys()),
+        "meta": dict(node.get("Meta") or {}),
+        "total": total,
+        "reserved": held,
+        "allocated": used,
+        "free": free,
+        "allocations": live,
+    }

@@ -1,0 +1,195 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Updating an existing Nomad session: the keys are kept, the job is rendered again and Nomad's plan
+decides whether anything changed; broken containers get a new allocation. A part of
+:class:`_nomad.backend.NomadBackend`."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import admission
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.plan_diff import changes as job_changes
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.plan_diff import diff_texts
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import register_request
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import signed
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, slot_of_job
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
+    SecretLocation,
+    location_of_job,
+    location_of_plan,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, plan_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
+    container_status,
+    current_allocations,
+    failed_placement_reason,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._session.state import BROKEN
+from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import (
+    BackendState,
+    REPAIR_META,
+    STEP_REGISTER,
+    STEP_WAIT,
+    WaitFailed,
+)
+
+
+class Updating(BackendState):
+    """The update part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
+
+    def _update(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
+                agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
+                wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
+        lock = None if check_mode else self._admission("%s/%s" % (self.namespace or "default", spec.name))
+        try:
+            return self._update_locked(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
+                                       wait_for_resources, lock)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _update_locked(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
+                       agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
+                       wait_timeout: float, wait_for_resources: float,
+                       lock: t.Optional[admission.AdmissionLock]) -> t.Dict[str, t.Any]:
+        """``_update``; a changed or repaired session is placed again under the admission lock, as a create."""
+        name = spec.name
+        stored_at = location_of_job(existing) or location_of_plan(plan_session(spec_raw, []))
+        public_key = self._store(stored_at).read_public_key()
+        if not public_key:
+            raise ModuleFailure("session %s: job %s exists but its keypair (%s) is missing; remove the session with "
+                                "state=absent and create it again" % (name, name, stored_at.describe()))
+        session_id = derive_session_id(name, public_key)
+        rendered = self._place(spec_raw, spec, agents, session_id, existing, wait_for_resources, check_mode)
+        if lock is not None:
+            # placed (waiting for resources if need be) without the lock; placed again inside it on live data
+            lock.acquire()
+            rendered = self._plan_once(spec_raw, spec, agents, session_id, existing)
+            if not rendered.plan.placed:
+                self._pending(spec, rendered, agents, 0.0, False, 1)
+        wanted_at = location_of_plan(rendered.plan)
+        if wanted_at != stored_at:
+            raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
+                                "%s); remove the session with state=absent and create it again"
+                                % (name, stored_at.describe(), wanted_at.describe()))
+        rendered, new_claim, old_block, repaired = self._keep_slot(rendered, agents, existing, session_id, check_mode)
+        job = t.cast(t.Dict[str, t.Any], rendered.job)
+        broken = self._mark_repairs(existing, job)
+        plan = self.nomad.plan_job(job, diff=True)
+        found = job_changes(plan.get("Diff"))
+        changed = ((plan.get("Diff") or {}).get("Type") or "None") != "None"
+        failed_groups = sorted((plan.get("FailedTGAllocs") or {}).keys())
+        if changed and failed_groups:
+            self._warn("Nomad's scheduler reports it cannot place the updated task group(s) %s now"
+                       % ", ".join(failed_groups))
+        before, after = diff_texts(found)
+        if not changed:
+            if lock is not None:
+                lock.release()  # nothing is admitted: waiting for the containers is not admission
+            if wait and not check_mode:
+                try:
+                    self._wait(existing, wait_timeout)
+                except WaitFailed as err:
+                    raise ModuleFailure("session %s is unchanged but not all of its containers run: %s" % (name, err),
+                                        {"changed": False, "session": self.view(existing)}) from None
+            repairs = ["network slot %d: lost claim made again" % rendered.network["slot"]] if repaired and rendered.network else []
+            return self._result(bool(repairs), rendered, diff, before, after, self.view(existing), repairs, stored_at)
+        if check_mode:
+            return self._result(True, rendered, diff, before, after, self.view(existing), [str(c) for c in found], stored_at)
+        try:
+            answer = self.nomad.register_job(register_request(job))
+        except NomadError as err:
+            if new_claim is not None:
+                claims = self.network.claims(self.nomad)
+                claims.release(new_claim.slot, new_claim.namespace, new_claim.job, new_claim.session_id, new_claim.slots)
+            raise ModuleFailure("updating session %s failed at step '%s': %s. Nothing to roll back: the previous job "
+                                "version stays registered and the keypair is unchanged" % (name, STEP_REGISTER, err),
+                                {"changed": False, "failed_step": STEP_REGISTER}) from None
+        unplaced = self._follow_eval(str(answer.get("EvalID") or ""), lock)
+        if lock is not None:
+            lock.release()
+        if old_block is not None:  # the session outgrew its block: the new one is in the registered job now
+            self.network.claims(self.nomad).release(old_block[0], self.namespace, name, slots=old_block[1])
+        current = self.nomad.get_job(name) or job
+        if unplaced:
+            raise ModuleFailure("%s session %s failed: Nomad cannot place %s. The new job version stays registered (an "
+                                "existing session is not rolled back; free capacity or remove it with state=absent)"
+                                % ("repairing" if broken else "updating", name, failed_placement_reason(unplaced)),
+                                {"changed": True, "failed_step": STEP_REGISTER, "session": self.view(current)})
+        if wait:
+            try:
+                self._wait(current, wait_timeout, version=current.get("Version"))
+            except (WaitFailed, NomadError) as err:
+                raise ModuleFailure("updating session %s failed at step '%s': %s. The new job version stays registered "
+                                    "(an existing session is not rolled back; fix the spec and run again, or remove it "
+                                    "with state=absent)" % (name, STEP_WAIT, err),
+                                    {"changed": True, "failed_step": STEP_WAIT, "session": self.view(current)}) from None
+        return self._result(True, rendered, diff, before, after, self.view(current), [str(c) for c in found], stored_at)
+
+    def _mark_repairs(self, existing: t.Mapping[str, t.Any], job: t.Dict[str, t.Any]) -> t.List[str]:
+        """Containers of ``existing`` that failed, were lost or keep restarting get a new allocation.
+
+        Their group's ``Meta.backendai_repair`` generation is raised (a group Meta change is a
+        destructive update in Nomad: a new allocation, placed by the job's constraint, which the
+        new placement may have moved off a node that is down); every other group keeps its
+        generation, so an unchanged session stays unchanged.
+        """
+        current = current_allocations(self.nomad.job_allocations(str(existing["ID"])))
+        generations = {g.get("Name"): int((g.get("Meta") or {}).get(REPAIR_META) or 0)
+                       for g in existing.get("TaskGroups") or []}
+        broken = sorted(name for name in generations if name in current and container_status(current[name]) in BROKEN)
+        for group in job.get("TaskGroups") or []:
+            generation = generations.get(group["Name"], 0) + (1 if group["Name"] in broken else 0)
+            if generation:
+                group.setdefault("Meta", {})[REPAIR_META] = str(generation)
+        return broken
+
+    def _keep_slot(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                   existing: t.Mapping[str, t.Any], session_id: str,
+                   check_mode: bool) -> t.Tuple[RenderedSession, t.Optional[Claim], t.Optional[t.Tuple[int, int]], bool]:
+        """An existing session keeps the slots its job carries (their claims re-made if lost). A job from before the
+        session network, or one that outgrew its block, gets a new block: returned, so that a failed registration
+        releases it, with the old block, which a successful one releases. Last: whether a lost claim was (or, in check
+        mode, would be) made again."""
+        network = self.network.job_network(self.nomad, rendered, agents, None)
+        claims = self.network.claims(self.nomad)
+        name = rendered.plan.spec.name
+        need = (rendered.network or {}).get("slots", 1)
+        held, new_claim, old, repaired = slot_of_job(existing), None, None, False
+        first: t.Optional[int] = None
+        slots = need
+        if held is not None and held[1] >= need:
+            first, slots = held
+            repaired = claims.ensure(Claim(first, self.namespace or "default", name, session_id, slots), check_mode)
+        elif not check_mode:
+            new_claim = claims.claim(self.namespace, name, session_id, need)
+            first, slots, old = new_claim.slot, new_claim.slots, held
+        else:  # check mode, a new block would be claimed: shown unsigned
+            network = dataclasses.replace(network, key=None)
+        return (signed(rendered, dataclasses.replace(network, slot=first, slots=slots), self.namespace, self.region),
+                new_claim, old, repaired)
+
+    def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
+                session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],
+                location: t.Optional[SecretLocation] = None) -> t.Dict[str, t.Any]:
+        result: t.Dict[str, t.Any] = {
+            "changed": changed,
+            "session": session,
+            "plan": plan_summary(rendered.plan),
+            "job": register_request(rendered.job) if rendered.job is not None else None,
+            "changes": changes,
+            "secret": (location or location_of_plan(rendered.plan)).public(),
+            "network": rendered.network,
+        }
+        if diff and changed:
+            name = rendered.plan.spec.name
+            result["diff"] = {"before": before, "after": after, "before_header": "nomad job %s" % name,
+                              "after_header": "nomad job %s" % name}
+        return result

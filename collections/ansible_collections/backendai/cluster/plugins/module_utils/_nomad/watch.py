@@ -1,0 +1,119 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Watching a Nomad session: its view (allocations, addresses, logs), waiting for its containers,
+and following an evaluation to Nomad's placement verdict. A part of :class:`_nomad.backend.NomadBackend`."""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import admission
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import TASK_NAME
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
+    location_of_job,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
+    build_view,
+    container_status,
+    current_allocations,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._session.view import wait_progress
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import (
+    BackendState,
+    WaitFailed,
+    last_event,
+)
+
+
+class Watching(BackendState):
+    """The watching part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
+
+    def _logs(self, alloc: t.Mapping[str, t.Any], lines: int) -> t.List[str]:
+        """The last ``lines`` lines of stdout, then the last ``lines`` lines of stderr."""
+        if container_status(alloc) in ("pending", "unplaced"):
+            return []
+        out: t.List[str] = []
+        for stream in ("stdout", "stderr"):
+            try:
+                out.extend(self.nomad.read_logs(alloc["ID"], TASK_NAME, stream, lines=lines).splitlines())
+            except NomadError as err:
+                out.append("[%s unavailable: %s]" % (stream, err))
+        return out
+
+    def view(self, job: t.Mapping[str, t.Any], log_lines: int = 0) -> t.Dict[str, t.Any]:
+        """The session view of a job (allocations read now)."""
+        stubs = self.nomad.job_allocations(job["ID"])
+        current = current_allocations(stubs)
+        full: t.Dict[str, t.Mapping[str, t.Any]] = {}
+        for alloc in current.values():
+            detail = self.nomad.allocation(alloc["ID"])
+            if detail is not None:
+                full[alloc["ID"]] = detail
+        logs = None
+        if log_lines > 0:
+            logs = {group: self._logs(alloc, log_lines) for group, alloc in current.items()}
+        location = location_of_job(job)
+        view = build_view(job, stubs, full, logs, location.public() if location else None)
+        if any(c["node_id"] and not c["address"] for c in view["containers"]):
+            # no address of its own reported (host networking, or an older Nomad): the node's address
+            nodes = {n.get("ID"): n.get("Address") or "" for n in self.nomad.list_nodes()}
+            for c in view["containers"]:
+                if not c["address"]:
+                    c["address"] = nodes.get(c["node_id"], "")
+        return view
+
+    def _wait(self, job: t.Mapping[str, t.Any], timeout: float, version: t.Optional[int] = None) -> None:
+        """Until every container's allocation runs (a batch container may also have completed)."""
+        deadline = self._clock() + max(0.0, timeout)
+        groups = [g.get("Name") for g in job.get("TaskGroups") or []]
+        batch = job.get("Type") == "batch"
+        delay = min(0.25, self.poll_interval)
+        while True:
+            stubs = [a for a in self.nomad.job_allocations(job["ID"]) if version is None or a.get("JobVersion") == version]
+            current = current_allocations(stubs)
+            status = {g: container_status(current.get(g)) for g in groups}
+            broken = [g for g, s in status.items() if s in ("failed", "lost")]
+            if broken:
+                details = []
+                for g in broken:
+                    alloc = current[g]
+                    why = alloc.get("ClientDescription") or last_event(alloc)
+                    details.append("%s %s%s" % (g, status[g], (" (%s)" % why) if why else ""))
+                raise WaitFailed("container(s) failed: %s" % ", ".join(details))
+            if all(s == "running" or (batch and s == "complete") for s in status.values()):
+                return
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                progress = wait_progress([{"hostname": g, "status": s, "agent": (current.get(g) or {}).get("NodeName")}
+                                          for g, s in status.items()], batch=batch)
+                hint = " (unplaced: Nomad could not place the allocation)" if "unplaced" in status.values() else ""
+                raise WaitFailed("containers not all running after %gs: %s%s" % (timeout, progress["summary"], hint))
+            self._sleep(min(delay, remaining))
+            delay = min(delay * 2, self.poll_interval)
+
+    def _follow_eval(self, eval_id: str, lock: t.Optional[admission.AdmissionLock]) -> t.Dict[str, t.Any]:
+        """Nomad's verdict on a register: the groups it could not place (``FailedTGAllocs``), else {}.
+
+        Polls ``/v1/evaluation/:id`` until it is processed (at most ``eval_timeout``: then no verdict).
+        """
+        if not eval_id:
+            return {}
+        deadline = self._clock() + self.eval_timeout
+        delay = min(0.05, self.poll_interval)
+        while True:
+            ev = self.nomad.evaluation(eval_id) or {}
+            status = ev.get("Status") or "pending"
+            if status not in ("pending", ""):
+                failed = dict(ev.get("FailedTGAllocs") or {})
+                if status in ("failed", "canceled", "blocked") and not failed:
+                    failed = {"*": {"reason": "evaluation %s %s: %s" % (eval_id, status, ev.get("StatusDescription") or "")}}
+                return failed
+            if self._clock() >= deadline:
+                self._warn("Nomad did not process evaluation %s within %gs; the wait for the containers decides"
+                           % (eval_id, self.eval_timeout))
+                return {}
+            if lock is not None:
+                lock.keep()
+            self._sleep(delay)
+            delay = min(delay * 2, self.poll_interval)

@@ -1,0 +1,207 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The session spec's schema (``SCHEMA``, what the doc fragment documents), its patterns and its types.
+
+The frozen dataclasses (:class:`SessionSpec` and its parts) are what ``_session.spec.parse_spec``
+returns and what every later step reads. Pure.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import typing as t
+from dataclasses import dataclass, field
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A role name becomes a hostname prefix (<role><idx>): a DNS label that must not end in a digit,
+# or "worker1" + idx 1 and "worker" + idx 11 would both be "worker11".
+ROLE_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,30}[a-z])?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: What every container's hostname (``<role><idx>``, see ROLE_RE) is: a DNS label.
+HOSTNAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+#: The only network mode: every session is on its own private network (``_network._session_network``).
+NETWORK_MODE_AUTO = "auto"
+NETWORK_MODE_HELP = (
+    "must be auto (every session gets a private network of its own on the backendai CNI network; bridge would "
+    "put it on Nomad's shared bridge with every other allocation of the agent, and a cni/<name> network of "
+    "your own is not private to the session, so neither is offered)")
+PORT_LABEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+MAX_CLUSTER_SIZE = 4096
+DRIVERS = ("docker", "podman")
+CLUSTER_MODES = ("single-node", "multi-node")
+KEY_TYPES = ("ed25519", "rsa")
+SECRET_BACKENDS = ("nomad-variables", "vault")
+STRATEGIES = ("concentrated", "dispersed")
+
+#: Variables the session sets in every container; user ``env`` may not override them.
+RESERVED_ENV = frozenset((
+    "BACKENDAI_CLUSTER_HOST", "BACKENDAI_CLUSTER_HOSTS", "BACKENDAI_CLUSTER_IDX",
+    "BACKENDAI_CLUSTER_MODE", "BACKENDAI_CLUSTER_ROLE", "BACKENDAI_CLUSTER_SIZE",
+    "BACKENDAI_CLUSTER_REPLICAS", "BACKENDAI_CLUSTER_LOCAL_RANK", "BACKENDAI_KERNEL_ID",
+    "BACKENDAI_SESSION_ID", "WORLD_SIZE", "WORLD_RANK", "RANK", "LOCAL_RANK", "MASTER_ADDR",
+    "MASTER_PORT", "TF_CONFIG",
+))
+
+
+# --- the one schema ---------------------------------------------------------------------------
+# Keys, types, defaults and choices of the spec, in the form of Ansible's option documentation.
+# The validator below takes its allowed keys, choices and defaults from here, and the modules'
+# documentation of ``spec`` (plugins/doc_fragments/session_spec.py) is checked against it by a test,
+# so the two cannot drift. Types are what the documentation says; the checks themselves (ranges,
+# patterns, cross-field rules) are in the code, which reports every problem at once.
+
+SCHEMA: t.Dict[str, t.Dict[str, t.Any]] = {
+    "name": {"type": "str", "required": True},
+    "image": {"type": "str", "required": True},
+    "driver": {"type": "str", "choices": list(DRIVERS), "default": "docker"},
+    "command": {"type": "list", "elements": "str"},
+    "cluster_size": {"type": "int", "default": 1},
+    "cluster_mode": {"type": "str", "choices": list(CLUSTER_MODES), "default": "single-node"},
+    "resources": {"type": "dict", "suboptions": {
+        "cpu": {"type": "int", "default": 1000},
+        "memory": {"type": "int", "default": 1024},
+        "gpu": {"type": "int", "default": 0}}},
+    "mounts": {"type": "list", "elements": "dict", "suboptions": {
+        "source": {"type": "str", "required": True},
+        "target": {"type": "str", "required": True},
+        "read_only": {"type": "bool", "default": False}}},
+    "ssh": {"type": "dict", "suboptions": {
+        "key_type": {"type": "str", "choices": list(KEY_TYPES), "default": "ed25519"},
+        "key_bits": {"type": "int", "default": 3072},
+        "port": {"type": "int", "default": 2200}}},
+    "secrets": {"type": "dict", "suboptions": {
+        "backend": {"type": "str", "choices": list(SECRET_BACKENDS), "default": "nomad-variables"},
+        "mount": {"type": "str", "default": "secret"},
+        "path": {"type": "str"},
+        "role": {"type": "str"}}},
+    "network": {"type": "dict", "suboptions": {
+        "mode": {"type": "str", "choices": [NETWORK_MODE_AUTO], "default": NETWORK_MODE_AUTO}}},
+    "master_port": {"type": "int", "default": 12345},
+    "env": {"type": "dict"},
+    "roles": {"type": "list", "elements": "dict", "suboptions": {
+        "name": {"type": "str", "required": True},
+        "replicas": {"type": "int", "default": 1},
+        "image": {"type": "str"},
+        "command": {"type": "list", "elements": "str"},
+        "resources": {"type": "dict", "suboptions": {  # defaults: the session's resources
+            "cpu": {"type": "int"}, "memory": {"type": "int"}, "gpu": {"type": "int"}}},
+        "env": {"type": "dict"}}},
+    "placement": {"type": "dict", "suboptions": {
+        "strategy": {"type": "str", "choices": list(STRATEGIES), "default": "concentrated"}}},
+    "datacenters": {"type": "list", "elements": "str"},
+    "ports": {"type": "list", "elements": "dict", "suboptions": {
+        "label": {"type": "str", "required": True},
+        "port": {"type": "int", "required": True}}},
+    "mpi": {"type": "dict", "suboptions": {
+        "slots": {"type": "int", "default": 1}}},
+}
+
+
+def _sub(*path: str) -> t.Dict[str, t.Any]:
+    """The schema of the mapping at ``path`` (top level when empty)."""
+    node = SCHEMA
+    for key in path:
+        node = node[key]["suboptions"]
+    return node
+
+
+def _keys(*path: str) -> t.Tuple[str, ...]:
+    return tuple(_sub(*path))
+
+
+def _default(*path: str) -> t.Any:
+    return _sub(*path[:-1])[path[-1]].get("default")
+
+
+def _choices(*path: str) -> t.Tuple[t.Sequence[str], str]:
+    entry = _sub(*path[:-1])[path[-1]]
+    return entry["choices"], entry["default"]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Resources of ONE container: CPU in MHz, memory in MB, GPU devices."""
+
+    cpu: int = _default("resources", "cpu")
+    memory: int = _default("resources", "memory")
+    gpu: int = _default("resources", "gpu")
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class SSHSpec:
+    key_type: str = _default("ssh", "key_type")
+    key_bits: int = 0  # rsa only; 0 for ed25519
+    port: int = _default("ssh", "port")
+
+
+@dataclass(frozen=True)
+class SecretsSpec:
+    backend: str = _default("secrets", "backend")
+    mount: str = _default("secrets", "mount")  # vault KV v2 mount
+    path: str = ""  # vault: path under the mount; nomad-variables: always nomad/jobs/<job>
+    role: str = ""  # vault: workload identity role (empty = Nomad's default role)
+
+
+@dataclass(frozen=True)
+class PublishedPort:
+    """A port main1 publishes outside the session network (label, container port)."""
+
+    label: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Role:
+    """A cluster role after defaults and per-role overrides are resolved."""
+
+    name: str
+    replicas: int
+    image: str
+    command: t.Tuple[str, ...]
+    resources: Resources
+    env: t.Tuple[t.Tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    name: str
+    image: str
+    command: t.Tuple[str, ...]
+    driver: str
+    cluster_size: int
+    cluster_mode: str
+    resources: Resources
+    mounts: t.Tuple[Mount, ...]
+    ssh: SSHSpec
+    secrets: SecretsSpec
+    network_mode: str  # "auto" (the only mode)
+    master_port: int
+    env: t.Tuple[t.Tuple[str, str], ...]
+    roles: t.Tuple[Role, ...]
+    strategy: str
+    datacenters: t.Tuple[str, ...]
+    ports: t.Tuple[PublishedPort, ...]
+    mpi_slots: int
+    heterogeneous: bool = field(default=False)
+
+
+#: Mount targets the container runtime owns (and everything below them).
+RESERVED_TARGETS = ("/proc", "/sys", "/dev")
+
+
+def kernel_fs(target: str) -> str:
+    """The reserved directory ``target`` is or lies below ('' if none)."""
+    norm = posixpath.normpath("/" + target.lstrip("/"))
+    for top in RESERVED_TARGETS:
+        if norm == top or norm.startswith(top + "/"):
+            return top
+    return ""

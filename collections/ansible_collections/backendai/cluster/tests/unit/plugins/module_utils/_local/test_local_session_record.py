@@ -1,0 +1,67 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The local runtime's session record: made from the typed plan, or checked when given as a dict. No root needed."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils._local import session as ls
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError
+from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
+from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import make_plan
+
+KEYS = SSHKeypair("-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----\n", "ssh-ed25519 AAAA test")
+
+
+def test_the_record_is_the_plan_with_the_env_of_the_nomad_job() -> None:
+    plan = make_plan(cluster_size=3)
+    record = ls.session_record(plan, KEYS)
+    assert record["name"] == plan.spec.name and record["session_id"] == plan.session_id
+    assert [c["hostname"] for c in record["containers"]] == [c.hostname for c in plan.containers]
+    assert [c["env"] for c in record["containers"]] == [container_env(plan, c) for c in plan.containers]
+    assert {c["agent"] for c in record["containers"]} == {ls.LOCAL_AGENT} and record["agents"] == {}
+    assert [c["publish"] for c in record["containers"]] == [True, False, False]
+    assert record["ssh"] == {"port": plan.spec.ssh.port, "private_key": KEYS.private_key, "public_key": KEYS.public_key}
+
+
+def test_a_plan_is_checked_only_for_what_the_parser_cannot_know(tmp_path: t.Any) -> None:
+    with pytest.raises(LocalRuntimeError, match="mount source /nonexistent-backendai does not exist"):
+        ls.from_plan(make_plan(mounts=[{"source": "/nonexistent-backendai", "target": "/data"}]), KEYS)
+    with pytest.raises(LocalRuntimeError, match="main1: environment variable X contains a newline"):
+        ls.from_plan(make_plan(env={"X": "a\nb"}), KEYS)
+    with pytest.raises(LocalRuntimeError, match="the command's first word may not contain '='"):
+        ls.from_plan(make_plan(command=["A=1", "run"]), KEYS)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    ready = ls.from_plan(make_plan(mounts=[{"source": str(tmp_path / "link"), "target": "/data"}]), KEYS)
+    assert ready["mounts"] == [{"source": str(tmp_path / "d"), "target": "/data", "read_only": False}]
+
+
+def test_a_dict_from_elsewhere_is_checked_with_the_spec_patterns() -> None:
+    good = ls.session_record(make_plan(cluster_size=2), KEYS)
+    assert ls.from_raw(good) == ls.from_plan(make_plan(cluster_size=2), KEYS)
+    for change, message in [
+        ({"name": "a b"}, "name must match"),
+        ({"session_id": "nope"}, "session_id must be a UUID"),
+        ({"containers": [dict(good["containers"][0], hostname="Main1")]}, "hostname must match"),
+        ({"containers": [dict(good["containers"][0], env={"1X": "v"})]}, "bad environment variable name"),
+        ({"mounts": [{"source": "/tmp", "target": "/proc/x"}]}, "must not be /proc or below it"),
+        ({"ssh": dict(good["ssh"], private_key="not a key")}, "ssh.private_key is not a private key"),
+    ]:
+        with pytest.raises(LocalRuntimeError, match=message) as err:
+            ls.from_raw(dict(good, **change))
+        assert KEYS.private_key not in str(err.value)
+
+
+def test_resource_names_are_per_state_root_and_session() -> None:
+    from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
+
+    record = ls.session_record(make_plan(cluster_size=2), KEYS)
+    one = ls.resource_names(SessionPaths("/a", record["name"]), record)
+    two = ls.resource_names(SessionPaths("/b", record["name"]), record)
+    assert one["bridge"] == two["bridge"]  # the session network's, made by the plugin: one per session
+    assert set(one["netns"]) == {"main1", "sub1"} and not set(one["netns"].values()) & set(two["netns"].values())

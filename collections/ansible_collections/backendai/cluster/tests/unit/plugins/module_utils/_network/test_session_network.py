@@ -1,0 +1,193 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The session network's parameters, their MAC and CNI_ARGS, and a session's layout on an agent."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
+
+KEY = bytes(range(32))
+SID = "3614fdf3-0e04-4b5c-9a5e-1d2b3c4d5e6f"
+
+
+def params(**change):
+    p = net.make_params(SID, 5, ["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+    return p._replace(**change)
+
+
+def cni_args(args, job="train", namespace="default", group="main1"):
+    return net.parse_cni_args(net.nomad_cni_args(args, "global", namespace, job, group, "alloc-1"))
+
+
+@pytest.mark.parametrize("key_len", [0, 1, 32, 64, 65, 300])
+def test_hmac_is_rfc2104_hmac_sha256(key_len):
+    key, msg = os.urandom(key_len), os.urandom(97)
+    assert net._hmac_sha256(key, msg) == hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def test_slots_give_unique_vni_and_subnet():
+    seen = {net.slot_network(s) for s in range(net.slot_count())}
+    assert len(seen) == net.slot_count() == 2048
+    assert len({vni for vni, _subnet in seen}) == len({subnet for _vni, subnet in seen}) == 2048
+    assert net.slot_network(0) == (net.VNI_BASE, "10.200.0.0/24")
+    with pytest.raises(net.NetworkError, match="slot must be an integer from 0 to 2047"):
+        net.slot_network(2048)
+
+
+def test_the_right_job_and_group_are_admitted():
+    p = params()
+    adm = net.admit(KEY, cni_args(net.job_args(KEY, "default", "train", "main1", p)))
+    assert (adm.namespace, adm.job_id, adm.group, adm.alloc_id, adm.params) == ("default", "train", "main1", "alloc-1", p)
+
+
+@pytest.mark.parametrize("where", [{"job": "other"}, {"namespace": "prod"}, {"group": "sub1"}])
+def test_a_copy_in_another_job_namespace_or_group_is_refused(where):
+    args = net.job_args(KEY, "default", "train", "main1", params())
+    with pytest.raises(net.AdmissionError, match="MAC does not match"):
+        net.admit(KEY, cni_args(args, **where))
+
+
+def test_a_job_cannot_claim_another_identity_in_its_own_args():
+    args = dict(net.job_args(KEY, "default", "train", "main1", params()), NOMAD_JOB_ID="train", NOMAD_NAMESPACE="default")
+    got = cni_args(args, job="evil")  # Nomad's client adds its keys after the job's: they win
+    assert got["NOMAD_JOB_ID"] == "evil"
+    with pytest.raises(net.AdmissionError, match="MAC does not match"):
+        net.admit(KEY, got)
+
+
+@pytest.mark.parametrize("key,value", [("BAI_VNI", "65542"), ("BAI_NET", "10.200.9.0/24"), ("BAI_MTU", "1400"),
+                                       ("BAI_AGENTS", "10.0.0.1,10.0.0.2,10.0.0.9"), ("BAI_SID", SID.replace("3", "4"))])
+def test_every_parameter_is_covered_by_the_mac(key, value):
+    args = dict(net.job_args(KEY, "default", "train", "main1", params()), **{key: value})
+    with pytest.raises(net.AdmissionError, match="MAC does not match"):
+        net.admit(KEY, cni_args(args))
+
+
+def test_another_key_is_refused_and_missing_parts_are_named():
+    args = net.job_args(KEY, "default", "train", "main1", params())
+    with pytest.raises(net.AdmissionError, match="MAC does not match"):
+        net.admit(bytes(32), cni_args(args))
+    with pytest.raises(net.AdmissionError, match="lack the session network parameters BAI_V, BAI_SID"):
+        net.admit(KEY, cni_args({}))
+    old_client = net.parse_cni_args("IgnoreUnknown=true;" + ";".join("%s=%s" % kv for kv in args.items()))
+    with pytest.raises(net.AdmissionError, match="lack NOMAD_NAMESPACE, NOMAD_JOB_ID, NOMAD_GROUP_NAME: Nomad 1.10"):
+        net.admit(KEY, old_client)
+
+
+def test_nomad_cni_args_skips_values_with_a_semicolon_as_nomad_does():
+    text = net.nomad_cni_args({"A": "1"}, "global", "default", "job;x", "g", "a")
+    assert "NOMAD_JOB_ID" not in net.parse_cni_args(text) and text.startswith("IgnoreUnknown=true;A=1;")
+
+
+def test_layout_splits_the_subnet_into_disjoint_agent_blocks():
+    p = params()
+    lays = [net.layout(p, ip) for ip in p.agents]
+    assert [lay.index for lay in lays] == [0, 1, 2]
+    assert len({(lay.bridge, lay.vxlan) for lay in lays}) == 1 and len(lays[0].bridge) <= 15
+    assert lays[0].gateway == "10.200.5.1" and lays[0].range_start == "10.200.5.2"
+    assert lays[1].peers == ("10.0.0.1", "10.0.0.3")
+    ends = [(lay.range_start, lay.range_end) for lay in lays]
+    assert all(a[1] < b[0] for a, b in zip(ends, ends[1:]))
+    with pytest.raises(net.AdmissionError, match="not one of the session's agents"):
+        net.layout(p, "10.0.0.4")
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"session_id": "nope"}, "BAI_SID must be a UUID"),
+    ({"vni": 5}, "BAI_VNI must be from"),
+    ({"subnet": "8.8.8.0/24"}, "private IPv4 network"),
+    ({"agents": ("10.0.0.1", "10.0.0.1")}, "lists an address twice"),
+    ({"agents": ()}, "at least one agent"),
+    ({"mtu": 100}, "BAI_MTU must be from"),
+])
+def test_bad_parameters_are_named(change, message):
+    with pytest.raises(net.NetworkError, match=message):
+        net.check_params(params(**change))
+
+
+def test_records_behave_as_named_tuples():
+    p = params()
+    assert p.session_id == p[0] == SID and p._fields == ("session_id", "vni", "subnet", "agents", "mtu")
+    assert p._replace(mtu=1400).mtu == 1400 and p._replace(mtu=1400)[:4] == p[:4]
+    assert repr(p).startswith("NetworkParams(session_id='%s', vni=" % SID)
+    assert p == net.NetworkParams(*p) and hash(p) == hash(tuple(p))
+    with pytest.raises(TypeError, match="takes 5 values"):
+        net.NetworkParams(SID, 1)
+    with pytest.raises(TypeError, match="has no field color"):
+        p._replace(color="red")
+
+
+@pytest.mark.parametrize("sid", [SID.upper(), SID + "0", SID[:-1], SID.replace("-", ""), SID + "\n", "g" + SID[1:],
+                                 "-".join(["3614fdf3", "0e04", "4b5c9a5e", "1d2b3c4d5e6f"])])
+def test_session_ids_other_than_a_lowercase_uuid_are_refused(sid):
+    if sid == SID.upper():  # check_params lower-cases
+        assert net.check_params(params(session_id=sid)).session_id == SID
+        return
+    with pytest.raises(net.NetworkError, match="BAI_SID must be a UUID"):
+        net.check_params(params(session_id=sid))
+
+
+@pytest.mark.parametrize("text", ["ab" * 31, "ab" * 32 + "a", "AB" * 32, "ab" * 31 + "zz", "ab " * 32])
+def test_malformed_keys_are_refused(tmp_path, text):
+    bad = tmp_path / "key"
+    bad.write_text(text)
+    with pytest.raises(net.NetworkError, match="hex digits"):
+        net.read_key(str(bad))
+
+
+def test_keys_are_checked_and_never_echoed(tmp_path):
+    bad = tmp_path / "key"
+    bad.write_text("not-a-key-but-a-secret")
+    with pytest.raises(net.NetworkError) as e:
+        net.read_key(str(bad))
+    assert "not-a-key-but-a-secret" not in str(e.value)
+    good = tmp_path / "good"
+    good.write_text(net.generate_key() + "\n")
+    assert len(net.read_key(str(good))) == 32
+
+
+def test_the_plugin_modules_import_nothing_slow():
+    """The plugin starts for every container: typing, dataclasses, subprocess, json, re, collections or OpenSSL at
+    import would cost more than its ADD (benchmarks/cni_add.py)."""
+    here = os.path.dirname(net.__file__)
+    code = ("import sys; sys.path.insert(0, %r); import _cni_plugin; bad = {'typing', 'dataclasses', 'subprocess', "
+            "'_hashlib', 'uuid', 'contextlib', 'ipaddress', 'json', 're', 'collections'} & set(sys.modules); print(sorted(bad))" % here)
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("text", ["10.0.0.1", "0.0.0.0", "255.255.255.255", "192.168.1.10"])
+def test_ip4_agrees_with_ipaddress(text):
+    assert net.ip4(text) == int(ipaddress.IPv4Address(text)) and net.ip4_text(net.ip4(text)) == text
+
+
+@pytest.mark.parametrize("text", ["10.0.0", "10.0.0.256", "a.b.c.d", "10.0.0.01", "1.2.3.4.5", "", "\u0661.1.1.1"])
+def test_ip4_refuses_what_ipaddress_refuses(text):
+    with pytest.raises(ValueError):
+        ipaddress.IPv4Address(text)
+    with pytest.raises(net.NetworkError):
+        net.ip4(text)
+
+
+@pytest.mark.parametrize("a,b", [("10.200.0.0/24", "10.200.0.0/16"), ("10.200.1.0/24", "10.200.2.0/24"),
+                                 ("10.0.0.0/8", "172.16.0.0/12"), ("0.0.0.0/0", "192.168.1.0/24"),
+                                 ("10.200.5.128/25", "10.200.5.0/25")])
+def test_net4_and_overlaps_agree_with_ipaddress(a, b):
+    na, nb = ipaddress.IPv4Network(a), ipaddress.IPv4Network(b)
+    assert net.net4(a) == (int(na.network_address), na.prefixlen) and net.net4_text(net.net4(a)) == a
+    assert net.overlaps(net.net4(a), net.net4(b)) is na.overlaps(nb)
+    assert net._private(net.net4(a)) is (na.is_private and na.prefixlen >= 8 and not na.is_loopback
+                                         and na.subnet_of(ipaddress.IPv4Network("10.0.0.0/8"))
+                                         or na.subnet_of(ipaddress.IPv4Network("172.16.0.0/12"))
+                                         or na.subnet_of(ipaddress.IPv4Network("192.168.0.0/16")))
+    with pytest.raises(net.NetworkError, match="host bits"):
+        net.net4("10.200.5.1/24")

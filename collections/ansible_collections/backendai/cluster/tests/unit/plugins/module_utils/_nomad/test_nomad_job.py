@@ -1,0 +1,152 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Nomad job: one group per container, env from Meta, no secrets, linear size, deterministic."""
+
+from __future__ import annotations
+
+import json
+import re
+import typing as t
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
+    ENTRYPOINT,
+    dumps,
+    register_request,
+    render_job,
+    service_name,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id, generate_keypair
+from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import agents_list, make_plan, spec_dict
+
+META_REF = re.compile(r"\$\{NOMAD_META_([A-Za-z0-9_]+)\}")
+
+
+def interpolate(value: str, meta: t.Mapping[str, str]) -> str:
+    """What Nomad does to an Env value: replace ${NOMAD_META_<key>} with the job Meta value."""
+    return META_REF.sub(lambda m: meta[m.group(1)], value)
+
+
+def multi_node_plan() -> t.Any:
+    return make_plan(agents_list(("a1", 2000, 4096, 1), ("a2", 2000, 4096, 1)), cluster_size=4, cluster_mode="multi-node",
+                     resources={"cpu": 1000, "memory": 2048, "gpu": 0}, env={"FOO": "bar"},
+                     ports=[{"label": "jupyter", "port": 8888}], mounts=[{"source": "/d", "target": "/data"}])
+
+
+def test_one_group_per_container_pinned_to_its_agent() -> None:
+    plan = multi_node_plan()
+    job = render_job(plan)
+    assert [g["Name"] for g in job["TaskGroups"]] == ["main1", "sub1", "sub2", "sub3"]
+    for group, container in zip(job["TaskGroups"], plan.containers):
+        assert group["Count"] == 1
+        assert group["Constraints"] == [{"LTarget": "${node.unique.name}", "RTarget": container.agent, "Operand": "="}]
+        assert group["Meta"]["BACKENDAI_CLUSTER_ROLE"] == container.role
+        assert group["Networks"][0]["Mode"] == "cni/backendai"
+        assert group["Networks"][0]["Hostname"] == container.hostname
+        assert group["Services"][0]["Tags"][0] == container.hostname
+        assert group["Services"][0]["Provider"] == "nomad" and group["Services"][0]["AddressMode"] == "alloc"
+
+
+def test_env_from_meta_equals_the_literal_container_env() -> None:
+    plan = multi_node_plan()
+    job = render_job(plan)
+    for group, container in zip(job["TaskGroups"], plan.containers):
+        env = {k: interpolate(v, job["Meta"]) for k, v in group["Tasks"][0]["Env"].items()}
+        assert env.pop("BACKENDAI_SSH_PORT") == "2200"
+        assert env == container_env(plan, container)
+
+
+def test_session_wide_values_are_only_in_meta() -> None:
+    job = render_job(multi_node_plan())
+    assert job["Meta"]["BACKENDAI_CLUSTER_HOSTS"] == "main1,sub1,sub2,sub3"
+    text = json.dumps(job["TaskGroups"])
+    assert "main1,sub1" not in text and "sub3:12345" not in text
+
+
+def test_only_main1_publishes_ports() -> None:
+    job = render_job(multi_node_plan())
+    nets = [g["Networks"][0] for g in job["TaskGroups"]]
+    assert nets[0]["DynamicPorts"] == [{"Label": "ssh", "To": 2200}, {"Label": "jupyter", "To": 8888}]
+    assert all("DynamicPorts" not in n and "ReservedPorts" not in n for n in nets[1:])
+
+
+def test_single_node_uses_the_session_network_too() -> None:
+    """Nomad's shared bridge network is never rendered: one agent or several, every group is on cni/backendai."""
+    job = render_job(make_plan(cluster_size=3))
+    assert {g["Networks"][0]["Mode"] for g in job["TaskGroups"]} == {"cni/backendai"}
+    assert job["Datacenters"] == ["dc1"]
+    assert job["Constraints"] == [{"LTarget": "${attr.nomad.version}", "RTarget": ">= 1.10.0", "Operand": "semver"}]
+
+
+def test_no_secret_in_the_job_and_keys_rendered_at_runtime() -> None:
+    keys = generate_keypair()
+    spec = parse_spec(spec_dict(cluster_size=2))
+    plan = build_plan(spec, parse_agents(agents_list(("a", 9000, 9000, 0))), derive_session_id(spec.name, keys.public_key))
+    text = dumps(register_request(render_job(plan)))
+    body = "".join(keys.private_key.strip().splitlines()[1:-1])
+    for chunk in (body[i:i + 16] for i in range(0, len(body), 16)):
+        assert chunk not in text
+    assert keys.public_key.split()[1] not in text
+    templates = render_job(plan)["TaskGroups"][1]["Tasks"][0]["Templates"]
+    key_tmpl = templates[0]
+    assert key_tmpl == {"EmbeddedTmpl": '{{ with nomadVar "nomad/jobs/train-42" }}{{ .ssh_private_key }}{{ end }}',
+                        "DestPath": "secrets/backendai/id", "Perms": "0600", "ChangeMode": "noop"}
+
+
+def test_vault_backend() -> None:
+    plan = make_plan(secrets={"backend": "vault", "mount": "kv", "path": "backendai", "role": "bai-sessions"})
+    task = render_job(plan)["TaskGroups"][0]["Tasks"][0]
+    assert task["Vault"] == {"ChangeMode": "noop", "Role": "bai-sessions"}
+    assert task["Templates"][0]["EmbeddedTmpl"] == (
+        '{{ with secret "kv/data/backendai/train-42" }}{{ .Data.data.ssh_private_key }}{{ end }}')
+
+
+def test_gpu_devices_and_driver_config() -> None:
+    plan = make_plan(agents_list(("g", 9000, 9000, 2)), cluster_size=2, resources={"gpu": 1},
+                     mounts=[{"source": "/d", "target": "/data", "read_only": True}])
+    task = render_job(plan)["TaskGroups"][0]["Tasks"][0]
+    assert task["Resources"] == {"CPU": 1000, "MemoryMB": 1024, "Devices": [{"Name": "nvidia/gpu", "Count": 1}]}
+    assert task["Config"] == {"image": "python:3.11-slim", "entrypoint": ["/bin/sh", "/local/backendai/entrypoint.sh"],
+                              "args": ["python", "train.py"],
+                              "mount": [{"type": "bind", "source": "/d", "target": "/data", "readonly": True}]}
+
+
+def test_entrypoint_once_in_meta() -> None:
+    job = render_job(make_plan(cluster_size=8))
+    assert job["Meta"]["BACKENDAI_ENTRYPOINT"] == ENTRYPOINT
+    assert dumps(job).count("sshd not found") == 1
+
+
+def test_job_type() -> None:
+    assert render_job(make_plan())["Type"] == "batch"
+    assert render_job(make_plan(command=None))["Type"] == "service"
+
+
+def test_pending_plan_is_not_rendered() -> None:
+    with pytest.raises(PlanError, match="PENDING"):
+        render_job(make_plan(agents_list(("a", 1, 1, 0))))
+
+
+def test_deterministic_bytes() -> None:
+    assert dumps(render_job(multi_node_plan())) == dumps(render_job(multi_node_plan()))
+
+
+def test_size_grows_linearly() -> None:
+    def size(n: int) -> int:
+        return len(dumps(render_job(make_plan(agents_list(("a", 10 ** 7, 10 ** 8, 0)), cluster_size=n)), pretty=False))
+    per_64, per_512 = size(64) / 64, size(512) / 512
+    assert per_512 / per_64 < 1.1  # constant bytes per container, not growing with N
+    assert per_512 <= 3072
+
+
+@pytest.mark.parametrize("job_id", ["train-42", "A_Very_Long_Name_" + "x" * 47, "___"])
+def test_service_name_is_a_dns_label(job_id: str) -> None:
+    name = service_name(job_id)
+    assert re.match(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", name), name
+    assert service_name(job_id) == name and service_name(job_id + "y") != name

@@ -35,7 +35,7 @@ PLAYBOOK = """
 MODULE_UTILS = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster", "plugins", "module_utils", "_network")
 # Stands in for the real _cni_plugin.py: shows that the shim runs it from the plugin dir, isolated (-IS).
 FAKE_PLUGIN = """import json, sys
-import _session_network
+import _cni_agent, _session_network
 def main():
     print(json.dumps({"network": _session_network.NETWORK_NAME, "no_user_site": sys.flags.no_user_site,
                       "ignore_environment": sys.flags.ignore_environment, "from": __file__}))
@@ -52,7 +52,8 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
     playbook.write_text(PLAYBOOK)
     source = tmp_path / "source"
     source.mkdir()
-    (source / "_session_network.py").write_text(open(os.path.join(MODULE_UTILS, "_session_network.py")).read())
+    for name in ("_session_network.py", "_cni_agent.py"):
+        (source / name).write_text(open(os.path.join(MODULE_UTILS, name)).read())
     (source / "_cni_plugin.py").write_text(FAKE_PLUGIN)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_plugin as plugin
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_agent as plugin
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 
 CONFLIST = net.static_conflist("10.0.0.1", "/etc/backendai-cluster/network.key", "/run/backendai-cluster/cni",
@@ -24,8 +24,17 @@ SHAPES = [CONFLIST, CONFLIST["plugins"][1], RESULT, {"code": 101, "msg": "admiss
           [], {}, [1, -2, 3.5, 1e300, True, False, None, "", [[]], {"a": {"b": [None]}}], "just a string", 0]
 
 
+@pytest.fixture(params=["_json", "json"])
+def codec(request, monkeypatch):
+    """CPython's C scanner and encoder, and the json package the plugin falls back to without them."""
+    if request.param == "json":
+        monkeypatch.setattr(plugin, "_c_make_scanner", None)
+        monkeypatch.setattr(plugin, "_c_make_encoder", None)
+    return request.param
+
+
 @pytest.mark.parametrize("value", SHAPES)
-def test_dumps_and_loads_agree_with_the_json_package(value):
+def test_dumps_and_loads_agree_with_the_json_package(codec, value):
     text = plugin.json_dumps(value)
     assert text == json.dumps(value)
     assert plugin.json_loads(text) == json.loads(text) == value
@@ -35,11 +44,11 @@ def test_dumps_and_loads_agree_with_the_json_package(value):
 
 @pytest.mark.parametrize("text", ["", "  ", "{", "[1,]", "{} {}", "{} x", "NaN", "[Infinity]", "{'a': 1}", "\"\x01\"",
                                   b"\xff"])
-def test_what_is_not_one_json_value_is_a_value_error(text):
+def test_what_is_not_one_json_value_is_a_value_error(codec, text):
     with pytest.raises(ValueError):
         plugin.json_loads(text)
 
 
-def test_what_json_cannot_hold_is_a_type_error():
+def test_what_json_cannot_hold_is_a_type_error(codec):
     with pytest.raises(TypeError, match="set is not JSON serializable"):
         plugin.json_dumps({"a": {1, 2}})

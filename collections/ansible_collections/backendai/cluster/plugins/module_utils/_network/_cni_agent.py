@@ -1,0 +1,358 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the ``backendai`` CNI plugin does to an agent: its config, JSON, commands and files, iptables rules
+and links. Stdlib only.
+
+Installed next to ``_cni_plugin.py`` (the CNI protocol: admission, the session's life on the agent, the
+delegation to ``bridge``/``host-local``) and ``_session_network.py`` (the parameters and their MAC); see
+``_cni_plugin`` for what the rules and links are for. Everything here is started or read once per ADD or
+DEL of a container, so it imports nothing slow either (see ``json_loads`` and ``run``).
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import typing as t
+
+try:
+    from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
+except ImportError:  # installed on an agent: _session_network.py lies next to this file
+    import _session_network as net  # type: ignore[no-redef]
+
+SANE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FORWARD_CHAIN = "BACKENDAI-FORWARD"
+VXLAN_CHAIN = "BACKENDAI-VXLAN"
+NAT_CHAIN = "BACKENDAI-POSTROUTING"
+COMMENT = "backendai session %s"
+
+# CNI error codes (spec: 1-99 are the spec's, 100+ the plugin's).
+E_ENV = 4
+E_CONFIG = 7
+E_TRY_LATER = 11
+E_ADMISSION = 101
+E_CONFLICT = 102
+E_SYSTEM = 103
+
+
+class PluginError(Exception):
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
+        super().__init__(msg)
+        self.code, self.msg, self.details = code, msg, details
+
+
+# ---------------------------------------------------------------------------- JSON
+
+# The json package costs more to import (re, enum, functools, collections: ~13 ms of a ~40 ms ADD, once per
+# container) than the plugin's own work; what it wraps, CPython's C scanner and encoder in ``_json``, costs
+# nothing. So the plugin calls those two directly, as json.loads/json.dumps (with their defaults) do, and falls
+# back to the json package on an interpreter without them. The unit tests compare both on every shape the
+# plugin reads and writes.
+try:
+    from _json import make_encoder as _c_make_encoder, make_scanner as _c_make_scanner
+    from _json import encode_basestring_ascii as _c_encode_string
+except ImportError:  # pragma: no cover - not CPython
+    _c_make_scanner = _c_make_encoder = _c_encode_string = None  # type: ignore[assignment]
+
+_JSON_SPACE = " \t\n\r"
+
+
+class _ScanContext:
+    """What ``_json.make_scanner`` reads from a ``json.JSONDecoder`` (its defaults)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    memo = None
+
+    @staticmethod
+    def parse_constant(name: str) -> t.Any:
+        raise ValueError("%s is not valid JSON" % name)
+
+
+def json_loads(text: t.Union[str, bytes]) -> t.Any:
+    """``json.loads(text)``, NaN and Infinity refused; ValueError when ``text`` is not one JSON value."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    if _c_make_scanner is None:  # not CPython
+        import json
+        return json.loads(text, parse_constant=_ScanContext.parse_constant)
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    try:
+        value, end = _c_make_scanner(_ScanContext)(text, start)
+    except StopIteration:
+        raise ValueError("no JSON value at character %d" % start) from None
+    if text[end:].strip(_JSON_SPACE):
+        raise ValueError("extra data after the JSON value at character %d" % end)
+    return value
+
+
+def json_dumps(value: t.Any) -> str:
+    """``json.dumps(value)`` (ASCII, ``", "``/``": "`` separators, keys in insertion order)."""
+    if _c_make_encoder is None:  # not CPython
+        import json
+        return json.dumps(value, default=_not_json)
+    return "".join(_c_make_encoder({}, _not_json, _c_encode_string, None, ": ", ", ", False, False, True)(value, 0))
+
+
+def _not_json(value: t.Any) -> t.Any:
+    raise TypeError("%s is not JSON serializable" % type(value).__name__)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+class Completed:
+    def __init__(self, returncode: int, stdout: bytes, stderr: bytes) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def which(name: str, path: str) -> str:
+    if "/" in name:
+        return name
+    for d in path.split(os.pathsep):
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    raise PluginError(E_SYSTEM, "%s is not installed (not in %s)" % (name, path))
+
+
+def drain(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def run(argv: t.Sequence[str], stdin: str = "", check: bool = True,
+         env: t.Optional[t.Mapping[str, str]] = None) -> Completed:
+    """Run ``argv`` with ``stdin``; stdout and stderr through memory files (posix_spawn: what subprocess does
+    for us costs more to import than the plugin's whole work)."""
+    env = dict(env) if env is not None else {"PATH": SANE_PATH}
+    fds = [os.memfd_create(n) for n in ("stdin", "stdout", "stderr")]
+    try:
+        os.write(fds[0], stdin.encode())
+        os.lseek(fds[0], 0, os.SEEK_SET)
+        pid = os.posix_spawn(which(argv[0], env.get("PATH") or SANE_PATH), list(argv), env,
+                             file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds)])
+        status = os.waitpid(pid, 0)[1]
+        proc = Completed(os.waitstatus_to_exitcode(status), drain(fds[1]), drain(fds[2]))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if check and proc.returncode != 0:
+        raise PluginError(E_SYSTEM, "%s failed" % " ".join(argv[:3]),
+                          (proc.stderr or proc.stdout).decode("utf-8", "replace").strip() + ("\n" + stdin if stdin else ""))
+    return proc
+
+
+def write_file(path: str, text: str, mode: int = 0o600) -> None:
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> t.Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json_loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def listdir(path: str) -> t.List[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+class Config:
+    """The plugin's entry of the agent's conflist."""
+
+    def __init__(self, conf: t.Mapping[str, t.Any]) -> None:
+        try:
+            self.underlay_ip = net.ip4_text(net.ip4(conf["underlayIP"]))
+            self.state_dir = str(conf["stateDir"])
+            self.key_file = str(conf["keyFile"])
+        except (KeyError, ValueError) as e:  # (NetworkError is a ValueError)
+            raise PluginError(E_CONFIG, "the backendai plugin needs underlayIP, stateDir and keyFile in its config",
+                              str(e)) from None
+        self.underlay_mtu = int(conf.get("underlayMTU", 1500))
+        self.vxlan_port = int(conf.get("vxlanPort", net.VXLAN_PORT))
+        self.egress = bool(conf.get("egress", True))
+        self.uplinks = [str(u) for u in conf.get("uplinks") or []]
+        self.cni_version = str(conf.get("cniVersion", net.CNI_VERSION))
+        self.name = str(conf.get("name", net.NETWORK_NAME))
+        if not os.path.isabs(self.state_dir) or not os.path.isabs(self.key_file):
+            raise PluginError(E_CONFIG, "stateDir and keyFile must be absolute paths")
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.state_dir, *parts)
+
+# ---------------------------------------------------------------------------- iptables
+
+def save_rules() -> t.Dict[str, t.List[str]]:
+    """Every table's chains and rules (one iptables-save)."""
+    out: t.Dict[str, t.List[str]] = {}
+    table = ""
+    for line in run(["iptables-save"]).stdout.decode("utf-8", "replace").splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+            out[table] = []
+        elif table and line.startswith((":", "-A ")):
+            out[table].append(line)
+    return out
+
+
+def restore_rules(lines: t.Mapping[str, t.Sequence[str]]) -> None:
+    """One iptables-restore --noflush for every table with lines."""
+    script = "".join("*%s\n%s\nCOMMIT\n" % (table, "\n".join(rules)) for table, rules in lines.items() if rules)
+    if script:
+        run(["iptables-restore", "-w", "--noflush"], script)
+
+
+def has_chain(saved: t.Sequence[str], chain: str) -> bool:
+    return any(line.startswith(":%s " % chain) for line in saved)
+
+
+def base_rules(cfg: Config, uplinks: t.Sequence[str]) -> t.Dict[str, t.List[str]]:
+    """The agent-wide chains and jumps (made with the first session, removed with the last).
+
+    The decisions are made in the ``mangle`` table, which the kernel runs before ``filter`` on
+    the same hooks: the firewall plugin of Nomad's own bridge network puts its ``CNI-FORWARD``
+    jump first in ``filter FORWARD`` whenever it is missing, and ``NOMAD-ADMIN`` accepts anything
+    into the ``nomad`` bridge, so a rule of ours in ``filter`` could be overtaken. ``mangle`` only
+    drops or returns; ``filter`` then accepts what passed, for hosts whose FORWARD policy is DROP."""
+    port = str(cfg.vxlan_port)
+    fwd = ["-A %s -p udp -m udp --dport %s -m u32 --u32 \"%s\" -m comment --comment \"backendai: forwarded "
+           "VXLAN of session networks\" -j DROP" % (FORWARD_CHAIN, port, net.VNI_RANGE_MATCH),
+           "-A %s -o bai+ -m conntrack --ctstate RELATED,ESTABLISHED,DNAT -j RETURN" % FORWARD_CHAIN,
+           "-A %s -o bai+ -m comment --comment \"backendai: nothing else enters a session\" -j DROP" % FORWARD_CHAIN]
+    if cfg.egress:
+        fwd += ["-A %s -i bai+ -o %s -j RETURN" % (FORWARD_CHAIN, u) for u in uplinks]
+    fwd.append("-A %s -i bai+ -m comment --comment \"backendai: sessions leave only by the uplinks\" -j DROP"
+               % FORWARD_CHAIN)
+    vxlan = ["-A %s -m u32 --u32 \"%s\" -m comment --comment \"backendai: VXLAN of a session from elsewhere\" -j DROP"
+             % (VXLAN_CHAIN, net.VNI_RANGE_MATCH)]
+    return {
+        "mangle": [":%s - [0:0]" % FORWARD_CHAIN, ":%s - [0:0]" % VXLAN_CHAIN] + fwd + vxlan + [
+            "-I FORWARD 1 -j %s" % FORWARD_CHAIN,
+            "-I INPUT 1 -p udp -m udp --dport %s -j %s" % (port, VXLAN_CHAIN)],
+        "filter": [":%s - [0:0]" % FORWARD_CHAIN, "-A %s -i bai+ -j ACCEPT" % FORWARD_CHAIN,
+                   "-A %s -o bai+ -j ACCEPT" % FORWARD_CHAIN, "-I FORWARD 1 -j %s" % FORWARD_CHAIN],
+        "nat": [":%s - [0:0]" % NAT_CHAIN, "-I POSTROUTING 1 -j %s" % NAT_CHAIN],
+    }
+
+
+TABLES = {"mangle": (FORWARD_CHAIN, VXLAN_CHAIN), "filter": (FORWARD_CHAIN,), "nat": (NAT_CHAIN,)}
+
+
+def session_rules(cfg: Config, st: t.Mapping[str, t.Any]) -> t.Dict[str, t.List[str]]:
+    """The session's own rules (``-I`` lines: before the agent-wide DROPs of the chain)."""
+    comment = "--comment \"%s\"" % (COMMENT % st["sid"])
+    mangle = ["-I %s 2 -i %s -o %s -m comment %s -j RETURN" % (FORWARD_CHAIN, st["bridge"], st["bridge"], comment)]
+    for peer in st["peers"]:
+        mangle.append("-I %s 1 -s %s/32 -m u32 --u32 \"%s\" -m comment %s -j RETURN"
+                      % (VXLAN_CHAIN, peer, net.vni_match(st["vni"]), comment))
+    nat = []
+    if cfg.egress:
+        nat.append("-A %s -s %s ! -d %s -m comment %s -j MASQUERADE" % (NAT_CHAIN, st["subnet"], st["subnet"], comment))
+    return {"mangle": mangle, "filter": [], "nat": nat}
+
+
+def uplinks_of(cfg: Config) -> t.List[str]:
+    if cfg.uplinks or not cfg.egress:
+        return cfg.uplinks
+    routes = json_loads(run(["ip", "-j", "-4", "route", "show", "default"]).stdout.decode() or "[]")
+    return sorted({r["dev"] for r in routes if r.get("dev")})
+
+
+def rules_up(cfg: Config, st: t.Mapping[str, t.Any], first_session: bool) -> None:
+    mine = session_rules(cfg, st)
+    all_saved = save_rules()
+    base: t.Optional[t.Dict[str, t.List[str]]] = None  # the agent-wide rules (and the uplinks) only when missing
+    script = {}
+    for table, chains in TABLES.items():
+        saved = all_saved.get(table, [])
+        lines = []
+        if not has_chain(saved, chains[0]):
+            base = base or base_rules(cfg, uplinks_of(cfg))
+            lines += base[table]
+        elif first_session:  # left over by a killed teardown: start from the agent-wide rules again
+            lines += delete_lines(saved, lambda rule: "backendai session " in rule)
+        lines += mine[table]
+        script[table] = lines
+    restore_rules(script)
+
+
+def delete_lines(saved: t.Sequence[str], pick: t.Callable[[str], bool]) -> t.List[str]:
+    return ["-D " + line[3:] for line in saved if line.startswith("-A ") and pick(line)]
+
+
+def rules_down(sid: str, last_session: bool) -> None:
+    all_saved = save_rules()
+    script = {}
+    for table, chains in TABLES.items():
+        saved = all_saved.get(table, [])
+        if last_session:
+            lines = delete_lines(saved, lambda rule: any(("-j %s" % c) in rule for c in chains))
+            lines += ["-F %s" % c for c in chains if has_chain(saved, c)]
+            lines += ["-X %s" % c for c in chains if has_chain(saved, c)]
+        else:
+            lines = delete_lines(saved, lambda rule: (COMMENT % sid) in rule)
+        script[table] = lines
+    restore_rules(script)
+
+
+# ---------------------------------------------------------------------------- links
+
+def check_subnet(st: t.Mapping[str, t.Any]) -> None:
+    subnet = net.net4(st["subnet"])
+    for link in json_loads(run(["ip", "-j", "-4", "addr", "show"]).stdout.decode() or "[]"):
+        for a in link.get("addr_info", []):
+            iface = net.net4("%s/%s" % (a["local"], a["prefixlen"]), strict=False)
+            if link["ifname"] != st["bridge"] and net.overlaps(iface, subnet):
+                raise PluginError(E_CONFLICT, "the session subnet %s overlaps %s/%s on %s of this agent"
+                                  % (st["subnet"], a["local"], a["prefixlen"], link["ifname"]))
+
+
+def bridge_mac(session_id: str, underlay_ip: str) -> str:
+    """The session bridge's own MAC on an agent: fixed, or Linux gives a bridge the lowest MAC of its ports, which
+    changes as containers come and go, and the bridge plugin's CHECK (Nomad's, after a client restart) fails on it.
+    Locally administered, and different on every agent of the session (they share one layer 2)."""
+    digest = net._sha256(("bridge-mac\0%s\0%s" % (session_id, underlay_ip)).encode()).hexdigest()
+    return "02:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
+
+
+def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
+    br, vx, mtu = st["bridge"], st["vxlan"], st["mtu"]
+    lines = ["link add %s address %s mtu %d type bridge" % (br, bridge_mac(st["sid"], cfg.underlay_ip), mtu),
+             "addr add %s/%d dev %s" % (st["gateway"], st["prefixlen"], br)]
+    if st["peers"]:
+        lines += ["link add %s mtu %d type vxlan id %d local %s dstport %d"
+                  % (vx, mtu, st["vni"], cfg.underlay_ip, cfg.vxlan_port),
+                  "link set %s master %s" % (vx, br), "link set %s up" % vx]
+    lines.append("link set %s up" % br)
+    run(["ip", "-batch", "-"], "".join(x + "\n" for x in lines))
+    if st["peers"]:
+        run(["bridge", "-batch", "-"], "".join("fdb append 00:00:00:00:00:00 dev %s dst %s\n" % (vx, p)
+                                                for p in st["peers"]))
+
+
+def links_down(st: t.Mapping[str, t.Any]) -> None:
+    run(["ip", "-force", "-batch", "-"], "link delete %s\nlink delete %s\n" % (st["vxlan"], st["bridge"]), check=False)

@@ -15,13 +15,12 @@ import ipaddress
 import json
 import os
 import shlex
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
-    SANE_PATH,
     LocalRuntimeError,
     flocked,
     owner_env,
@@ -95,8 +94,7 @@ def _invoke(command: str, plugin: dict[str, Any], conf: dict[str, Any], att: Att
     argv = [find_plugin(att.cni_path, plugin["type"])]
     if att.agent_netns:
         argv = ["nsenter", "--net=" + att.agent_netns, "--"] + argv
-    proc = subprocess.run(argv, input=json.dumps(conf).encode(),
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    proc = run(argv, json.dumps(conf), env=env, check=False)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if proc.returncode != 0:
         detail = out or proc.stderr.decode("utf-8", "replace").strip()
@@ -162,21 +160,12 @@ def result_ipv4(result: dict[str, Any]) -> str:
 
 
 def _iptables_save(table: str) -> list[str]:
-    proc = subprocess.run(["iptables-save", "-t", table], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env={"PATH": SANE_PATH}, check=False)
-    if proc.returncode != 0:
-        raise LocalRuntimeError("iptables-save -t %s failed: %s" % (table, proc.stderr.decode().strip()))
-    return proc.stdout.decode("utf-8", "replace").splitlines()
+    return run(["iptables-save", "-t", table]).stdout.decode("utf-8", "replace").splitlines()
 
 
 def _iptables_restore(table: str, commands: list[str]) -> None:
-    if not commands:
-        return
-    script = "*%s\n%s\nCOMMIT\n" % (table, "\n".join(commands))
-    proc = subprocess.run(["iptables-restore", "--noflush"], input=script.encode(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env={"PATH": SANE_PATH}, check=False)
-    if proc.returncode != 0:
-        raise LocalRuntimeError("iptables-restore failed: %s\n%s" % (proc.stderr.decode().strip(), script))
+    if commands:
+        run(["iptables-restore", "--noflush"], "*%s\n%s\nCOMMIT\n" % (table, "\n".join(commands)))
 
 
 def _rules(lines: list[str]) -> tuple[set[str], list[tuple[str, list[str], str]]]:

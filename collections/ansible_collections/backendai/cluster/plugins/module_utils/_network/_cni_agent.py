@@ -130,7 +130,7 @@ def drain(fd: int) -> bytes:
 
 
 def run(argv: t.Sequence[str], stdin: str = "", check: bool = True,
-         env: t.Optional[t.Mapping[str, str]] = None) -> Completed:
+        env: t.Optional[t.Mapping[str, str]] = None) -> Completed:
     """Run ``argv`` with ``stdin``; stdout and stderr through memory files (posix_spawn: what subprocess does
     for us costs more to import than the plugin's whole work)."""
     env = dict(env) if env is not None else {"PATH": SANE_PATH}
@@ -203,6 +203,7 @@ class Config:
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
+
 
 # ---------------------------------------------------------------------------- iptables
 
@@ -351,7 +352,7 @@ def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     run(["ip", "-batch", "-"], "".join(x + "\n" for x in lines))
     if st["peers"]:
         run(["bridge", "-batch", "-"], "".join("fdb append 00:00:00:00:00:00 dev %s dst %s\n" % (vx, p)
-                                                for p in st["peers"]))
+                                               for p in st["peers"]))
 
 
 def links_down(st: t.Mapping[str, t.Any]) -> None:

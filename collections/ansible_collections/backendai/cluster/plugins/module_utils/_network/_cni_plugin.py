@@ -6,10 +6,11 @@ Installed on every agent (Nomad clients by the ``overlay_agent`` role; local age
 machine by the local backend) as three files next to each other: this one (the CNI protocol,
 admission, a session's life on the agent, the delegation), ``_cni_agent.py`` (what it does to the
 agent: config, JSON, commands, files, iptables rules and links) and ``_session_network.py`` (the
-parameters and their MAC); a small ``backendai`` executable in the CNI path calls :func:`main`. The agent has ONE network config (``backendai.conflist``: loopback, this plugin,
-portmap); a task group joins its session's network through the parameters in its CNI_ARGS
-(see ``_session_network``), which are admitted only with a valid MAC over Nomad's identity of
-the allocation.
+parameters and their MAC); a small ``backendai`` executable in the CNI path calls :func:`main`.
+The agent has ONE network config (``backendai.conflist``: loopback, this plugin, portmap); a task
+group joins its session's network through the parameters in its CNI_ARGS (see
+``_session_network``), which are admitted only with a valid MAC over Nomad's identity of the
+allocation.
 
 Per session and agent, made by the session's first ADD on the agent and removed by its last
 DEL (the plugin keeps which containers are where in ``stateDir``, so DEL needs no CNI_ARGS,
@@ -55,6 +56,10 @@ try:
 except ImportError:  # installed on an agent: the other two files lie next to this one
     import _cni_agent as agent  # type: ignore[no-redef]
     import _session_network as net  # type: ignore[no-redef]
+
+Config, PluginError = agent.Config, agent.PluginError
+E_ENV, E_CONFIG, E_ADMISSION = agent.E_ENV, agent.E_CONFIG, agent.E_ADMISSION
+E_CONFLICT, E_SYSTEM = agent.E_CONFLICT, agent.E_SYSTEM
 SUPPORTED_VERSIONS = ["0.4.0", "1.0.0"]
 _ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _ID_CHARS = _ALNUM | frozenset("_.:-")
@@ -64,7 +69,7 @@ _IFNAME_CHARS = _ALNUM | frozenset("_.-")
 class _locked:
     """The agent's lock: session set-up and teardown, and who is attached, change only under it."""
 
-    def __init__(self, cfg: agent.Config) -> None:
+    def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.fd = -1
 
@@ -78,13 +83,13 @@ class _locked:
         os.close(self.fd)
 
 
-def _container_file(cfg: agent.Config, container_id: str) -> str:
+def _container_file(cfg: Config, container_id: str) -> str:
     if not (0 < len(container_id or "") <= 128 and container_id[0] in _ALNUM and _ID_CHARS.issuperset(container_id)):
-        raise agent.PluginError(agent.E_ENV, "CNI_CONTAINERID %r is not a container ID" % (container_id,))
+        raise PluginError(E_ENV, "CNI_CONTAINERID %r is not a container ID" % (container_id,))
     return cfg.path("containers", container_id + ".json")
 
 
-def _sessions(cfg: agent.Config) -> t.Dict[str, t.Dict[str, t.Any]]:
+def _sessions(cfg: Config) -> t.Dict[str, t.Dict[str, t.Any]]:
     out = {}
     for name in agent.listdir(cfg.path("sessions")):
         if name.endswith(".json"):
@@ -94,16 +99,17 @@ def _sessions(cfg: agent.Config) -> t.Dict[str, t.Dict[str, t.Any]]:
     return out
 
 
-def _members(cfg: agent.Config, sid: str) -> t.List[str]:
+def _members(cfg: Config, sid: str) -> t.List[str]:
     return agent.listdir(cfg.path("sessions", sid + ".d"))
+
 
 # ---------------------------------------------------------------------------- the session on this agent
 
-def _session_state(cfg: agent.Config, adm: "net.Admission") -> t.Dict[str, t.Any]:
+def _session_state(cfg: Config, adm: "net.Admission") -> t.Dict[str, t.Any]:
     p = adm.params
     lay = net.layout(p, cfg.underlay_ip)
     if p.mtu > cfg.underlay_mtu - net.VXLAN_OVERHEAD_IPV4 and p.spans:
-        raise agent.PluginError(agent.E_CONFLICT, "the session MTU %d does not fit this agent's underlay MTU %d minus %d"
+        raise PluginError(E_CONFLICT, "the session MTU %d does not fit this agent's underlay MTU %d minus %d"
                           % (p.mtu, cfg.underlay_mtu, net.VXLAN_OVERHEAD_IPV4))
     return {"sid": p.session_id, "vni": p.vni, "subnet": p.subnet, "agents": list(p.agents), "mtu": p.mtu,
             "namespace": adm.namespace, "job": adm.job_id, "bridge": lay.bridge, "vxlan": lay.vxlan,
@@ -121,22 +127,22 @@ def _same(a: t.Mapping[str, t.Any], b: t.Mapping[str, t.Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in keys)
 
 
-def _ensure_session(cfg: agent.Config, want: t.Dict[str, t.Any]) -> None:
+def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
     """Under the lock: the session's bridge, VXLAN device and rules on this agent (made once)."""
     have = agent.read_json(cfg.path("sessions", want["sid"] + ".json"))
     if isinstance(have, dict):
         if not _same(have, want):
-            raise agent.PluginError(agent.E_CONFLICT, "session %s is already on this agent with other network parameters"
+            raise PluginError(E_CONFLICT, "session %s is already on this agent with other network parameters"
                               % want["sid"])
         return
     sessions = _sessions(cfg)
     subnet = net.net4(want["subnet"])
     for sid, other in sessions.items():
         if other["vni"] == want["vni"]:
-            raise agent.PluginError(agent.E_CONFLICT, "VNI %d is in use on this agent by another session (job %r in namespace %r)"
+            raise PluginError(E_CONFLICT, "VNI %d is in use on this agent by another session (job %r in namespace %r)"
                               % (want["vni"], other["job"], other["namespace"]))
         if net.overlaps(net.net4(other["subnet"]), subnet):
-            raise agent.PluginError(agent.E_CONFLICT, "subnet %s is in use on this agent by another session (job %r in "
+            raise PluginError(E_CONFLICT, "subnet %s is in use on this agent by another session (job %r in "
                               "namespace %r)" % (want["subnet"], other["job"], other["namespace"]))
     agent.check_subnet(want)
     # Recorded before anything is made: whatever a killed ADD made, the DEL of its container removes.
@@ -145,7 +151,7 @@ def _ensure_session(cfg: agent.Config, want: t.Dict[str, t.Any]) -> None:
     agent.rules_up(cfg, want, first_session=not sessions)
 
 
-def _remove_session(cfg: agent.Config, sid: str) -> None:
+def _remove_session(cfg: Config, sid: str) -> None:
     """Under the lock: the session's links, rules and IPAM data go; with the last session, the agent-wide chains."""
     try:
         os.rmdir(cfg.path("sessions", sid + ".d"))
@@ -180,7 +186,7 @@ def _delegate(command: str, conf: t.Mapping[str, t.Any], env: t.Mapping[str, str
             plugin = os.path.join(d, conf["type"])
             break
     if plugin is None:
-        raise agent.PluginError(agent.E_CONFIG, "the %s plugin is not in CNI_PATH (%s)" % (conf["type"], env.get("CNI_PATH")))
+        raise PluginError(E_CONFIG, "the %s plugin is not in CNI_PATH (%s)" % (conf["type"], env.get("CNI_PATH")))
     denv = {k: v for k, v in env.items() if k.startswith("CNI_") and k != "CNI_ARGS"}
     denv.update(CNI_COMMAND=command, PATH=env.get("PATH") or agent.SANE_PATH)
     proc = agent.run([plugin], agent.json_dumps(conf), check=False, env=denv)
@@ -192,40 +198,40 @@ def _delegate(command: str, conf: t.Mapping[str, t.Any], env: t.Mapping[str, str
             detail = "%s%s" % (err.get("msg", out), (": " + err["details"]) if err.get("details") else "")
         except (ValueError, AttributeError):
             pass
-        raise agent.PluginError(agent.E_SYSTEM, "%s %s: %s" % (conf["type"], command, detail))
+        raise PluginError(E_SYSTEM, "%s %s: %s" % (conf["type"], command, detail))
     return agent.json_loads(out) if out else None
 
 
 # ---------------------------------------------------------------------------- commands
 
-def _admission(cfg: agent.Config, env: t.Mapping[str, str]) -> "net.Admission":
+def _admission(cfg: Config, env: t.Mapping[str, str]) -> "net.Admission":
     try:
         key = net.read_key(cfg.key_file)
     except net.NetworkError as e:
-        raise agent.PluginError(agent.E_CONFIG, str(e)) from None
+        raise PluginError(E_CONFIG, str(e)) from None
     try:
         return net.admit(key, net.parse_cni_args(env.get("CNI_ARGS", "")))
     except net.NetworkError as e:
-        raise agent.PluginError(agent.E_ADMISSION, "backendai session network: admission refused: %s" % e) from None
+        raise PluginError(E_ADMISSION, "backendai session network: admission refused: %s" % e) from None
 
 
-def cmd_add(cfg: agent.Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
+def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
     adm = _admission(cfg, env)
     cid = env.get("CNI_CONTAINERID", "")
     cfile = _container_file(cfg, cid)
     ifname = env.get("CNI_IFNAME", "")
     if not (0 < len(ifname) <= 15 and _IFNAME_CHARS.issuperset(ifname)) or not env.get("CNI_NETNS"):
-        raise agent.PluginError(agent.E_ENV, "CNI_IFNAME and CNI_NETNS must be set")
+        raise PluginError(E_ENV, "CNI_IFNAME and CNI_NETNS must be set")
     try:
         want = _session_state(cfg, adm)
     except net.NetworkError as e:
-        raise agent.PluginError(agent.E_ADMISSION, "backendai session network: %s" % e) from None
+        raise PluginError(E_ADMISSION, "backendai session network: %s" % e) from None
     with _locked(cfg):
         if os.path.exists(cfile):
-            raise agent.PluginError(agent.E_CONFLICT, "container %s is already attached (DEL it first)" % cid)
+            raise PluginError(E_CONFLICT, "container %s is already attached (DEL it first)" % cid)
         # The container is recorded first: its DEL then removes whatever this ADD made, even if killed.
-        agent.write_file(cfile, agent.json_dumps({"sid": want["sid"], "ifname": env["CNI_IFNAME"], "alloc": adm.alloc_id,
-                                  "group": adm.group}))
+        agent.write_file(cfile, agent.json_dumps({"sid": want["sid"], "ifname": env["CNI_IFNAME"],
+                                                  "alloc": adm.alloc_id, "group": adm.group}))
         os.makedirs(cfg.path("sessions", want["sid"] + ".d"), mode=0o700, exist_ok=True)
         agent.write_file(cfg.path("sessions", want["sid"] + ".d", cid), "")
         try:
@@ -238,7 +244,7 @@ def cmd_add(cfg: agent.Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
     except BaseException:
         try:
             _delegate("DEL", want["delegate"], env)
-        except agent.PluginError:
+        except PluginError:
             pass
         with _locked(cfg):
             _forget(cfg, cid, want["sid"])
@@ -248,7 +254,7 @@ def cmd_add(cfg: agent.Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
     return result
 
 
-def _forget(cfg: agent.Config, cid: str, sid: str) -> None:
+def _forget(cfg: Config, cid: str, sid: str) -> None:
     """Under the lock: the container goes; with the session's last container, the session goes."""
     agent.unlink(cfg.path("sessions", sid + ".d", cid))
     agent.unlink(_container_file(cfg, cid))
@@ -256,7 +262,7 @@ def _forget(cfg: agent.Config, cid: str, sid: str) -> None:
         _remove_session(cfg, sid)
 
 
-def cmd_del(cfg: agent.Config, env: t.Mapping[str, str]) -> None:
+def cmd_del(cfg: Config, env: t.Mapping[str, str]) -> None:
     cid = env.get("CNI_CONTAINERID", "")
     cfile = _container_file(cfg, cid)
     member = agent.read_json(cfile)
@@ -272,21 +278,21 @@ def cmd_del(cfg: agent.Config, env: t.Mapping[str, str]) -> None:
         _forget(cfg, cid, member["sid"])
 
 
-def cmd_check(cfg: agent.Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[str, t.Any]]) -> None:
+def cmd_check(cfg: Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[str, t.Any]]) -> None:
     adm = _admission(cfg, env)
     member = agent.read_json(_container_file(cfg, env.get("CNI_CONTAINERID", "")))
     if not isinstance(member, dict) or member.get("sid") != adm.params.session_id:
-        raise agent.PluginError(agent.E_CONFLICT, "container %s is not attached to session %s on this agent"
+        raise PluginError(E_CONFLICT, "container %s is not attached to session %s on this agent"
                           % (env.get("CNI_CONTAINERID"), adm.params.session_id))
     st = agent.read_json(cfg.path("sessions", adm.params.session_id + ".json"))
     if not isinstance(st, dict):
-        raise agent.PluginError(agent.E_SYSTEM, "session %s has no network on this agent" % adm.params.session_id)
+        raise PluginError(E_SYSTEM, "session %s has no network on this agent" % adm.params.session_id)
     links = {link["ifname"] for link in agent.json_loads(agent.run(["ip", "-j", "link", "show"]).stdout.decode() or "[]")}
     for name in [st.get("bridge")] + ([st.get("vxlan")] if st.get("peers") else []):
         if name not in links:
-            raise agent.PluginError(agent.E_SYSTEM, "link %s of session %s is missing on this agent" % (name, adm.params.session_id))
+            raise PluginError(E_SYSTEM, "link %s of session %s is missing on this agent" % (name, adm.params.session_id))
     if prev is None:
-        raise agent.PluginError(agent.E_CONFIG, "CHECK needs prevResult")
+        raise PluginError(E_CONFIG, "CHECK needs prevResult")
     _delegate("CHECK", st["delegate"], env, prev)
 
 
@@ -306,9 +312,9 @@ def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] 
         try:
             conf = agent.json_loads((stdin or sys.stdin).read())
         except ValueError as e:
-            raise agent.PluginError(agent.E_CONFIG, "the network config on stdin is not JSON: %s" % e) from None
+            raise PluginError(E_CONFIG, "the network config on stdin is not JSON: %s" % e) from None
         version = str(conf.get("cniVersion", version))
-        cfg = agent.Config(conf)
+        cfg = Config(conf)
         if command == "ADD":
             result = cmd_add(cfg, env)
             result["cniVersion"] = version
@@ -320,13 +326,13 @@ def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] 
         elif command in ("STATUS", "GC"):
             pass
         else:
-            raise agent.PluginError(agent.E_ENV, "unknown CNI_COMMAND %r" % command)
+            raise PluginError(E_ENV, "unknown CNI_COMMAND %r" % command)
         return 0
-    except agent.PluginError as e:
+    except PluginError as e:
         _emit(agent.json_dumps({"cniVersion": version, "code": e.code, "msg": e.msg, "details": e.details}))
         return 1
     except OSError as e:
-        _emit(agent.json_dumps({"cniVersion": version, "code": agent.E_SYSTEM, "msg": "backendai plugin: %s" % e, "details": ""}))
+        _emit(agent.json_dumps({"cniVersion": version, "code": E_SYSTEM, "msg": "backendai plugin: %s" % e, "details": ""}))
         return 1
 
 

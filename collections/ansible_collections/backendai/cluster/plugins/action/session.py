@@ -39,6 +39,8 @@ import typing as t
 from ansible.plugins.action import ActionBase
 from ansible.vars.clean import remove_internal_keys
 
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NOMAD_ENV
+
 try:  # ansible-core 2.19+: the module's JSON arguments are encoded per serialisation profile
     from ansible.module_utils.common.json import Direction, get_module_encoder
 except ImportError:  # older: every task runs the module (parsing its result differs there too)
@@ -82,7 +84,8 @@ class ActionModule(ActionBase):
             return args["backend"] == "local"
         address = args.get("nomad_addr")  # else the module's fallback, NOMAD_ADDR
         if address is None:
-            address = environment.get("NOMAD_ADDR", os.environ.get("NOMAD_ADDR"))
+            variable = NOMAD_ENV["nomad_addr"]
+            address = environment.get(variable, os.environ.get(variable))
         return address is None or str(address) == ""
 
     def _run_in_worker(self, task_vars: t.Mapping[str, t.Any], environment: t.Mapping[str, str]) -> t.Dict[str, t.Any]:

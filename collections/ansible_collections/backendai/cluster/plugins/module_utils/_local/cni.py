@@ -20,6 +20,7 @@ from typing import Any
 
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
+from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_agent import cni_error
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     LocalRuntimeError,
     flocked,
@@ -97,12 +98,8 @@ def _invoke(command: str, plugin: dict[str, Any], conf: dict[str, Any], att: Att
     proc = run(argv, json.dumps(conf), env=env, check=False)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if proc.returncode != 0:
-        detail = out or proc.stderr.decode("utf-8", "replace").strip()
-        with contextlib.suppress(ValueError, AttributeError):
-            err = json.loads(out)
-            detail = "%s%s" % (err.get("msg", out), (": " + err["details"]) if err.get("details") else "")
         raise LocalRuntimeError("CNI %s of plugin %s for %s failed: %s"
-                                % (command, plugin["type"], att.container_id, detail))
+                                % (command, plugin["type"], att.container_id, cni_error(out, proc.stderr)))
     return json.loads(out) if out else None
 
 

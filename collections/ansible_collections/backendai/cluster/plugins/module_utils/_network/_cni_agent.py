@@ -151,6 +151,18 @@ def run(argv: t.Sequence[str], stdin: str = "", check: bool = True,
     return proc
 
 
+def cni_error(out: str, stderr: bytes) -> str:
+    """What a CNI plugin that failed says: its error result's ``msg: details`` (CNI spec, "Error"), else its
+    output as it is. ``out`` is its stdout, stripped."""
+    detail = out or stderr.decode("utf-8", "replace").strip()
+    try:
+        err = json_loads(out)
+        detail = "%s%s" % (err.get("msg", out), (": " + err["details"]) if err.get("details") else "")
+    except (ValueError, AttributeError):
+        pass
+    return detail
+
+
 def write_file(path: str, text: str, mode: int = 0o600) -> None:
     tmp = "%s.%d.tmp" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)

@@ -192,13 +192,7 @@ def _delegate(command: str, conf: t.Mapping[str, t.Any], env: t.Mapping[str, str
     proc = agent.run([plugin], agent.json_dumps(conf), check=False, env=denv)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if proc.returncode != 0:
-        detail = out or proc.stderr.decode("utf-8", "replace").strip()
-        try:
-            err = agent.json_loads(out)
-            detail = "%s%s" % (err.get("msg", out), (": " + err["details"]) if err.get("details") else "")
-        except (ValueError, AttributeError):
-            pass
-        raise PluginError(E_SYSTEM, "%s %s: %s" % (conf["type"], command, detail))
+        raise PluginError(E_SYSTEM, "%s %s: %s" % (conf["type"], command, agent.cni_error(out, proc.stderr)))
     return agent.json_loads(out) if out else None
 
 

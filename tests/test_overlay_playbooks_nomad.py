@@ -20,6 +20,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import claim_path, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     admit,
+    decode_agents,
     nomad_cni_args,
     parse_cni_args,
     read_key,
@@ -72,7 +73,8 @@ def test_multinode_create_and_destroy_only_talk_to_nomad(nomad: NomadAPIDouble, 
     job = nomad.stored_job("ovl")
     assert job is not None
     assert {g["Networks"][0]["Mode"] for g in job["TaskGroups"]} == {"cni/backendai"}
-    assert {g["Networks"][0]["CNI"]["Args"]["BAI_AGENTS"] for g in job["TaskGroups"]} == {",".join(AGENTS.values())}
+    assert {decode_agents(g["Networks"][0]["CNI"]["Args"]["BAI_AGENTS"]) for g in job["TaskGroups"]} == {
+        tuple(AGENTS.values())}
     key = read_key(network_key_file)
     for group in job["TaskGroups"]:
         args = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "ovl", group["Name"],

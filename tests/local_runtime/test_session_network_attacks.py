@@ -255,7 +255,7 @@ def test_admission_refuses_copied_tampered_and_missing_parameters(world: World) 
         "another subnet": net.nomad_cni_args(tampered(BAI_NET="10.200.99.0/24"), "local", lnet.LOCAL_NAMESPACE, "sb",
                                              "main1", "a4"),
         "the stranger added to the agents": net.nomad_cni_args(
-            tampered(BAI_AGENTS=b_main1["BAI_AGENTS"] + "," + STRANGER_IP), "local", lnet.LOCAL_NAMESPACE, "sb",
+            tampered(BAI_AGENTS=net.encode_agents(params.agents + (STRANGER_IP,))), "local", lnet.LOCAL_NAMESPACE, "sb",
             "main1", "a5"),
         "another VNI": net.nomad_cni_args(tampered(BAI_VNI=str(params.vni + 1)), "local", lnet.LOCAL_NAMESPACE, "sb",
                                           "main1", "a6"),

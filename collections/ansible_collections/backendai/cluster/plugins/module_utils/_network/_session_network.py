@@ -8,11 +8,13 @@ What makes a session's network its own are the parameters each task group carrie
 ``network { cni { args = {...} } }``:
 
 =============  =========================================================================
-``BAI_V``      version of this format (``1``)
+``BAI_V``      version of this format (``2``; the plugin also reads ``1``)
 ``BAI_SID``    the session ID (a UUID, fresh for every create)
 ``BAI_VNI``    the session's VXLAN network identifier (claimed cluster-wide, see *slots*)
 ``BAI_NET``    the session's subnet (claimed with the VNI)
-``BAI_AGENTS`` the underlay IPv4 addresses of the session's agents, in plan order
+``BAI_AGENTS`` the underlay IPv4 addresses of the session's agents, in plan order: version 2 packs
+               them (4 bytes each) in base64url without padding, version 1 joined dotted
+               quads with ``,``
 ``BAI_MTU``    the MTU inside the session network
 ``BAI_MAC``    HMAC-SHA256, with the cluster key, over all of the above and Nomad's identity
                of the allocation: ``NOMAD_NAMESPACE``, ``NOMAD_JOB_ID``, ``NOMAD_GROUP_NAME``
@@ -28,6 +30,13 @@ another job fails the MAC, and so does any edited parameter: only the holder of 
 *Slots*: a session claims one slot ``s`` of the pool; its VNI is ``VNI_BASE + s`` and its
 subnet is the ``s``-th /24 of ``SUBNET_POOL``, so one claim makes both unique cluster-wide.
 
+Every group carries every agent's address (Nomad does not interpolate ``cni { args }``, see
+``_nomad.job_network``), so a job grows with containers x agents: version 2 writes about 5.3
+bytes per agent where version 1 wrote about 13. Its alphabet (``A-Z a-z 0-9 - _``) has no ``=``
+or ``;``: the reference plugins parse ``CNI_ARGS`` with libcni's ``LoadArgs``, which refuses a
+pair holding a second ``=``. ``CNI_ARGS`` is one environment string of the plugin's process, which
+Linux caps at ``MAX_ARG_STRLEN`` (128 KiB): :func:`check_params` refuses more agents than fit.
+
 Layout on an agent: the agent's position ``i`` in ``BAI_AGENTS`` gives it the ``i``-th disjoint
 block of the subnet for host-local IPAM; the block's first address is the bridge's (the
 containers' gateway). A session with one agent has a bridge only; one with several also has a
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 # The plugin imports this module for every container it attaches: only cheap imports here (no typing,
 # dataclasses, collections, re, uuid, ipaddress or OpenSSL at run time; see ``_Record``, ``_hmac_sha256``, ``ip4``).
+import binascii  # built into the interpreter: base64 without importing base64 (and re, struct)
 import os
 
 TYPE_CHECKING = False
@@ -89,7 +99,15 @@ class _Record(tuple):
 NETWORK_NAME = "backendai"
 PLUGIN_TYPE = "backendai"
 CNI_VERSION = "1.0.0"
-ARGS_VERSION = "1"
+ARGS_VERSION = "2"
+#: Versions admission reads: 1 is what jobs rendered before version 2 carry (a container of a running session
+#: that restarts after the role upgraded the plugin presents its job's original parameters).
+ARGS_VERSIONS = ("1", "2")
+#: Linux's limit on one environment string (``CNI_ARGS=...`` and its NUL): 32 pages.
+MAX_ARG_STRLEN = 32 * 4096
+#: Room left in CNI_ARGS for everything but BAI_AGENTS: ``IgnoreUnknown``, the other parameters and the MAC,
+#: and Nomad's keys (job ID and group name may be long: Nomad allows 128 characters each).
+CNI_ARGS_RESERVE = 2048
 #: Nomad adds NOMAD_* to CNI_ARGS from this version on (hashicorp/nomad#24319); ``cni { args }`` came in 1.9.
 MIN_NOMAD_VERSION = "1.10.0"
 VXLAN_PORT = 4789
@@ -128,11 +146,17 @@ _PRIVATE = ((0x0A000000, 8), (0xAC100000, 12), (0xC0A80000, 16))  # RFC 1918
 
 def ip4(text: str) -> int:
     """A dotted-quad IPv4 address as an integer (NetworkError if it is not one)."""
-    parts = str(text).split(".")
-    if len(parts) != 4 or not all(p.isascii() and p.isdigit() and len(p) <= 3 and int(p) <= 255
-                                  and (p == "0" or not p.startswith("0")) for p in parts):
-        raise NetworkError("%r is not an IPv4 address" % (text,))
-    return (int(parts[0]) << 24) | (int(parts[1]) << 16) | (int(parts[2]) << 8) | int(parts[3])
+    text = str(text)
+    parts = text.split(".")
+    if len(parts) == 4 and len(text) <= 15:
+        try:
+            a, b, c, d = [int(p) for p in parts]
+        except ValueError:
+            pass
+        else:  # written back, it must be the text itself: no sign, space, "_", leading zero or non-ASCII digit
+            if 0 <= a <= 255 and 0 <= b <= 255 and 0 <= c <= 255 and 0 <= d <= 255 and "%d.%d.%d.%d" % (a, b, c, d) == text:
+                return (a << 24) | (b << 16) | (c << 8) | d
+    raise NetworkError("%r is not an IPv4 address" % (text,))
 
 
 def ip4_text(value: int) -> str:
@@ -174,12 +198,37 @@ class NetworkParams(_Record):
     _fields = ("session_id", "vni", "subnet", "agents", "mtu")
 
     def args(self) -> t.Dict[str, str]:
+        """The parameters as ``cni { args }`` (version :data:`ARGS_VERSION`), without the MAC."""
         return {"BAI_V": ARGS_VERSION, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
-                "BAI_AGENTS": ",".join(self.agents), "BAI_MTU": str(self.mtu)}
+                "BAI_AGENTS": encode_agents(self.agents), "BAI_MTU": str(self.mtu)}
 
     @property
     def spans(self) -> bool:
         return len(self.agents) > 1
+
+
+_B64_FROM_URL = bytes.maketrans(b"-_", b"+/")
+_B64_TO_URL = bytes.maketrans(b"+/", b"-_")
+_B64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def encode_agents(agents: t.Sequence[str]) -> str:
+    """``BAI_AGENTS`` of version 2: the addresses packed big-endian, base64url without padding."""
+    packed = b"".join(ip4(a).to_bytes(4, "big") for a in agents)
+    return binascii.b2a_base64(packed, newline=False).translate(_B64_TO_URL).rstrip(b"=").decode("ascii")
+
+
+def decode_agents(text: str, version: str = ARGS_VERSION) -> t.Tuple[str, ...]:
+    """The addresses in ``BAI_AGENTS`` of ``version`` (NetworkError if the text is not that version's form)."""
+    if version == "1":
+        return tuple(a for a in text.split(",") if a)
+    if not _B64URL.issuperset(text) or len(text) % 16 not in (0, 6, 11):  # 4 bytes an address: 16 chars per 3
+        raise NetworkError("BAI_AGENTS must be IPv4 addresses packed in base64url (version %s), got %r..."
+                           % (version, text[:24]))
+    packed = binascii.a2b_base64(text.encode("ascii").translate(_B64_FROM_URL) + b"=" * (-len(text) % 4))
+    if binascii.b2a_base64(packed, newline=False).translate(_B64_TO_URL).rstrip(b"=") != text.encode("ascii"):
+        raise NetworkError("BAI_AGENTS is not in its one base64url form (unused bits set): %r..." % (text[:24],))
+    return tuple(ip4_text(int.from_bytes(packed[i:i + 4], "big")) for i in range(0, len(packed), 4))
 
 
 def slot_count(pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX) -> int:
@@ -245,10 +294,18 @@ def check_params(p: NetworkParams) -> NetworkParams:
             raise NetworkError("BAI_AGENTS must be IPv4 addresses, got %r" % (a,)) from None
     if len(set(agents)) != len(agents):
         raise NetworkError("BAI_AGENTS lists an address twice: %s" % ",".join(agents))
+    if len(agents) > max_agents():
+        raise NetworkError("BAI_AGENTS lists %d agents; CNI_ARGS, one environment string of the plugin (at most %d "
+                           "bytes on Linux), holds at most %d" % (len(agents), MAX_ARG_STRLEN, max_agents()))
     if not MIN_MTU <= p.mtu <= 65535:
         raise NetworkError("BAI_MTU must be from %d to 65535, got %r" % (MIN_MTU, p.mtu))
     agent_blocks(net4_text(subnet), len(agents))  # the subnet has room for every agent
     return NetworkParams(sid, int(p.vni), net4_text(subnet), tuple(agents), int(p.mtu))
+
+
+def max_agents() -> int:
+    """How many agents one session network can span: as many as ``BAI_AGENTS`` holds within CNI_ARGS's limit."""
+    return (MAX_ARG_STRLEN - CNI_ARGS_RESERVE) * 3 // 16
 
 
 # ---------------------------------------------------------------------------- MAC and CNI_ARGS
@@ -283,6 +340,10 @@ def _message(namespace: str, job_id: str, group: str, params: t.Mapping[str, str
     return ("backendai-session-network\n" + "".join("%s=%s\n" % kv for kv in fields)).encode("utf-8")
 
 
+_IPAD = bytes(b ^ 0x36 for b in range(256))  # translate tables: a key's bytes XOR the pads, in C
+_OPAD = bytes(b ^ 0x5C for b in range(256))
+
+
 def _hmac_sha256(key: bytes, message: bytes) -> str:
     """HMAC-SHA256 (RFC 2104), written out over the interpreter's own SHA-256: the stdlib ``hmac`` loads
     OpenSSL, which costs the plugin more than its whole ADD. Checked against ``hmac`` in the unit tests."""
@@ -290,19 +351,20 @@ def _hmac_sha256(key: bytes, message: bytes) -> str:
     if len(key) > block:
         key = _sha256(key).digest()
     key = key.ljust(block, b"\0")
-    inner = _sha256(bytes(b ^ 0x36 for b in key) + message).digest()
-    return _sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest()
+    inner = _sha256(key.translate(_IPAD) + message).digest()
+    return _sha256(key.translate(_OPAD) + inner).hexdigest()
 
 
-def sign(key: bytes, namespace: str, job_id: str, group: str, params: NetworkParams) -> str:
-    return _hmac_sha256(key, _message(namespace, job_id, group, params.args()))
+def signed_args(key: bytes, namespace: str, job_id: str, group: str, args: t.Mapping[str, str]) -> t.Dict[str, str]:
+    """``args`` (a session's ``NetworkParams.args()``, made once for all its groups) with the MAC of one group."""
+    out = dict(args)
+    out[MAC_KEY] = _hmac_sha256(key, _message(namespace, job_id, group, args))
+    return out
 
 
 def job_args(key: bytes, namespace: str, job_id: str, group: str, params: NetworkParams) -> t.Dict[str, str]:
     """The ``cni { args }`` of one task group (``group`` is its name: the container's hostname)."""
-    args = params.args()
-    args[MAC_KEY] = sign(key, namespace, job_id, group, params)
-    return args
+    return signed_args(key, namespace, job_id, group, params.args())
 
 
 def nomad_cni_args(args: t.Mapping[str, str], region: str, namespace: str, job_id: str, group: str,
@@ -347,20 +409,21 @@ def admit(key: bytes, cni_args: t.Mapping[str, str]) -> Admission:
     if missing:
         raise AdmissionError("CNI_ARGS lack the session network parameters %s: the group's network block needs "
                              "cni { args } as rendered by backendai.cluster" % ", ".join(missing))
-    if cni_args["BAI_V"] != ARGS_VERSION:
-        raise AdmissionError("BAI_V %r is not a version this plugin knows (%s)" % (cni_args["BAI_V"], ARGS_VERSION))
-    try:
-        raw = NetworkParams(cni_args["BAI_SID"], int(cni_args["BAI_VNI"]), cni_args["BAI_NET"],
-                            tuple(a for a in cni_args["BAI_AGENTS"].split(",") if a), int(cni_args["BAI_MTU"]))
-    except ValueError:
-        raise AdmissionError("BAI_VNI and BAI_MTU must be integers") from None
+    version = cni_args["BAI_V"]
+    if version not in ARGS_VERSIONS:
+        raise AdmissionError("BAI_V %r is not a version this plugin knows (%s)" % (version, ", ".join(ARGS_VERSIONS)))
     ns, job, group = (cni_args[k] for k in IDENTITY_KEYS)
     want = _hmac_sha256(key, _message(ns, job, group, {k: cni_args[k] for k in PARAM_KEYS}))
     if not compare_digest(want, cni_args[MAC_KEY].lower()):
         raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r: "
                              "their MAC does not match (parameters of another job, or edited ones)" % (job, group, ns))
     try:
-        params = check_params(raw)
+        try:
+            vni, mtu = int(cni_args["BAI_VNI"]), int(cni_args["BAI_MTU"])
+        except ValueError:
+            raise NetworkError("BAI_VNI and BAI_MTU must be integers") from None
+        params = check_params(NetworkParams(cni_args["BAI_SID"], vni, cni_args["BAI_NET"],
+                                            decode_agents(cni_args["BAI_AGENTS"], version), mtu))
     except NetworkError as e:
         raise AdmissionError(str(e)) from None
     return Admission(ns, job, group, cni_args.get(ALLOC_KEY, ""), params)

@@ -8,8 +8,9 @@ every group. Nomad's client passes a group's ``cni { args }`` to the plugins as 
 not interpolated: ``client/allocrunner/networking_cni.go`` (``Setup``: ``addCustomCNIArgs`` reads
 ``alloc.Job.LookupTaskGroup(...).Networks``), while ``InterpolateNetworks`` in the network hook
 only feeds the hostname. So ``BAI_AGENTS`` cannot live once in job ``Meta``: a group would send
-``${NOMAD_META_...}`` itself. A session's job therefore grows by about 12 bytes per agent in every
-group (see benchmarks/plan_render.py).
+``${NOMAD_META_...}`` itself. A session's job therefore grows by about 5.3 bytes per agent in every
+group (the packed form of ``BAI_AGENTS``; see benchmarks/plan_render.py). The parameters are
+written once per session (:attr:`RenderedNetwork.args`) and only the MAC is per group.
 
 A job rendered WITHOUT the cluster key (``session_render`` with no key file, the render playbook,
 the benchmarks) carries :data:`UNSIGNED_MAC` instead of a MAC: the plugin refuses it, so such a
@@ -43,7 +44,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     NetworkError,
     NetworkParams,
     check_params,
-    job_args,
+    ip4_text,
+    net4,
+    signed_args,
     overlay_mtu,
     slot_count,
     slot_network,
@@ -52,6 +55,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
 #: The MAC of a job rendered without the cluster key (the plugin refuses it).
 UNSIGNED_MAC = "UNSIGNED-RENDER-ONLY"
 PLACEHOLDER_POOL = "198.18.0.0/15"
+_PLACEHOLDER_FIRST = net4(PLACEHOLDER_POOL)[0] + 1
 #: Keeps clients older than MIN_NOMAD_VERSION (no NOMAD_* keys in CNI_ARGS) out of placement.
 VERSION_CONSTRAINT = {"LTarget": "${attr.nomad.version}", "RTarget": ">= %s" % MIN_NOMAD_VERSION, "Operand": "semver"}
 DEFAULT_NAMESPACE = "default"
@@ -77,8 +81,8 @@ def preferred_slot(namespace: str, job_id: str, count: t.Optional[int] = None) -
 
 
 def placeholder_address(index: int) -> str:
-    net = ipaddress.IPv4Network(PLACEHOLDER_POOL)
-    return str(net.network_address + 1 + index)
+    """The placeholder underlay address of the ``index``-th agent (on integers: once per agent of a session)."""
+    return ip4_text(_PLACEHOLDER_FIRST + index)
 
 
 def slots_needed(agent_count: int, max_per_agent: int) -> int:
@@ -109,6 +113,12 @@ class RenderedNetwork:
     signed: bool
     placeholders: t.Tuple[str, ...]  # agents whose address is a placeholder
     slots: int = 1  # how many slots the block has
+    #: ``params.args()``, made once: every group shares the text, only its MAC differs.
+    args: t.Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.args:
+            object.__setattr__(self, "args", self.params.args())
 
     def summary(self) -> t.Dict[str, t.Any]:
         """Secret-free, for results: what the session's network is."""
@@ -149,10 +159,9 @@ def group_args(rendered: RenderedNetwork, key: t.Optional[bytes], namespace: str
                group: str) -> t.Dict[str, str]:
     """One group's ``cni { args }`` as rendered."""
     if rendered.signed and key is not None:
-        args = job_args(key, namespace or DEFAULT_NAMESPACE, job_id, group, rendered.params)
-    else:
-        args = rendered.params.args()
-        args[MAC_KEY] = UNSIGNED_MAC
+        return signed_args(key, namespace or DEFAULT_NAMESPACE, job_id, group, rendered.args)
+    args = dict(rendered.args)
+    args[MAC_KEY] = UNSIGNED_MAC
     return args
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import ipaddress
@@ -65,11 +66,73 @@ def test_a_job_cannot_claim_another_identity_in_its_own_args():
 
 
 @pytest.mark.parametrize("key,value", [("BAI_VNI", "65542"), ("BAI_NET", "10.200.9.0/24"), ("BAI_MTU", "1400"),
-                                       ("BAI_AGENTS", "10.0.0.1,10.0.0.2,10.0.0.9"), ("BAI_SID", SID.replace("3", "4"))])
+                                       ("BAI_AGENTS", net.encode_agents(["10.0.0.1", "10.0.0.2", "10.0.0.9"])), ("BAI_SID", SID.replace("3", "4"))])
 def test_every_parameter_is_covered_by_the_mac(key, value):
     args = dict(net.job_args(KEY, "default", "train", "main1", params()), **{key: value})
     with pytest.raises(net.AdmissionError, match="MAC does not match"):
         net.admit(KEY, cni_args(args))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 6, 64, 1000])
+def test_agents_are_packed_four_bytes_each_and_read_back(count):
+    agents = [net.ip4_text(0x0A000000 + 7919 * i) for i in range(count - 1)] + ["255.255.255.255"]
+    text = net.encode_agents(agents)
+    assert net.decode_agents(text) == tuple(agents)
+    assert len(text) == -(-4 * count * 4 // 3) and net._B64URL.issuperset(text)  # base64url, no padding
+
+
+@pytest.mark.parametrize("text,why", [
+    ("CgAAAQ==", "packed in base64url"),   # padding: "=" breaks libcni's LoadArgs
+    ("CgAA+Q", "packed in base64url"),     # the standard alphabet
+    ("CgAAAQo", "packed in base64url"),    # 5 bytes: not whole addresses
+    ("CgAAAR", "one base64url form"),      # unused low bits set: another text for 10.0.0.1
+    ("10.0.0.1,10.0.0.2", "packed in base64url"),  # version 1's form under version 2
+])
+def test_agents_in_another_form_are_refused(text, why):
+    with pytest.raises(net.NetworkError, match=why):
+        net.decode_agents(text)
+
+
+def version_1_args(namespace, job, group, p):
+    """What a job rendered before version 2 carries (agents as dotted quads joined by ","), signed as it was."""
+    args = dict(p.args(), BAI_V="1", BAI_AGENTS=",".join(p.agents))
+    return dict(args, BAI_MAC=net._hmac_sha256(KEY, net._message(namespace, job, group, args)))
+
+
+def test_version_1_args_of_a_running_session_are_still_admitted():
+    """A container of a session created before the upgrade restarts after the role installed this plugin."""
+    p = params()
+    adm = net.admit(KEY, cni_args(version_1_args("default", "train", "main1", p)))
+    assert adm.params == p
+    with pytest.raises(net.AdmissionError, match="MAC does not match"):  # the version is under the MAC too
+        net.admit(KEY, cni_args(dict(version_1_args("default", "train", "main1", p), BAI_V="2")))
+    with pytest.raises(net.AdmissionError, match="BAI_V '3' is not a version this plugin knows"):
+        net.admit(KEY, cni_args(dict(net.job_args(KEY, "default", "train", "main1", p), BAI_V="3")))
+
+
+def big_params(count):
+    return net.NetworkParams(SID, net.VNI_BASE, "10.0.0.0/8", tuple(net.ip4_text(0xC0000000 + i) for i in range(count)), 1450)
+
+
+def test_no_more_agents_than_cni_args_can_carry():
+    """CNI_ARGS is one environment string of the plugin's process; past MAX_ARG_STRLEN exec fails with E2BIG."""
+    most = net.max_agents()
+    args = net.job_args(KEY, "n" * 128, "j" * 64, "sub" + "9" * 60, net.check_params(big_params(most)))
+    text = net.nomad_cni_args(args, "r" * 128, "n" * 128, "j" * 64, "sub" + "9" * 60, SID)
+    assert len("CNI_ARGS=" + text) + 1 <= net.MAX_ARG_STRLEN
+    with pytest.raises(net.NetworkError, match="lists %d agents; CNI_ARGS, one environment string of the plugin "
+                       r"\(at most 131072 bytes on Linux\), holds at most %d" % (most + 1, most)):
+        net.check_params(big_params(most + 1))
+
+
+def test_max_arg_strlen_is_this_kernels_limit():
+    """The limit the agent count is held to is the kernel's: one byte more and exec refuses."""
+    true = "/bin/true"
+    fits = "x" * (net.MAX_ARG_STRLEN - len("CNI_ARGS=") - 1)
+    subprocess.run([true], env={"CNI_ARGS": fits}, check=True)
+    with pytest.raises(OSError) as err:
+        subprocess.run([true], env={"CNI_ARGS": fits + "x"}, check=True)
+    assert err.value.errno == errno.E2BIG
 
 
 def test_another_key_is_refused_and_missing_parts_are_named():
@@ -170,7 +233,8 @@ def test_ip4_agrees_with_ipaddress(text):
     assert net.ip4(text) == int(ipaddress.IPv4Address(text)) and net.ip4_text(net.ip4(text)) == text
 
 
-@pytest.mark.parametrize("text", ["10.0.0", "10.0.0.256", "a.b.c.d", "10.0.0.01", "1.2.3.4.5", "", "\u0661.1.1.1"])
+@pytest.mark.parametrize("text", ["10.0.0", "10.0.0.256", "a.b.c.d", "10.0.0.01", "1.2.3.4.5", "", "\u0661.1.1.1",
+                                  "+1.2.3.4", " 1.2.3.4", "1.2.3.4 ", "1_0.2.3.4", "-0.2.3.4", "1..3.4", "10.0.0.1\n"])
 def test_ip4_refuses_what_ipaddress_refuses(text):
     with pytest.raises(ValueError):
         ipaddress.IPv4Address(text)

@@ -26,6 +26,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     VNI_BASE,
     AdmissionError,
     admit,
+    decode_agents,
+    encode_agents,
     generate_key,
     nomad_cni_args,
     parse_cni_args,
@@ -59,13 +61,24 @@ def test_every_group_is_admitted_as_itself() -> None:
     for group in job["TaskGroups"]:
         args = group["Networks"][0]["CNI"]["Args"]
         # written out in every group: Nomad passes cni args to the plugin as the job has them (not interpolated)
-        assert args["BAI_AGENTS"] == "192.168.50.11,192.168.50.12"
+        assert decode_agents(args["BAI_AGENTS"]) == ("192.168.50.11", "192.168.50.12")
         admitted = admit(KEY, cni_args_of(job, group["Name"], "team-a", "train-42"))
         assert (admitted.namespace, admitted.job_id, admitted.group) == ("team-a", "train-42", group["Name"])
         assert admitted.params.vni == vni == VNI_BASE + 7 and admitted.params.subnet == subnet
         assert admitted.params.agents == ("192.168.50.11", "192.168.50.12")
         assert admitted.params.session_id == job["Meta"]["BACKENDAI_SESSION_ID"]
     assert "BAI_AGENTS" not in job["Meta"]
+
+
+def test_every_arg_survives_libcni_load_args() -> None:
+    """The reference plugins (bridge, host-local, portmap) read CNI_ARGS with libcni's ``types.LoadArgs``: it splits
+    on ``;``, then each pair on ``=``, and fails the plugin on a pair that does not split in exactly two
+    (containernetworking/cni ``pkg/types/args.go``). Base64 padding or a ``;`` in any arg would break the chain."""
+    job = multi_node_job()
+    for group in job["TaskGroups"]:
+        text = nomad_cni_args(client_args(job, group["Name"]), "global", "team-a", "train-42", group["Name"], "a-1")
+        pairs = [pair.split("=") for pair in text.split(";")]
+        assert all(len(kv) == 2 for kv in pairs), [kv for kv in pairs if len(kv) != 2]
 
 
 @pytest.mark.parametrize("namespace,job_id,group", [
@@ -89,8 +102,10 @@ def test_the_job_cannot_override_nomads_identity_keys() -> None:
 
 
 @pytest.mark.parametrize("key,value", [
-    ("BAI_VNI", str(VNI_BASE + 8)), ("BAI_NET", "10.200.0.0/24"), ("BAI_AGENTS", "192.168.50.11,192.168.50.99"),
-    ("BAI_MTU", "1400"), ("BAI_SID", "00000000-0000-4000-8000-000000000000"), ("BAI_V", "2"),
+    ("BAI_VNI", str(VNI_BASE + 8)), ("BAI_NET", "10.200.0.0/24"),
+    ("BAI_AGENTS", encode_agents(["192.168.50.11", "192.168.50.99"])),
+    ("BAI_AGENTS", "192.168.50.11,192.168.50.12"),  # the same agents, written as version 1
+    ("BAI_MTU", "1400"), ("BAI_SID", "00000000-0000-4000-8000-000000000000"), ("BAI_V", "1"),
 ])
 def test_every_edited_parameter_is_refused(key: str, value: str) -> None:
     job = multi_node_job()
@@ -111,7 +126,8 @@ def test_another_clusters_key_and_an_unsigned_render_are_refused() -> None:
 
 def test_placeholder_addresses_are_never_signed() -> None:
     job = multi_node_job(underlay={"a1": "192.168.50.11"})  # a2's address unknown
-    assert {g["Networks"][0]["CNI"]["Args"]["BAI_AGENTS"] for g in job["TaskGroups"]} == {"192.168.50.11,198.18.0.2"}
+    assert {decode_agents(g["Networks"][0]["CNI"]["Args"]["BAI_AGENTS"]) for g in job["TaskGroups"]} == {
+        ("192.168.50.11", "198.18.0.2")}
     assert {g["Networks"][0]["CNI"]["Args"]["BAI_MAC"] for g in job["TaskGroups"]} == {UNSIGNED_MAC}
 
 

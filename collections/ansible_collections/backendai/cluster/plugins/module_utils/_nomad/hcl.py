@@ -54,6 +54,10 @@ _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEYWORDS = frozenset(("true", "false", "null", "for", "in", "if", "else", "endif", "endfor"))
 _GO_UNITS = (("h", 3600 * 10 ** 9), ("m", 60 * 10 ** 9), ("s", 10 ** 9))
 _HEREDOC_SAFE = re.compile(r"^[^\x00-\x08\x0b-\x1f\x7f]*$")  # no control characters but \t and \n
+_QUOTE_ESCAPES = {c: "\\u%04x" % c for c in list(range(0x20)) + [0x7F]}
+_QUOTE_ESCAPES.update({ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+_HEREDOC_OPEN = re.compile(r" = <<([A-Za-z0-9_]+)$")
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f\x7f"\\]')  # most strings have none: they are written as they are
 
 
 # --- values --------------------------------------------------------------------------------------
@@ -74,23 +78,9 @@ def _escape_template(text: str) -> str:
 
 def quote(text: str) -> str:
     """An HCL2 quoted string whose value is exactly ``text``."""
-    out = []
-    for ch in text:
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == '"':
-            out.append('\\"')
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append("\\u%04x" % ord(ch))
-        else:
-            out.append(ch)
-    return '"%s"' % _escape_template("".join(out))
+    if _NEEDS_ESCAPE.search(text):
+        text = text.translate(_QUOTE_ESCAPES)
+    return '"%s"' % _escape_template(text)
 
 
 def heredoc_delimiter(text: str) -> str:
@@ -324,7 +314,7 @@ def _plain_block(lines: t.List[str], depth: int, field: Field, value: t.Mapping[
 
 def _heredoc_end(line: str) -> str:
     """The closing delimiter when ``line`` is an attribute whose value opens a heredoc, else ''."""
-    match = re.search(r" = <<([A-Za-z0-9_]+)$", line)
+    match = _HEREDOC_OPEN.search(line) if "<<" in line else None
     return match.group(1) if match else ""
 
 

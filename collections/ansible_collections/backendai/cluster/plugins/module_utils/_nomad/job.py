@@ -23,6 +23,7 @@ deterministic: the same plan gives the same dict, and :func:`dumps` gives the sa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -93,6 +94,7 @@ exec "$@"
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
 
 
+@functools.lru_cache(maxsize=64)  # every group of a job names it twice
 def service_name(job_id: str) -> str:
     """One Nomad service name for all containers of a session (a valid RFC 1123 label, ≤ 63)."""
     slug = re.sub(r"[^a-z0-9-]+", "-", job_id.lower()).strip("-")[:40] or "session"
@@ -153,7 +155,8 @@ def _templates(plan: SessionPlan) -> t.List[t.Dict[str, t.Any]]:
 
 
 def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t.Optional[bytes],
-           namespace: str) -> t.Dict[str, t.Any]:
+           namespace: str, templates: t.Sequence[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
+    """One container's task group (``templates``: :func:`_templates`, made once per job, copied per group)."""
     spec = plan.spec
     network: t.Dict[str, t.Any] = {"Mode": plan.network_mode, "Hostname": container.hostname,
                                    "CNI": {"Args": group_args(net, key, namespace, spec.name, container.hostname)}}
@@ -169,7 +172,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         "Config": _driver_config(plan, container),
         "Env": _env(container),
         "Resources": resources,
-        "Templates": _templates(plan),
+        "Templates": [dict(x) for x in templates],
         "KillTimeout": 10 * SECOND,
     }
     if spec.secrets.backend == "vault":
@@ -229,6 +232,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         raise PlanError("the session cannot be placed (PENDING): %s" % plan.reason)
     spec = plan.spec
     net = render_network(plan, namespace, network)
+    templates = _templates(plan)
     meta = dict(session_values(plan))
     meta[TF_WORKERS_META_KEY] = tf_workers_json(plan)
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
@@ -246,7 +250,8 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         "Meta": dict(sorted(meta.items())),
         # clients older than the minimum do not add Nomad's identity to CNI_ARGS: keep them out
         "Constraints": [dict(VERSION_CONSTRAINT)],
-        "TaskGroups": [_group(plan, c, net, network.key if network else None, namespace) for c in plan.containers],
+        "TaskGroups": [_group(plan, c, net, network.key if network else None, namespace, templates)
+                       for c in plan.containers],
     }
     if namespace:
         job["Namespace"] = namespace

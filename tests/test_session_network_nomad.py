@@ -22,6 +22,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     nomad_cni_args,
     parse_cni_args,
     read_key,
+    signed_args,
 )
 from ansible_collections.backendai.cluster.plugins.modules import session as session_module
 from ansible_collections.backendai.cluster.plugins.modules import session_render as render_module
@@ -163,6 +164,35 @@ def test_the_submitted_job_is_admitted_for_itself_only_and_passes_the_lint(nomad
     path.write_text(json.dumps(result["job"]))
     lint = lint_job_files(str(path))
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_a_session_of_an_earlier_release_keeps_its_args_version(nomad: NomadAPIDouble, run: ModuleRun,
+                                                                  network_key_file: str) -> None:
+    """Releases before args version 2 registered BAI_V = 1 (agents as dotted quads). Re-writing the same parameters
+    as version 2 would change every group's network, which Nomad answers by replacing every allocation: a re-run
+    after the upgrade keeps the job's version, and the plugin still admits it."""
+    name, key = "old", read_key(network_key_file)
+    session_args = args(nomad, name, spec=spec(name, 4, cluster_mode="multi-node", resources={"cpu": 3000, "memory": 1024}))
+    run(session_module, session_args)
+    job = nomad.stored_job(name)
+    for group in job["TaskGroups"]:  # what the earlier release registered: the same parameters, version 1
+        cni = group["Networks"][0]["CNI"]
+        params = admit(key, parse_cni_args(nomad_cni_args(cni["Args"], "global", "default", name, group["Name"], "a"))).params
+        cni["Args"] = signed_args(key, "default", name, group["Name"], params.args("1"))
+    client = NomadClient(NomadConnection(nomad_addr=nomad.url, token=NOMAD_TOKEN))
+    client.register_job({"Job": job})
+    allocs = sorted(a["ID"] for a in nomad.allocations_of(name))
+    again = run(session_module, session_args)
+    assert again["changed"] is False, again.get("changes")
+    kept = nomad.stored_job(name)
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in kept["TaskGroups"]} == {"1"}
+    assert sorted(a["ID"] for a in nomad.allocations_of(name)) == allocs
+    for group in kept["TaskGroups"]:
+        mine = parse_cni_args(nomad_cni_args(client_args(kept, group["Name"]), "global", "default", name, group["Name"], "a"))
+        assert admit(key, mine).params.agents == ("192.168.60.1", "10.9.0.2")
+    fresh = run(session_module, args(nomad, "new", spec=spec("new", 2, cluster_mode="multi-node")))
+    assert not fresh.get("failed"), fresh.get("msg")
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in nomad.stored_job("new")["TaskGroups"]} == {"2"}
 
 
 def test_a_missing_key_fails_before_anything_is_written(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:

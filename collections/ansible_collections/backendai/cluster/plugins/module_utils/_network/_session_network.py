@@ -101,7 +101,8 @@ PLUGIN_TYPE = "backendai"
 CNI_VERSION = "1.0.0"
 ARGS_VERSION = "2"
 #: Versions admission reads: 1 is what jobs rendered before version 2 carry (a container of a running session
-#: that restarts after the role upgraded the plugin presents its job's original parameters).
+#: that restarts after the role upgraded the plugin presents its job's original parameters; and an update of
+#: such a session keeps writing version 1, since new args in a group make Nomad replace its allocation).
 ARGS_VERSIONS = ("1", "2")
 #: Linux's limit on one environment string (``CNI_ARGS=...`` and its NUL): 32 pages.
 MAX_ARG_STRLEN = 32 * 4096
@@ -197,10 +198,13 @@ class NetworkParams(_Record):
     __slots__ = ()
     _fields = ("session_id", "vni", "subnet", "agents", "mtu")
 
-    def args(self) -> t.Dict[str, str]:
-        """The parameters as ``cni { args }`` (version :data:`ARGS_VERSION`), without the MAC."""
-        return {"BAI_V": ARGS_VERSION, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
-                "BAI_AGENTS": encode_agents(self.agents), "BAI_MTU": str(self.mtu)}
+    def args(self, version: str = ARGS_VERSION) -> t.Dict[str, str]:
+        """The parameters as ``cni { args }`` of ``version`` (see :data:`ARGS_VERSIONS`), without the MAC."""
+        if version not in ARGS_VERSIONS:
+            raise NetworkError("BAI_V must be one of %s, got %r" % (", ".join(ARGS_VERSIONS), version))
+        agents = ",".join(self.agents) if version == "1" else encode_agents(self.agents)
+        return {"BAI_V": version, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
+                "BAI_AGENTS": agents, "BAI_MTU": str(self.mtu)}
 
     @property
     def spans(self) -> bool:

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
+    ARGS_VERSION,
+    ARGS_VERSIONS,
     MAC_KEY,
     MIN_NOMAD_VERSION,
     NETWORK_NAME,
@@ -71,6 +73,10 @@ class JobNetwork:
     key: t.Optional[bytes] = field(default=None, repr=False)  # None: render-only, unsigned
     underlay_mtu: int = DEFAULT_UNDERLAY_MTU
     slots: t.Optional[int] = None  # the claimed block's size, if larger than the session needs
+    #: The args' format: a running session keeps its job's (:func:`args_version_of_job`): Nomad replaces the
+    #: allocation of a group whose network changed, so re-writing the same parameters in a newer format would
+    #: restart every container.
+    args_version: str = ARGS_VERSION
 
 
 def preferred_slot(namespace: str, job_id: str, count: t.Optional[int] = None) -> int:
@@ -113,12 +119,13 @@ class RenderedNetwork:
     signed: bool
     placeholders: t.Tuple[str, ...]  # agents whose address is a placeholder
     slots: int = 1  # how many slots the block has
-    #: ``params.args()``, made once: every group shares the text, only its MAC differs.
+    version: str = ARGS_VERSION
+    #: ``params.args(version)``, made once: every group shares the text, only its MAC differs.
     args: t.Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.args:
-            object.__setattr__(self, "args", self.params.args())
+            object.__setattr__(self, "args", self.params.args(self.version))
 
     def summary(self) -> t.Dict[str, t.Any]:
         """Secret-free, for results: what the session's network is."""
@@ -150,9 +157,10 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
     try:
         vni, subnet = block_network(slot, slots)
         params = check_params(NetworkParams(str(session_id), vni, subnet, tuple(ips), overlay_mtu(network.underlay_mtu)))
+        return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders), slots,
+                               network.args_version)
     except NetworkError as err:
         raise PlanError("session %s: the session network cannot be laid out: %s" % (job_id, err)) from None
-    return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders), slots)
 
 
 def group_args(rendered: RenderedNetwork, key: t.Optional[bytes], namespace: str, job_id: str,
@@ -163,6 +171,13 @@ def group_args(rendered: RenderedNetwork, key: t.Optional[bytes], namespace: str
     args = dict(rendered.args)
     args[MAC_KEY] = UNSIGNED_MAC
     return args
+
+
+def args_version_of_job(job: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[str]:
+    """The ``BAI_V`` a rendered job's groups carry, if they agree on one this collection writes; else None."""
+    found = {str(((network.get("CNI") or {}).get("Args") or {}).get("BAI_V"))
+             for group in (job or {}).get("TaskGroups") or [] for network in group.get("Networks") or []}
+    return found.pop() if len(found) == 1 and found <= set(ARGS_VERSIONS) else None
 
 
 def client_args(job: t.Mapping[str, t.Any], group: str) -> t.Dict[str, str]:

@@ -17,6 +17,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api impor
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import register_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import signed
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, slot_of_job
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import args_version_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
     SecretLocation,
     location_of_job,
@@ -173,8 +174,9 @@ class Updating(BackendState):
             first, slots, old = new_claim.slot, new_claim.slots, held
         else:  # check mode, a new block would be claimed: shown unsigned
             network = dataclasses.replace(network, key=None)
-        return (signed(rendered, dataclasses.replace(network, slot=first, slots=slots), self.namespace, self.region),
-                new_claim, old, repaired)
+        version = args_version_of_job(existing) or network.args_version
+        return (signed(rendered, dataclasses.replace(network, slot=first, slots=slots, args_version=version),
+                       self.namespace, self.region), new_claim, old, repaired)
 
     def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
                 session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],

@@ -18,6 +18,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import P
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import (
     UNSIGNED_MAC,
     JobNetwork,
+    args_version_of_job,
     client_args,
     preferred_slot,
 )
@@ -42,10 +43,11 @@ UNDERLAY = {"a1": "192.168.50.11", "a2": "192.168.50.12"}
 
 
 def multi_node_job(namespace: str = "team-a", slot: int = 7, key: t.Optional[bytes] = KEY, name: str = "train-42",
-                   underlay: t.Optional[t.Mapping[str, str]] = None) -> t.Dict[str, t.Any]:
+                   underlay: t.Optional[t.Mapping[str, str]] = None, version: str = "2") -> t.Dict[str, t.Any]:
     plan = make_plan(agents_list(("a1", 2000, 4096, 0), ("a2", 2000, 4096, 0)), name=name, cluster_size=4,
                      cluster_mode="multi-node", resources={"cpu": 1000, "memory": 2048})
-    return render_job(plan, namespace=namespace, network=JobNetwork(slot=slot, underlay=underlay or UNDERLAY, key=key))
+    return render_job(plan, namespace=namespace, network=JobNetwork(slot=slot, underlay=underlay or UNDERLAY, key=key,
+                                                                    args_version=version))
 
 
 def cni_args_of(job: t.Mapping[str, t.Any], group: str, namespace: str, job_id: str, nomad_group: str = "") -> t.Dict[str, str]:
@@ -122,6 +124,18 @@ def test_another_clusters_key_and_an_unsigned_render_are_refused() -> None:
     assert {g["Networks"][0]["CNI"]["Args"]["BAI_MAC"] for g in unsigned["TaskGroups"]} == {UNSIGNED_MAC}
     with pytest.raises(AdmissionError, match="MAC does not match"):
         admit(KEY, cni_args_of(unsigned, "main1", "team-a", "train-42"))
+
+
+def test_a_job_can_be_rendered_in_the_version_a_running_session_carries() -> None:
+    old, new = multi_node_job(version="1"), multi_node_job()
+    assert (args_version_of_job(old), args_version_of_job(new), args_version_of_job(None)) == ("1", "2", None)
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_AGENTS"] for g in old["TaskGroups"]} == {"192.168.50.11,192.168.50.12"}
+    for job in (old, new):
+        assert admit(KEY, cni_args_of(job, "sub1", "team-a", "train-42")).params.agents == ("192.168.50.11", "192.168.50.12")
+    old["TaskGroups"][0]["Networks"][0]["CNI"]["Args"]["BAI_V"] = "2"  # groups that disagree: no version to keep
+    assert args_version_of_job(old) is None
+    with pytest.raises(PlanError, match="BAI_V must be one of 1, 2, got '3'"):
+        multi_node_job(version="3")
 
 
 def test_placeholder_addresses_are_never_signed() -> None:

@@ -3,17 +3,26 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Benchmark of the generator core (issue 2): prints numbers and ratios against the targets.
 
-* plan + render time of a 1,024-container multi-node session over 10,000 agents (target ≤ 0.25 s);
+* plan + render time of a 1,024-container multi-node session over 10,000 agents (target ≤ 0.25 s), both
+  placement strategies; beside it (no target) the same signed with a cluster key and real underlay
+  addresses, as the ``session`` module registers it, and the HCL rendering on top;
 * minified job bytes per container for N = 64 and N = 1,024 (target ≤ 3 KB per container), and the
   ratio of the two job sizes (target ≤ 17: linear growth gives 1024 / 64 = 16).
 
 Run: .venv/bin/python benchmarks/plan_render.py [--repeat 5]
+
+``--against REV [--rounds 3]`` instead runs this script of this tree and of commit REV (a temporary
+worktree) alternately, each in its own process, and prints the median plan + render times of both
+and their ratio, e.g. ``--against 9505143`` (before the session network's cni args).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import statistics
+import subprocess
 import sys
 import time
 import typing as t
@@ -22,9 +31,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl import render_hcl  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import dumps, register_request, render_job  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session  # noqa: E402
 
 TIME_TARGET_S = 0.25
+KEY = bytes(range(32))
+#: Underlay addresses of the 10,000 agents (10.1.0.1 ...), as the Nomad nodes would give them.
+UNDERLAY = {"node-%05d" % i: "10.%d.%d.%d" % (1 + i // 65025, i // 255 % 255, 1 + i % 255) for i in range(10000)}
 BYTES_TARGET = 3072
 RATIO_TARGET = 17.0
 
@@ -50,10 +63,39 @@ def best_of(repeat: int, fn: t.Callable[[], t.Any]) -> float:
     return best
 
 
+def _times(tree: str, repeat: int) -> t.Dict[str, float]:
+    """The plan + render seconds this script of ``tree`` prints, per strategy."""
+    out = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "plan_render.py"), "--repeat", str(repeat)],
+                         stdout=subprocess.PIPE, text=True, check=True).stdout
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^ +(concentrated|dispersed) +([0-9.]+) s", out, re.M)}
+
+
+def compare_against(rev: str, rounds: int, repeat: int) -> int:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from revision import REPO, checked_out
+    runs: t.Dict[str, t.Dict[str, t.List[float]]] = {"this": {}, rev: {}}
+    with checked_out(rev) as tree:
+        for _round in range(rounds):
+            for label, where in (("this", REPO), (rev, tree)):
+                for strategy, seconds in _times(where, repeat).items():
+                    runs[label].setdefault(strategy, []).append(seconds)
+    print("plan + render, 1,024 containers over 10,000 agents: median of %d rounds (each best of %d), alternately"
+          % (rounds, repeat))
+    for strategy in ("concentrated", "dispersed"):
+        this, then = statistics.median(runs["this"][strategy]), statistics.median(runs[rev][strategy])
+        print("  %-12s this %.3f s  %s %.3f s  ratio %.2f  (target %.2f s: %s)" % (
+            strategy, this, rev[:8], then, this / then, TIME_TARGET_S, "met" if this <= TIME_TARGET_S else "NOT met"))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--against", metavar="REV", help="compare with commit REV (see above)")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.against:
+        return compare_against(args.against, args.rounds, args.repeat)
     agents = make_agents(10000)
     print("plan + render, 1,024 containers over 10,000 agents (best of %d):" % args.repeat)
     for strategy in ("concentrated", "dispersed"):
@@ -61,9 +103,12 @@ def main() -> int:
         plan = plan_session(s, agents)
         assert plan.placed, plan.reason
         seconds = best_of(args.repeat, lambda: dumps(register_request(render_job(plan_session(s, agents))), pretty=False))
+        signed = best_of(args.repeat, lambda: dumps(register_request(render_job(
+            plan_session(s, agents), network=JobNetwork(slot=0, underlay=UNDERLAY, key=KEY))), pretty=False))
         hcl_seconds = best_of(args.repeat, lambda: render_hcl(render_job(plan)))
-        print("  %-12s %.3f s  (target %.2f s, %.0f%% of it)  agents used %d; HCL rendering %.3f s more"
-              % (strategy, seconds, TIME_TARGET_S, 100 * seconds / TIME_TARGET_S, len(plan.agents_used), hcl_seconds))
+        print("  %-12s %.3f s  (target %.2f s, %.0f%% of it)  agents used %d; signed %.3f s; HCL rendering %.3f s more"
+              % (strategy, seconds, TIME_TARGET_S, 100 * seconds / TIME_TARGET_S, len(plan.agents_used), signed,
+                 hcl_seconds))
     sizes = {}
     for n in (64, 1024):
         plan = plan_session(spec(n), [{"name": "big", "cpu": 10 ** 7, "memory": 10 ** 8}])
@@ -72,7 +117,7 @@ def main() -> int:
     for n, size in sizes.items():
         print("  N=%-5d %9d bytes  %6.0f bytes per container (target ≤ %d)" % (n, size, size / n, BYTES_TARGET))
     # Across agents every group carries the agents' underlay addresses in its cni args (Nomad does not
-    # interpolate cni args, so they cannot live once in job Meta): about 13 bytes per agent per container.
+    # interpolate cni args, so they cannot live once in job Meta): about 5.3 bytes per agent per container.
     for n in (64, 1024):
         plan = plan_session(spec(n), agents)
         size = len(dumps(register_request(render_job(plan)), pretty=False).encode("utf-8"))

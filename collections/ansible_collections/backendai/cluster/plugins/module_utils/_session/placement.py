@@ -71,12 +71,11 @@ def parse_agents(raw: t.Any, path: str = "agents") -> t.List[Agent]:
     agents: t.List[Agent] = []
     seen: t.Set[str] = set()
     for i, item in enumerate(raw):
-        if type(item) is dict:  # the common case, checked in one go; anything else gets the full diagnosis below
+        if isinstance(item, dict):  # the common case, checked in one go; anything else gets the full diagnosis below
             name, cpu, memory, gpu = item.get("name"), item.get("cpu"), item.get("memory"), item.get("gpu", 0)
             dc, drivers = item.get("datacenter", "dc1"), item.get("drivers")
-            if (type(name) is str and name and name not in seen and type(cpu) is int and cpu >= 0
-                    and type(memory) is int and memory >= 0 and type(gpu) is int and gpu >= 0
-                    and type(dc) is str and dc and drivers is None):
+            if (isinstance(name, str) and name and name not in seen and _count(cpu) and _count(memory) and _count(gpu)
+                    and isinstance(dc, str) and dc and drivers is None):
                 seen.add(name)
                 agents.append(Agent(name, cpu, memory, gpu, dc, None))
                 continue
@@ -86,6 +85,11 @@ def parse_agents(raw: t.Any, path: str = "agents") -> t.List[Agent]:
     if problems:
         raise AgentsError(problems)
     return agents
+
+
+def _count(value: t.Any) -> bool:
+    """An integer ≥ 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _parse_agent(item: t.Any, where: str, seen: t.Set[str], problems: t.List[Problem]) -> t.Optional[Agent]:
@@ -103,7 +107,7 @@ def _parse_agent(item: t.Any, where: str, seen: t.Set[str], problems: t.List[Pro
     nums = {}
     for key, required in (("cpu", True), ("memory", True), ("gpu", False)):
         value = item.get(key, None if required else 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not _count(value):
             problems.append(Problem("%s.%s" % (where, key), "must be an integer ≥ 0 (free %s)" % {
                 "cpu": "CPU in MHz", "memory": "memory in MB", "gpu": "GPU devices"}[key], value, value is not None))
             value = 0
@@ -225,8 +229,8 @@ def place(demands: t.Sequence[Resources], agents: t.Sequence[Agent], cluster_mod
     runs = _runs(demands)
     fills = {a.name: _fill(a, runs) for a in eligible}
     # most containers first, then by name; sorted on plain tuples (compared in C), the index keeps the agent
-    ordered = [eligible[i] for _, _, i in sorted(zip([-fills[a.name] for a in eligible], [a.name for a in eligible],
-                                                     range(len(eligible))))]
+    ordered = [eligible[key[2]] for key in sorted(zip([-fills[a.name] for a in eligible], [a.name for a in eligible],
+                                                      range(len(eligible))))]
     if strategy == "dispersed":
         assigned = _spread_dispersed(demands, ordered)
     else:

@@ -14,6 +14,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.placeme
     PENDING,
     PLACED,
     Agent,
+    _parse_agent,
     parse_agents,
     place,
 )
@@ -133,6 +134,38 @@ def test_parse_agents_reports_every_problem() -> None:
 def test_parse_agents_accepts_extra_keys_and_driver_maps() -> None:
     (agent,) = parse_agents([{"name": "a", "cpu": 1, "memory": 1, "drivers": {"docker": True, "exec": False}, "class": "x"}])
     assert agent.drivers == ("docker",)
+
+
+def test_the_fast_path_for_well_formed_agents_agrees_with_the_full_check() -> None:
+    """parse_agents takes well-formed mappings in one expression; whatever it accepts or refuses, the per-field
+    check (_parse_agent) says the same, agent for agent."""
+    class Name(str):  # what Ansible's unsafe text is: a str subclass
+        pass
+
+    rng = random.Random(7)
+    good: t.Dict[str, t.List[t.Any]] = {  # field -> (well-formed values, others)
+        "name": ["a", "b", "c", "d", Name("e")], "cpu": [0, 1000], "memory": [0, 2048], "gpu": [0, 2],
+        "datacenter": ["dc1", Name("dc2")], "drivers": [None, None, ["docker"], {"docker": True}],
+    }
+    bad: t.Dict[str, t.List[t.Any]] = {
+        "name": ["", None, 3], "cpu": [-1, True, 1.5, "1", None], "memory": [-5, False, None], "gpu": [-1, True],
+        "datacenter": ["", 7], "drivers": ["docker", [1]],
+    }
+    accepted = 0
+    for _round in range(600):
+        raw = [{k: rng.choice(bad[k] if rng.random() < 0.04 else good[k]) for k in good if rng.random() < 0.95}
+               for _i in range(3)]
+        seen: t.Set[str] = set()
+        problems: t.List[t.Any] = []
+        full = [_parse_agent(item, "agents[%d]" % i, seen, problems) for i, item in enumerate(raw)]
+        try:
+            fast = parse_agents(raw)
+        except AgentsError as err:
+            assert [str(p) for p in err.problems] == [str(p) for p in problems], raw
+        else:
+            assert not problems and fast == full, raw
+            accepted += 1
+    assert 40 < accepted < 560  # both branches are exercised (83 accepted with this seed)
 
 
 def test_plan_is_pending_but_lists_containers() -> None:

@@ -23,7 +23,6 @@ deterministic: the same plan gives the same dict, and :func:`dumps` gives the sa
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -94,7 +93,6 @@ exec "$@"
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
 
 
-@functools.lru_cache(maxsize=64)  # every group of a job names it twice
 def service_name(job_id: str) -> str:
     """One Nomad service name for all containers of a session (a valid RFC 1123 label, ≤ 63)."""
     slug = re.sub(r"[^a-z0-9-]+", "-", job_id.lower()).strip("-")[:40] or "session"
@@ -141,13 +139,13 @@ def _driver_config(plan: SessionPlan, container: Container) -> t.Dict[str, t.Any
     return config
 
 
-def _templates(plan: SessionPlan) -> t.List[t.Dict[str, t.Any]]:
+def _templates(plan: SessionPlan, service: str) -> t.List[t.Dict[str, t.Any]]:
     return [
         {"EmbeddedTmpl": _secret_template(plan, PRIVATE_KEY_ITEM), "DestPath": SECRETS_SUBDIR + "/id",
          "Perms": "0600", "ChangeMode": "noop"},
         {"EmbeddedTmpl": _secret_template(plan, PUBLIC_KEY_ITEM), "DestPath": SECRETS_SUBDIR + "/id.pub",
          "Perms": "0644", "ChangeMode": "noop"},
-        {"EmbeddedTmpl": PEERS_TEMPLATE % service_name(plan.spec.name), "DestPath": LOCAL_SUBDIR + "/peers",
+        {"EmbeddedTmpl": PEERS_TEMPLATE % service, "DestPath": LOCAL_SUBDIR + "/peers",
          "ChangeMode": "noop"},
         {"EmbeddedTmpl": '{{ env "NOMAD_META_%s" }}' % ENTRYPOINT_META_KEY, "DestPath": LOCAL_SUBDIR + "/entrypoint.sh", "Perms": "0755",
          "ChangeMode": "noop"},
@@ -155,8 +153,9 @@ def _templates(plan: SessionPlan) -> t.List[t.Dict[str, t.Any]]:
 
 
 def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t.Optional[bytes],
-           namespace: str, templates: t.Sequence[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
-    """One container's task group (``templates``: :func:`_templates`, made once per job, copied per group)."""
+           namespace: str, templates: t.Sequence[t.Mapping[str, t.Any]], service: str) -> t.Dict[str, t.Any]:
+    """One container's task group. Made once per job: ``templates`` (:func:`_templates`, copied per group) and
+    ``service`` (:func:`service_name`)."""
     spec = plan.spec
     network: t.Dict[str, t.Any] = {"Mode": plan.network_mode, "Hostname": container.hostname,
                                    "CNI": {"Args": group_args(net, key, namespace, spec.name, container.hostname)}}
@@ -187,7 +186,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
                  "backendai_agent": container.agent},
         "Constraints": [{"LTarget": "${node.unique.name}", "RTarget": container.agent, "Operand": "="}],
         "Networks": [network],
-        "Services": [{"Name": service_name(spec.name), "Provider": "nomad", "AddressMode": "alloc",
+        "Services": [{"Name": service, "Provider": "nomad", "AddressMode": "alloc",
                       "PortLabel": str(spec.ssh.port), "Tags": [container.hostname, "role-" + container.role]}],
         # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere.
         "RestartPolicy": {"Attempts": 2, "Interval": 300 * SECOND, "Delay": 5 * SECOND, "Mode": "fail"},
@@ -232,13 +231,14 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         raise PlanError("the session cannot be placed (PENDING): %s" % plan.reason)
     spec = plan.spec
     net = render_network(plan, namespace, network)
-    templates = _templates(plan)
+    service = service_name(spec.name)
+    templates = _templates(plan, service)
     meta = dict(session_values(plan))
     meta[TF_WORKERS_META_KEY] = tf_workers_json(plan)
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
     meta[ENTRYPOINT_META_KEY] = ENTRYPOINT
     meta[MANAGED_META_KEY] = spec.name
-    meta["backendai_cluster_service"] = service_name(spec.name)
+    meta["backendai_cluster_service"] = service
     meta["backendai_secrets_backend"] = spec.secrets.backend
     datacenters = sorted({c.datacenter for c in plan.containers})
     job: t.Dict[str, t.Any] = {
@@ -250,7 +250,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         "Meta": dict(sorted(meta.items())),
         # clients older than the minimum do not add Nomad's identity to CNI_ARGS: keep them out
         "Constraints": [dict(VERSION_CONSTRAINT)],
-        "TaskGroups": [_group(plan, c, net, network.key if network else None, namespace, templates)
+        "TaskGroups": [_group(plan, c, net, network.key if network else None, namespace, templates, service)
                        for c in plan.containers],
     }
     if namespace:

@@ -118,14 +118,9 @@ class RenderedNetwork:
     slot: int  # the first slot of the session's block
     signed: bool
     placeholders: t.Tuple[str, ...]  # agents whose address is a placeholder
-    slots: int = 1  # how many slots the block has
-    version: str = ARGS_VERSION
     #: ``params.args(version)``, made once: every group shares the text, only its MAC differs.
-    args: t.Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.args:
-            object.__setattr__(self, "args", self.params.args(self.version))
+    args: t.Mapping[str, str] = field(compare=False, repr=False)
+    slots: int = 1  # how many slots the block has
 
     def summary(self) -> t.Dict[str, t.Any]:
         """Secret-free, for results: what the session's network is."""
@@ -157,8 +152,8 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
     try:
         vni, subnet = block_network(slot, slots)
         params = check_params(NetworkParams(str(session_id), vni, subnet, tuple(ips), overlay_mtu(network.underlay_mtu)))
-        return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders), slots,
-                               network.args_version)
+        return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders),
+                               params.args(network.args_version), slots)
     except NetworkError as err:
         raise PlanError("session %s: the session network cannot be laid out: %s" % (job_id, err)) from None
 

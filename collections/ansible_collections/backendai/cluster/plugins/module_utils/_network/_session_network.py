@@ -216,10 +216,14 @@ _B64_TO_URL = bytes.maketrans(b"+/", b"-_")
 _B64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
+def _b64url(data: bytes) -> bytes:
+    """base64url without padding."""
+    return binascii.b2a_base64(data, newline=False).translate(_B64_TO_URL).rstrip(b"=")
+
+
 def encode_agents(agents: t.Sequence[str]) -> str:
     """``BAI_AGENTS`` of version 2: the addresses packed big-endian, base64url without padding."""
-    packed = b"".join(ip4(a).to_bytes(4, "big") for a in agents)
-    return binascii.b2a_base64(packed, newline=False).translate(_B64_TO_URL).rstrip(b"=").decode("ascii")
+    return _b64url(b"".join(ip4(a).to_bytes(4, "big") for a in agents)).decode("ascii")
 
 
 def decode_agents(text: str, version: str = ARGS_VERSION) -> t.Tuple[str, ...]:
@@ -230,7 +234,7 @@ def decode_agents(text: str, version: str = ARGS_VERSION) -> t.Tuple[str, ...]:
         raise NetworkError("BAI_AGENTS must be IPv4 addresses packed in base64url (version %s), got %r..."
                            % (version, text[:24]))
     packed = binascii.a2b_base64(text.encode("ascii").translate(_B64_FROM_URL) + b"=" * (-len(text) % 4))
-    if binascii.b2a_base64(packed, newline=False).translate(_B64_TO_URL).rstrip(b"=") != text.encode("ascii"):
+    if _b64url(packed) != text.encode("ascii"):
         raise NetworkError("BAI_AGENTS is not in its one base64url form (unused bits set): %r..." % (text[:24],))
     return tuple(ip4_text(int.from_bytes(packed[i:i + 4], "big")) for i in range(0, len(packed), 4))
 

@@ -42,9 +42,6 @@ class Agent(t.NamedTuple):
     datacenter: str = "dc1"
     drivers: t.Optional[t.Tuple[str, ...]] = None  # None: unknown, assume every driver
 
-    def holds(self, cpu: int, memory: int, gpu: int) -> bool:
-        return self.cpu >= cpu and self.memory >= memory and self.gpu >= gpu
-
 
 @dataclass(frozen=True)
 class Placement:
@@ -211,7 +208,7 @@ def place(demands: t.Sequence[Resources], agents: t.Sequence[Agent], cluster_mod
 
     total = _total(demands)
     cpu, memory, gpu = total.cpu, total.memory, total.gpu
-    whole = [a for a in eligible if a.cpu >= cpu and a.memory >= memory and a.gpu >= gpu]  # Agent.holds, inlined
+    whole = [a for a in eligible if a.cpu >= cpu and a.memory >= memory and a.gpu >= gpu]
     if whole:
         # GPU agents last when no GPU is needed; then dispersed takes the most headroom left, and
         # concentrated the tightest fit, keeping big agents free for big sessions.

@@ -162,7 +162,10 @@ def _iptables_save(table: str) -> list[str]:
 
 def _iptables_restore(table: str, commands: list[str]) -> None:
     if commands:
-        run(["iptables-restore", "--noflush"], "*%s\n%s\nCOMMIT\n" % (table, "\n".join(commands)))
+        script = "*%s\n%s\nCOMMIT\n" % (table, "\n".join(commands))
+        proc = run(["iptables-restore", "--noflush"], script, check=False)
+        if proc.returncode != 0:  # the script says which rule was refused
+            raise LocalRuntimeError("iptables-restore failed: %s\n%s" % (proc.stderr.decode().strip(), script))
 
 
 def _rules(lines: list[str]) -> tuple[set[str], list[tuple[str, list[str], str]]]:

@@ -16,14 +16,14 @@ import typing as t
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SANE_PATH, LocalRuntimeError, owner_env
 
 
-def run(argv: t.Sequence[str], stdin: t.Union[str, bytes] = "", owner: str = "", check: bool = True,
+def run(argv: t.Sequence[str], stdin: str = "", owner: str = "", check: bool = True,
         what: str = "", env: t.Optional[t.Mapping[str, str]] = None) -> "subprocess.CompletedProcess[bytes]":
     """Run ``argv`` with ``stdin``; with ``check``, a non-zero exit raises naming ``what`` (default: the command).
 
     The environment is ``env`` if given, else the owner's (``owner_env``) or only a sane PATH."""
     if env is None:
         env = owner_env(owner) if owner else {"PATH": SANE_PATH}
-    proc = subprocess.run(list(argv), input=stdin if isinstance(stdin, bytes) else stdin.encode(),
+    proc = subprocess.run(list(argv), input=stdin.encode(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env), check=False)
     if check and proc.returncode != 0:
         raise LocalRuntimeError("%s failed: %s" % (what or " ".join(argv), proc.stderr.decode().strip()))

@@ -304,6 +304,7 @@ secret_path:
   sample: nomad/jobs/train-42
 """
 
+import dataclasses
 import os
 import typing as t
 
@@ -454,7 +455,8 @@ def main() -> None:
     unsigned_reason = _unsigned_reason(p)
     # a signed job names its namespace (the MAC covers it, and `nomad job run` then registers it there)
     namespace = (p["namespace"] or DEFAULT_NAMESPACE) if not unsigned_reason else (p["namespace"] or "")
-    claims_namespace = p["network_claims_namespace"] or DEFAULT_NAMESPACE
+    control = NetworkControl(p["network_key_file"], p["network_claims_namespace"], base.hide)
+    claims_namespace = control.claims_namespace
     claim: t.Optional[Claim] = None
     try:
         keypair, secret_file = _secret_keypair(base, p) if p["write_secret"] else (None, "")
@@ -467,11 +469,10 @@ def main() -> None:
             network = _underlay(base, live, agents, rendered, signing=not unsigned_reason)
             key = None
             if not unsigned_reason:
-                key = NetworkControl(p["network_key_file"], claims_namespace, base.hide).key()
+                key = control.key()
                 claim = Claim(slot, namespace, name, rendered.plan.session_id, slots)
-            rendered = signed(rendered, JobNetwork(slot=slot, underlay=network.underlay, key=key,
-                                                   underlay_mtu=network.underlay_mtu),
-                              namespace, p["region"] or "", with_hcl=True)
+            rendered = signed(rendered, dataclasses.replace(network, slot=slot, key=key), namespace, p["region"] or "",
+                              with_hcl=True)
     except InputError as exc:
         base.close()
         module.fail_json(msg=str(exc), problems=[str(x) for x in exc.problems])

@@ -98,19 +98,20 @@ def parse_filter(text: str) -> t.Callable[[t.Mapping[str, t.Any]], bool]:
             return lambda item: str(item.get(field)) == value
         return lambda item: str(item.get(field)) != value
 
+    def chain(operand: t.Callable[[], t.Callable[[t.Mapping[str, t.Any]], bool]], word: str,
+              combine: t.Callable[[t.Iterable[bool]], bool]) -> t.Callable[[t.Mapping[str, t.Any]], bool]:
+        """``operand (word operand)*``, its results combined with ``combine`` (``all`` for and, ``any`` for or)."""
+        parts = [operand()]
+        while peek() == word:
+            take(word)
+            parts.append(operand())
+        return lambda item: combine(p(item) for p in parts)
+
     def conjunction() -> t.Callable[[t.Mapping[str, t.Any]], bool]:
-        parts = [primary()]
-        while peek() == "and":
-            take("and")
-            parts.append(primary())
-        return lambda item: all(p(item) for p in parts)
+        return chain(primary, "and", all)
 
     def disjunction() -> t.Callable[[t.Mapping[str, t.Any]], bool]:
-        parts = [conjunction()]
-        while peek() == "or":
-            take("or")
-            parts.append(conjunction())
-        return lambda item: any(p(item) for p in parts)
+        return chain(conjunction, "or", any)
 
     result = disjunction()
     if at[0] != len(tokens):

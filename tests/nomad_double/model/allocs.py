@@ -155,7 +155,7 @@ class AllocsModel(ModelState):
 
     def allocations_of(self, job_id: str, namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
         with self.lock:
-            return [self.alloc_full(a) for a in self.allocs.values() if a["Namespace"] == namespace and a["JobID"] == job_id]
+            return [self.alloc_full(a) for a in self.job_allocs(namespace, job_id)]
 
 
     # Views the endpoints serve ------------------------------------------------------------------

@@ -50,9 +50,9 @@ def _object_diff(name: str, old: t.Any, new: t.Any) -> t.Optional[t.Dict[str, t.
     if isinstance(old if not old_absent else new, list):
         olds, news = old or [], new or []
         if all(_is_scalar(v) for v in itertools.chain(olds, news)):
-            for value in sorted({_go(v) for v in olds} | {_go(v) for v in news}):
-                in_old = value in {_go(v) for v in olds}
-                in_new = value in {_go(v) for v in news}
+            old_values, new_values = {_go(v) for v in olds}, {_go(v) for v in news}
+            for value in sorted(old_values | new_values):
+                in_old, in_new = value in old_values, value in new_values
                 if in_old != in_new:
                     fields_.append(_field_diff(name, value, value, not in_old, not in_new))  # type: ignore[arg-type]
         else:

@@ -286,7 +286,8 @@ class JobsModel(ModelState):
         rec = self.jobs.get((ns, spec["ID"]))
         old = rec["job"] if rec else None
         changes = self.changes_of(old, spec)
-        ignore = {a["ID"] for a in self.job_allocs(ns, spec["ID"])}
+        current = self.job_allocs(ns, spec["ID"])
+        ignore = {a["ID"] for a in current}
         extra: t.Dict[str, t.Dict[str, t.Any]] = {}
         desired: t.Dict[str, t.Dict[str, int]] = {}
         failed: t.Dict[str, t.Any] = {}
@@ -294,7 +295,7 @@ class JobsModel(ModelState):
         for name, change in changes.items():
             d = {"Ignore": 0, "Place": 0, "Migrate": 0, "Stop": 0, "InPlaceUpdate": 0, "DestructiveUpdate": 0,
                  "Canary": 0, "Preemptions": 0}
-            old_count = len([a for a in self.job_allocs(ns, spec["ID"]) if a["TaskGroup"] == name and a["DesiredStatus"] == "run"])
+            old_count = len([a for a in current if a["TaskGroup"] == name and a["DesiredStatus"] == "run"])
             if change == "destroy":
                 d["Stop"] = old_count
             else:

@@ -198,7 +198,7 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
            ) -> Record:
     """What the sessions (``names`` under ``sessions_root``, or all of them) and the local agents under
     ``agents_root`` made, read from their state directories and this machine before they are destroyed."""
-    rec: Record = {"dirs": [], "owners": [], "session_ids": [], "netns": [], "links": [], "subnets": [],
+    rec: Record = {"dirs": [], "session_ids": [], "netns": [], "links": [], "subnets": [],
                    "addresses": [], "pids": [], "ports": [], "chains": [], "conflists": [], "names": []}
     session_dirs = []
     if sessions_root:
@@ -209,7 +209,6 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
     for d in session_dirs:
         rec["names"].append(os.path.basename(d))
         rec["dirs"].append(d)
-        rec["owners"].append(d)
         info = _read_json(os.path.join(d, "session.json")) or {}
         entries = _journal(os.path.join(d, "journal"))
         begin = next((e for e in entries if e.get("op") == "begin"), {})
@@ -234,7 +233,6 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
         for d in sorted(x for x in glob.glob(os.path.join(os.path.abspath(agents_root), "*")) if os.path.isdir(x)):
             rec["names"].append("agents " + os.path.basename(d))
             rec["dirs"].append(d)
-            rec["owners"].append(d)
             for e in _journal(os.path.join(d, "journal")):
                 if e.get("op") == "netns":
                     rec["netns"] += list(e.get("names") or [])
@@ -313,9 +311,10 @@ def _from_record(rec: Record, now: Snapshot) -> t.List[str]:
     for pid, start in rec["pids"]:
         if start is not None and _proc_starttime(pid) == start:
             left.append("process %d (recorded, still running)" % pid)
-    tags = {"%s=%s" % (OWNER_ENV, o) for o in rec["owners"]} | {"%s=%s" % (SESSION_ENV, s) for s in rec["session_ids"]}
+    # a state directory is also the owner tag of what it runs (_local.state.owner_env)
+    tags = {"%s=%s" % (OWNER_ENV, d) for d in rec["dirs"]} | {"%s=%s" % (SESSION_ENV, s) for s in rec["session_ids"]}
     for proc in now["processes"].values():
-        if tags & set(proc["env"]) or any(d in proc["cmd"] for d in rec["owners"]):
+        if tags & set(proc["env"]) or any(d in proc["cmd"] for d in rec["dirs"]):
             left.append("process %d of the session: %s" % (proc["pid"], proc["cmd"]))
     return left
 

@@ -95,8 +95,7 @@ def test_agents_in_another_form_are_refused(text, why):
 
 def version_1_args(namespace, job, group, p):
     """What a job rendered before version 2 carries (agents as dotted quads joined by ","), signed as it was."""
-    args = dict(p.args(), BAI_V="1", BAI_AGENTS=",".join(p.agents))
-    return dict(args, BAI_MAC=net._hmac_sha256(KEY, net._message(namespace, job, group, args)))
+    return net.signed_args(KEY, namespace, job, group, dict(p.args(), BAI_V="1", BAI_AGENTS=",".join(p.agents)))
 
 
 def test_version_1_args_of_a_running_session_are_still_admitted():

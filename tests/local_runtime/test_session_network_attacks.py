@@ -215,9 +215,22 @@ def _params(w: World, session: str) -> net.NetworkParams:
                              tuple(w.agents[a]["underlay_ip"] for a in order), 1450)
 
 
+KILLED_AT_RENAME = """
+import os, signal
+_rename, _calls = os.replace, [0]
+def _killed_at(src, dst):
+    _calls[0] += 1
+    if _calls[0] == %d:
+        os.kill(os.getpid(), signal.SIGKILL)
+    _rename(src, dst)
+os.replace = _killed_at
+"""
+
+
 def _plugin(w: World, agent: str, command: str, container: str, netns: str, cni_args: str,
-            prev: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
-    """Run the agent's ``backendai`` plugin once, as libcni would (loopback left out)."""
+            prev: dict[str, t.Any] | None = None, killed_at_rename: int = 0) -> dict[str, t.Any]:
+    """Run the agent's ``backendai`` plugin once, as libcni would (loopback left out); with
+    ``killed_at_rename`` N, SIGKILLed when its Nth atomic write is about to rename its temporary file."""
     with open(os.path.join(w.fabric, "cni", agent, "backendai.conflist"), encoding="utf-8") as f:
         conf = json.load(f)
     plugin = dict(conf["plugins"][1], cniVersion=conf["cniVersion"], name=conf["name"])
@@ -226,9 +239,14 @@ def _plugin(w: World, agent: str, command: str, container: str, netns: str, cni_
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_COMMAND": command, "CNI_CONTAINERID": container,
            "CNI_NETNS": "/run/netns/" + netns, "CNI_IFNAME": "eth0", "CNI_ARGS": cni_args,
            "CNI_PATH": os.path.join(w.fabric, "bin") + ":/usr/lib/cni"}
-    proc = subprocess.run(["nsenter", "--net=/run/netns/" + w.agents[agent]["netns"], "--",
-                           os.path.join(w.fabric, "bin", "backendai")], input=json.dumps(plugin), env=env,
-                          capture_output=True, text=True, check=False)
+    argv = [os.path.join(w.fabric, "bin", "backendai")]
+    if killed_at_rename:
+        with open(argv[0], encoding="utf-8") as f:
+            shim = f.read()
+        argv = ["/usr/bin/python3", "-IS", "-c", shim.replace("import _cni_plugin\n", KILLED_AT_RENAME % killed_at_rename
+                                                                + "import _cni_plugin\n")]
+    proc = subprocess.run(["nsenter", "--net=/run/netns/" + w.agents[agent]["netns"], "--"] + argv,
+                          input=json.dumps(plugin), env=env, capture_output=True, text=True, check=False)
     return {"rc": proc.returncode, "out": json.loads(proc.stdout) if proc.stdout.strip() else None, "err": proc.stderr}
 
 
@@ -417,6 +435,36 @@ def test_cni_del_of_every_container_leaves_nothing_on_any_agent(world: World) ->
     rt.destroy_session("sc", w.state_root)  # the containers' processes and namespaces (DEL again: a no-op)
     del w.sessions["sc"]
     assert {a: w.agent_state(a) for a in w.agents} == before
+
+
+@pytest.mark.parametrize("rename", [1, 2], ids=["container-record", "session-record"])
+def test_del_after_add_killed_mid_write_leaves_nothing(world: World, rename: int) -> None:
+    """An ADD SIGKILLed between writing a state file's temporary copy and renaming it (the container's record
+    is the first rename, the new session's the second): the container's DEL still leaves the agent as before."""
+    w, agent = world, "agent3"
+    before = w.agent_state(agent)
+    home = tempfile.mkdtemp(prefix="bai-t-owner-", dir=w.fabric)
+    open(os.path.join(home, "journal"), "w").close()
+    owner = {"state_dir": home, "session_id": str(uuid.uuid4())}
+    params = net.make_params(owner["session_id"], lnet.claim_slot(os.path.join(w.fabric, "slots"), owner, 1100, []),
+                             [w.agents[agent]["underlay_ip"]])
+    name = "bai-t-%s-k%d" % (w.tag, rename)
+    w.made.append(name)
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        args = net.nomad_cni_args(net.job_args(_key(w), "load", "killed", "g", params), "local", "load", "killed", "g",
+                                  str(uuid.uuid4()))
+        killed = _plugin(w, agent, "ADD", name, name, args, killed_at_rename=rename)
+        assert killed["rc"] == -9, killed
+        left = [f for f in w.agent_state(agent)["files"] if f not in before["files"]]
+        assert any(f.endswith(".tmp") for f in left), left  # the kill landed between a write and its rename
+        deleted = _plugin(w, agent, "DEL", name, name, "")
+        assert deleted["rc"] == 0, deleted
+        assert w.agent_state(agent) == before
+    finally:
+        lnet.release_slots(os.path.join(w.fabric, "slots"), owner)
+        shutil.rmtree(home, ignore_errors=True)
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
 # ---------------------------------------------------------------------------- 7. concurrency

@@ -164,6 +164,8 @@ def cni_error(out: str, stderr: bytes) -> str:
 
 
 def write_file(path: str, text: str, mode: int = 0o600) -> None:
+    """``text`` into ``<path>.<pid>.tmp``, renamed over ``path``: a reader sees the old file or the whole new one.
+    A writer killed in between leaves the temporary file; :func:`remove_file` takes it with ``path``."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -184,6 +186,24 @@ def unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def touch(path: str, mode: int = 0o600) -> None:
+    """An empty file at ``path``: made in one step, so it needs no temporary file."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
+
+
+def remove_file(path: str) -> None:
+    """``path`` and the ``<path>.<pid>.tmp`` files of :func:`write_file` calls killed before their rename.
+
+    Only under the agent lock: every write_file call holds it, so no temporary file found then is still being
+    written."""
+    folder, name = os.path.split(path)
+    prefix = name + "."
+    for other in listdir(folder):
+        if other.startswith(prefix) and other.endswith(".tmp") and other[len(prefix):-4].isdigit():
+            unlink(os.path.join(folder, other))
+    unlink(path)
 
 
 def listdir(path: str) -> t.List[str]:

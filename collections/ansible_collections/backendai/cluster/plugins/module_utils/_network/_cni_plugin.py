@@ -158,7 +158,8 @@ def _remove_session(cfg: Config, sid: str) -> None:
     except FileNotFoundError:
         pass
     st = agent.read_json(cfg.path("sessions", sid + ".json"))
-    if not isinstance(st, dict):
+    if not isinstance(st, dict):  # an ADD killed before the session was recorded made nothing but the record
+        agent.remove_file(cfg.path("sessions", sid + ".json"))
         return
     agent.links_down(st)
     agent.rules_down(sid, last_session=len(_sessions(cfg)) == 1)
@@ -170,7 +171,7 @@ def _remove_session(cfg: Config, sid: str) -> None:
             for d in dirs:
                 os.rmdir(os.path.join(root, d))
         os.rmdir(ipam)
-    agent.unlink(cfg.path("sessions", sid + ".json"))
+    agent.remove_file(cfg.path("sessions", sid + ".json"))
 
 
 # ---------------------------------------------------------------------------- delegation
@@ -227,7 +228,7 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
         agent.write_file(cfile, agent.json_dumps({"sid": want["sid"], "ifname": env["CNI_IFNAME"],
                                                   "alloc": adm.alloc_id, "group": adm.group}))
         os.makedirs(cfg.path("sessions", want["sid"] + ".d"), mode=0o700, exist_ok=True)
-        agent.write_file(cfg.path("sessions", want["sid"] + ".d", cid), "")
+        agent.touch(cfg.path("sessions", want["sid"] + ".d", cid))
         try:
             _ensure_session(cfg, want)
         except BaseException:
@@ -251,7 +252,7 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
 def _forget(cfg: Config, cid: str, sid: str) -> None:
     """Under the lock: the container goes; with the session's last container, the session goes."""
     agent.unlink(cfg.path("sessions", sid + ".d", cid))
-    agent.unlink(_container_file(cfg, cid))
+    agent.remove_file(_container_file(cfg, cid))
     if not _members(cfg, sid):
         _remove_session(cfg, sid)
 
@@ -260,8 +261,11 @@ def cmd_del(cfg: Config, env: t.Mapping[str, str]) -> None:
     cid = env.get("CNI_CONTAINERID", "")
     cfile = _container_file(cfg, cid)
     member = agent.read_json(cfile)
-    if not isinstance(member, dict):
-        return  # never added here, or already deleted: DEL is idempotent
+    if not isinstance(member, dict):  # never added here, already deleted, or its ADD killed before the record
+        if any(name.startswith(os.path.basename(cfile) + ".") for name in agent.listdir(os.path.dirname(cfile))):
+            with _locked(cfg):
+                agent.remove_file(cfile)
+        return  # DEL is idempotent
     st = agent.read_json(cfg.path("sessions", member["sid"] + ".json"))
     if isinstance(st, dict):
         denv = dict(env)

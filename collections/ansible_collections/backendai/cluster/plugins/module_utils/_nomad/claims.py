@@ -29,7 +29,7 @@ import typing as t
 from dataclasses import dataclass
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_NAMESPACE, preferred_slot
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_NAMESPACE, network_args, preferred_slot
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import CASConflict, NomadClient
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import SUBNET_PREFIX, VNI_BASE, slot_count
 
@@ -73,14 +73,12 @@ def slot_of_job(job: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[t.Tuple[in
     """(first slot, slots) a rendered job carries (``BAI_VNI``, ``BAI_NET`` of its groups' CNI args), or None
     (none, or groups disagree)."""
     found = set()
-    for group in (job or {}).get("TaskGroups") or []:
-        for network in group.get("Networks") or []:
-            args = (network.get("CNI") or {}).get("Args") or {}
-            try:
-                prefix = ipaddress.IPv4Network(str(args.get("BAI_NET"))).prefixlen
-                found.add((int(str(args.get("BAI_VNI"))) - VNI_BASE, 1 << max(0, SUBNET_PREFIX - prefix)))
-            except ValueError:
-                return None
+    for _group, args in network_args(job):
+        try:
+            prefix = ipaddress.IPv4Network(str(args.get("BAI_NET"))).prefixlen
+            found.add((int(str(args.get("BAI_VNI"))) - VNI_BASE, 1 << max(0, SUBNET_PREFIX - prefix)))
+        except ValueError:
+            return None
     if len(found) != 1:
         return None
     first, slots = found.pop()

@@ -168,16 +168,23 @@ def group_args(rendered: RenderedNetwork, key: t.Optional[bytes], namespace: str
     return args
 
 
+def network_args(job: t.Optional[t.Mapping[str, t.Any]]) -> t.Iterator[t.Tuple[str, t.Mapping[str, t.Any]]]:
+    """(group name, CNI args) of each network of a rendered or registered job (``TaskGroups[].Networks[].CNI.Args``),
+    in order; a network without args gives an empty mapping."""
+    for group in (job or {}).get("TaskGroups") or []:
+        for network in group.get("Networks") or []:
+            yield group.get("Name", ""), (network.get("CNI") or {}).get("Args") or {}
+
+
 def args_version_of_job(job: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[str]:
     """The ``BAI_V`` a rendered job's groups carry, if they agree on one this collection writes; else None."""
-    found = {str(((network.get("CNI") or {}).get("Args") or {}).get("BAI_V"))
-             for group in (job or {}).get("TaskGroups") or [] for network in group.get("Networks") or []}
+    found = {str(args.get("BAI_V")) for _group, args in network_args(job)}
     return found.pop() if len(found) == 1 and found <= set(ARGS_VERSIONS) else None
 
 
 def client_args(job: t.Mapping[str, t.Any], group: str) -> t.Dict[str, str]:
     """A group's CNI args as Nomad's client passes them on to the plugins: as the job has them."""
-    for g in job.get("TaskGroups") or []:
-        if g.get("Name") == group:
-            return dict(((g.get("Networks") or [{}])[0].get("CNI") or {}).get("Args") or {})
+    for name, args in network_args(job):
+        if name == group:
+            return dict(args)
     raise KeyError("job %r has no group %r" % (job.get("ID"), group))

@@ -62,18 +62,6 @@ def test_bad_spec_names_every_field_without_traceback(tmp_path: str) -> None:
     assert os.listdir(tmp_path) == []
 
 
-def read_var_file(path: str) -> dict:
-    import hcl2
-
-    with open(path, encoding="utf-8") as f:
-        parsed = hcl2.loads(f.read())
-    items = parsed["items"][0]
-    heredoc = items["ssh_private_key"]
-    assert heredoc.startswith('"<<EOT\n') and heredoc.endswith('\nEOT"')
-    return {"path": parsed["path"].strip('"'), "private": heredoc[len('"<<EOT\n'):-len('EOT"')],
-            "public": items["ssh_public_key"].strip('"')}
-
-
 def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints_the_commands(
         tmp_path: str, network_key_file: str, shared_dir: str) -> None:
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import preferred_slot
@@ -89,15 +77,16 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     var_file = os.path.join(out, "example-multi.var.hcl")
     assert os.stat(var_file).st_mode & 0o777 == 0o600
-    var = read_var_file(var_file)
-    assert var["path"] == "nomad/jobs/example-multi"
-    assert var["private"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n") and var["public"].startswith("ssh-ed25519 ")
-    for line in var["private"].splitlines()[1:-1]:
+    var = read_var_spec(var_file)
+    assert var["path"] == "nomad/jobs/example-multi" and sorted(var["items"]) == ["ssh_private_key", "ssh_public_key"]
+    private, public = var["items"]["ssh_private_key"], var["items"]["ssh_public_key"]
+    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n") and public.startswith("ssh-ed25519 ")
+    for line in private.splitlines()[1:-1]:
         assert line not in first.stdout + first.stderr
     slot = preferred_slot("default", "example-multi")
     claim_file = os.path.join(out, "example-multi.slot-%d.var.hcl" % slot)
     assert os.stat(claim_file).st_mode & 0o777 == 0o600
-    session_id = derive_session_id("example-multi", var["public"])
+    session_id = derive_session_id("example-multi", public)
     # the claim is the variable _network_claims writes for this session: same path, namespace and items
     assert read_var_spec(claim_file) == {
         "path": "backendai-cluster/network/slots/%d" % slot, "namespace": "default",
@@ -136,7 +125,7 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
             assert problems(f.read()) == [], path
     again = run_playbook("render_session.yml", *args)
     assert again.returncode == 0 and play_stats(again)["changed"] == 0
-    assert read_var_file(var_file) == var  # same keys, same session ID
+    assert read_var_spec(var_file) == var  # same keys, same session ID
     # another slot: its claim replaces the old one's file; JSON variable specs
     moved = run_playbook("render_session.yml", *args, "-e", "network_slot=%d" % ((slot + 7) % 2048),
                          "-e", "secret_format=json")

@@ -32,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
-from revision import checked_out  # noqa: E402  (benchmarks/, the script's own folder)
+from revision import alternately  # noqa: E402  (benchmarks/, the script's own folder)
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import prune_shared_chains  # noqa: E402
 
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
@@ -162,15 +162,9 @@ def _one_run(tree: str, size: int) -> dict[str, Any]:
 
 def compare_against(rev: str, sizes: list[int], repeat: int) -> int:
     """This tree against commit ``rev``, alternately (see the module docstring)."""
-    runs: dict[tuple[str, int], dict[str, list[float]]] = {}
-    with checked_out(rev) as tree:
-        for size in sizes:
-            for _round in range(repeat):
-                for label, where in (("this", REPO), (rev, tree)):
-                    got = _one_run(where, size)
-                    acc = runs.setdefault((label, size), {"up": [], "network": []})
-                    for k in acc:
-                        acc[k] += got[k]
+    rounds = alternately(rev, repeat, lambda tree: {size: _one_run(tree, size) for size in sizes})
+    runs = {(label, size): {k: [x for r in results for x in r[size][k]] for k in ("up", "network")}
+            for label, results in rounds.items() for size in sizes}
     print("%-8s %6s %8s %8s   (median of %d, seconds; alternately)" % ("tree", "N", "up", "network", repeat))
     met = True
     for size in sizes:

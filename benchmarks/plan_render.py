@@ -72,17 +72,12 @@ def _times(tree: str, repeat: int) -> t.Dict[str, float]:
 
 def compare_against(rev: str, rounds: int, repeat: int) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from revision import REPO, checked_out
-    runs: t.Dict[str, t.Dict[str, t.List[float]]] = {"this": {}, rev: {}}
-    with checked_out(rev) as tree:
-        for _round in range(rounds):
-            for label, where in (("this", REPO), (rev, tree)):
-                for strategy, seconds in _times(where, repeat).items():
-                    runs[label].setdefault(strategy, []).append(seconds)
+    from revision import alternately
+    runs = alternately(rev, rounds, lambda tree: _times(tree, repeat))
     print("plan + render, 1,024 containers over 10,000 agents: median of %d rounds (each best of %d), alternately"
           % (rounds, repeat))
     for strategy in ("concentrated", "dispersed"):
-        this, then = statistics.median(runs["this"][strategy]), statistics.median(runs[rev][strategy])
+        this, then = (statistics.median(r[strategy] for r in runs[label]) for label in ("this", rev))
         print("  %-12s this %.3f s  %s %.3f s  ratio %.2f  (target %.2f s: %s)" % (
             strategy, this, rev[:8], then, this / then, TIME_TARGET_S, "met" if this <= TIME_TARGET_S else "NOT met"))
     return 0

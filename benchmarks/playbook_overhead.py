@@ -52,7 +52,6 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.dirname(os.path.abspath(sys.executable))
@@ -115,7 +114,7 @@ class Bench:
         took = time.perf_counter() - start
         if proc.returncode != 0:
             raise RuntimeError("%s failed (rc=%d):\n%s\n%s" % (" ".join(args[:1]), proc.returncode,
-                                                              proc.stdout[-3000:], proc.stderr[-2000:]))
+                                                               proc.stdout[-3000:], proc.stderr[-2000:]))
         return took, proc
 
     def run_empty(self) -> float:

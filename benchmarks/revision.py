@@ -12,7 +12,9 @@ import contextlib
 import os
 import subprocess
 import tempfile
-from typing import Iterator
+from typing import Callable, Dict, Iterator, List, TypeVar
+
+T = TypeVar("T")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,3 +30,14 @@ def checked_out(rev: str) -> Iterator[str]:
     finally:
         subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", tree], check=False)
         os.rmdir(work)
+
+
+def alternately(rev: str, rounds: int, measure: Callable[[str], T]) -> Dict[str, List[T]]:
+    """``measure(tree)`` of this tree, then of commit ``rev``, ``rounds`` times over:
+    ``{"this": [...], rev: [...]}``, one result per round each."""
+    runs: Dict[str, List[T]] = {"this": [], rev: []}
+    with checked_out(rev) as tree:
+        for _round in range(rounds):
+            for label, where in (("this", REPO), (rev, tree)):
+                runs[label].append(measure(where))
+    return runs

@@ -193,16 +193,20 @@ def touch(path: str, mode: int = 0o600) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
 
 
-def remove_file(path: str) -> None:
-    """``path`` and the ``<path>.<pid>.tmp`` files of :func:`write_file` calls killed before their rename.
-
-    Only under the agent lock: every write_file call holds it, so no temporary file found then is still being
-    written."""
+def temp_files(path: str) -> t.List[str]:
+    """The ``<path>.<pid>.tmp`` files beside ``path``: :func:`write_file` calls killed before their rename, or
+    (outside the agent lock) one in progress."""
     folder, name = os.path.split(path)
     prefix = name + "."
-    for other in listdir(folder):
-        if other.startswith(prefix) and other.endswith(".tmp") and other[len(prefix):-4].isdigit():
-            unlink(os.path.join(folder, other))
+    return [os.path.join(folder, other) for other in listdir(folder)
+            if other.startswith(prefix) and other.endswith(".tmp") and other[len(prefix):-4].isdigit()]
+
+
+def remove_file(path: str) -> None:
+    """``path`` and its :func:`temp_files`. Only under the agent lock: every write_file call holds it, so no
+    temporary file found then is still being written."""
+    for tmp in temp_files(path):
+        unlink(tmp)
     unlink(path)
 
 

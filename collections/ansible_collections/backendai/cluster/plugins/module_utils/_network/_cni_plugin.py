@@ -157,21 +157,20 @@ def _remove_session(cfg: Config, sid: str) -> None:
         os.rmdir(cfg.path("sessions", sid + ".d"))
     except FileNotFoundError:
         pass
-    st = agent.read_json(cfg.path("sessions", sid + ".json"))
-    if not isinstance(st, dict):  # an ADD killed before the session was recorded made nothing but the record
-        agent.remove_file(cfg.path("sessions", sid + ".json"))
-        return
-    agent.links_down(st)
-    agent.rules_down(sid, last_session=len(_sessions(cfg)) == 1)
-    ipam = cfg.path("ipam", sid)
-    if os.path.isdir(ipam):
-        for root, dirs, files in os.walk(ipam, topdown=False):
-            for f in files:
-                agent.unlink(os.path.join(root, f))
-            for d in dirs:
-                os.rmdir(os.path.join(root, d))
-        os.rmdir(ipam)
-    agent.remove_file(cfg.path("sessions", sid + ".json"))
+    record = cfg.path("sessions", sid + ".json")
+    st = agent.read_json(record)
+    if isinstance(st, dict):  # else an ADD killed before the session was recorded made nothing but the record
+        agent.links_down(st)
+        agent.rules_down(sid, last_session=len(_sessions(cfg)) == 1)
+        ipam = cfg.path("ipam", sid)
+        if os.path.isdir(ipam):
+            for root, dirs, files in os.walk(ipam, topdown=False):
+                for f in files:
+                    agent.unlink(os.path.join(root, f))
+                for d in dirs:
+                    os.rmdir(os.path.join(root, d))
+            os.rmdir(ipam)
+    agent.remove_file(record)
 
 
 # ---------------------------------------------------------------------------- delegation
@@ -262,7 +261,7 @@ def cmd_del(cfg: Config, env: t.Mapping[str, str]) -> None:
     cfile = _container_file(cfg, cid)
     member = agent.read_json(cfile)
     if not isinstance(member, dict):  # never added here, already deleted, or its ADD killed before the record
-        if any(name.startswith(os.path.basename(cfile) + ".") for name in agent.listdir(os.path.dirname(cfile))):
+        if agent.temp_files(cfile):  # only then: an unknown container's DEL changes nothing on the agent
             with _locked(cfg):
                 agent.remove_file(cfile)
         return  # DEL is idempotent

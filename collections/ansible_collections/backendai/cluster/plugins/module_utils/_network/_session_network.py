@@ -426,10 +426,10 @@ def admit(key: bytes, cni_args: t.Mapping[str, str]) -> Admission:
         raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r: "
                              "their MAC does not match (parameters of another job, or edited ones)" % (job, group, ns))
     try:
-        try:
-            vni, mtu = int(cni_args["BAI_VNI"]), int(cni_args["BAI_MTU"])
-        except ValueError:
-            raise NetworkError("BAI_VNI and BAI_MTU must be integers") from None
+        vni, mtu = int(cni_args["BAI_VNI"]), int(cni_args["BAI_MTU"])
+    except ValueError:
+        raise AdmissionError("BAI_VNI and BAI_MTU must be integers") from None
+    try:
         params = check_params(NetworkParams(cni_args["BAI_SID"], vni, cni_args["BAI_NET"],
                                             decode_agents(cni_args["BAI_AGENTS"], version), mtu))
     except NetworkError as e:

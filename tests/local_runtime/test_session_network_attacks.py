@@ -11,6 +11,7 @@ if the defence were missing rather than the packet being malformed.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -243,8 +244,8 @@ def _plugin(w: World, agent: str, command: str, container: str, netns: str, cni_
     if killed_at_rename:
         with open(argv[0], encoding="utf-8") as f:
             shim = f.read()
-        argv = ["/usr/bin/python3", "-IS", "-c", shim.replace("import _cni_plugin\n", KILLED_AT_RENAME % killed_at_rename
-                                                                + "import _cni_plugin\n")]
+        patched = shim.replace("import _cni_plugin\n", KILLED_AT_RENAME % killed_at_rename + "import _cni_plugin\n")
+        argv = shim.splitlines()[0][2:].split() + ["-c", patched]  # the shim's own interpreter line
     proc = subprocess.run(["nsenter", "--net=/run/netns/" + w.agents[agent]["netns"], "--"] + argv,
                           input=json.dumps(plugin), env=env, capture_output=True, text=True, check=False)
     return {"rc": proc.returncode, "out": json.loads(proc.stdout) if proc.stdout.strip() else None, "err": proc.stderr}
@@ -437,21 +438,37 @@ def test_cni_del_of_every_container_leaves_nothing_on_any_agent(world: World) ->
     assert {a: w.agent_state(a) for a in w.agents} == before
 
 
+@contextlib.contextmanager
+def _claimed_slots(w: World, count: int, start: int) -> t.Iterator[list[tuple[dict[str, str], int]]]:
+    """``count`` owners, each with a slot claimed from ``start`` on; released (and the owners removed) after.
+
+    Owners look alive to claim_slot (a state dir with a journal): a claim whose state dir is gone is stale and
+    taken back, so owner i+1 could take owner i's slot when a slot of the range is busy."""
+    homes = [tempfile.mkdtemp(prefix="bai-t-owner-", dir=w.fabric) for _ in range(count)]
+    owners = [{"state_dir": home, "session_id": str(uuid.uuid4())} for home in homes]
+    try:
+        for home in homes:
+            open(os.path.join(home, "journal"), "w").close()
+        yield [(o, lnet.claim_slot(os.path.join(w.fabric, "slots"), o, start + i, [])) for i, o in enumerate(owners)]
+    finally:
+        for o in owners:
+            lnet.release_slots(os.path.join(w.fabric, "slots"), o)
+        for home in homes:
+            shutil.rmtree(home, ignore_errors=True)
+
+
 @pytest.mark.parametrize("rename", [1, 2], ids=["container-record", "session-record"])
 def test_del_after_add_killed_mid_write_leaves_nothing(world: World, rename: int) -> None:
     """An ADD SIGKILLed between writing a state file's temporary copy and renaming it (the container's record
     is the first rename, the new session's the second): the container's DEL still leaves the agent as before."""
     w, agent = world, "agent3"
     before = w.agent_state(agent)
-    home = tempfile.mkdtemp(prefix="bai-t-owner-", dir=w.fabric)
-    open(os.path.join(home, "journal"), "w").close()
-    owner = {"state_dir": home, "session_id": str(uuid.uuid4())}
-    params = net.make_params(owner["session_id"], lnet.claim_slot(os.path.join(w.fabric, "slots"), owner, 1100, []),
-                             [w.agents[agent]["underlay_ip"]])
     name = "bai-t-%s-k%d" % (w.tag, rename)
     w.made.append(name)
     subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
+    with _claimed_slots(w, 1, 1100) as claims:
+        (owner, slot), = claims
+        params = net.make_params(owner["session_id"], slot, [w.agents[agent]["underlay_ip"]])
         args = net.nomad_cni_args(net.job_args(_key(w), "load", "killed", "g", params), "local", "load", "killed", "g",
                                   str(uuid.uuid4()))
         killed = _plugin(w, agent, "ADD", name, name, args, killed_at_rename=rename)
@@ -461,10 +478,6 @@ def test_del_after_add_killed_mid_write_leaves_nothing(world: World, rename: int
         deleted = _plugin(w, agent, "DEL", name, name, "")
         assert deleted["rc"] == 0, deleted
         assert w.agent_state(agent) == before
-    finally:
-        lnet.release_slots(os.path.join(w.fabric, "slots"), owner)
-        shutil.rmtree(home, ignore_errors=True)
-        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
 # ---------------------------------------------------------------------------- 7. concurrency
@@ -475,43 +488,33 @@ def test_16_concurrent_adds_and_dels_on_one_agent(world: World, sessions: int) -
     agent = "agent3"
     before = w.agent_state(agent)
     key = _key(w)
-    # owners that look alive to claim_slot (a state dir with a journal): a claim whose state dir is gone is
-    # stale and taken back, so owner i+1 could take owner i's slot when a slot of the range is busy
-    homes = [tempfile.mkdtemp(prefix="bai-t-owner-", dir=w.fabric) for _ in range(sessions)]
-    for home in homes:
-        open(os.path.join(home, "journal"), "w").close()
-    owners = [{"state_dir": home, "session_id": str(uuid.uuid4())} for home in homes]
-    slots = [lnet.claim_slot(os.path.join(w.fabric, "slots"), o, 1000 + i, []) for i, o in enumerate(owners)]
-    params = [net.make_params(o["session_id"], s, [w.agents[agent]["underlay_ip"]]) for o, s in zip(owners, slots)]
     names = ["bai-t-%s-%d-c%02d" % (w.tag, sessions, i) for i in range(16)]
     w.made += names
     subprocess.run(["ip", "-batch", "-"], input="".join("netns add %s\n" % n for n in names), text=True, check=True)
-
-    def add(i: int) -> dict[str, t.Any]:
-        p = params[i % sessions]
-        args = net.nomad_cni_args(net.job_args(key, "load", "job%d" % (i % sessions), "g%d" % i, p), "local",
-                                  "load", "job%d" % (i % sessions), "g%d" % i, str(uuid.uuid4()))
-        return _plugin(w, agent, "ADD", names[i], names[i], args)
-
     try:
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            results = list(pool.map(add, range(16)))
-        assert all(r["rc"] == 0 for r in results), [r for r in results if r["rc"]]
-        addresses = [r["out"]["ips"][0]["address"] for r in results]
-        assert len(set(addresses)) == 16
-        # containers of one session reach each other across the bridge
-        first, other = results[0]["out"]["ips"][0]["address"].split("/")[0], names[sessions]
-        lis = Listener(names[0], "tcp", 7000, 4.0)
-        assert _probe(other, first, 7000) == "open"
-        lis.result()
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            dels = list(pool.map(lambda i: _plugin(w, agent, "DEL", names[i], names[i], ""), range(16)))
-        assert all(r["rc"] == 0 for r in dels), [r for r in dels if r["rc"]]
-        assert w.agent_state(agent) == before
+        with _claimed_slots(w, sessions, 1000) as claims:
+            params = [net.make_params(o["session_id"], s, [w.agents[agent]["underlay_ip"]]) for o, s in claims]
+
+            def add(i: int) -> dict[str, t.Any]:
+                p = params[i % sessions]
+                args = net.nomad_cni_args(net.job_args(key, "load", "job%d" % (i % sessions), "g%d" % i, p), "local",
+                                          "load", "job%d" % (i % sessions), "g%d" % i, str(uuid.uuid4()))
+                return _plugin(w, agent, "ADD", names[i], names[i], args)
+
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                results = list(pool.map(add, range(16)))
+            assert all(r["rc"] == 0 for r in results), [r for r in results if r["rc"]]
+            addresses = [r["out"]["ips"][0]["address"] for r in results]
+            assert len(set(addresses)) == 16
+            # containers of one session reach each other across the bridge
+            first, other = results[0]["out"]["ips"][0]["address"].split("/")[0], names[sessions]
+            lis = Listener(names[0], "tcp", 7000, 4.0)
+            assert _probe(other, first, 7000) == "open"
+            lis.result()
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                dels = list(pool.map(lambda i: _plugin(w, agent, "DEL", names[i], names[i], ""), range(16)))
+            assert all(r["rc"] == 0 for r in dels), [r for r in dels if r["rc"]]
+            assert w.agent_state(agent) == before
     finally:
-        for o in owners:
-            lnet.release_slots(os.path.join(w.fabric, "slots"), o)
-        for home in homes:
-            shutil.rmtree(home, ignore_errors=True)
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join("netns del %s\n" % n for n in names), text=True,
                        check=False, capture_output=True)

@@ -10,19 +10,11 @@ import typing as t
 import pytest
 
 import leaks
-from repo_helpers import NOMAD_JOB_LINT, SHARED
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import generate_key
 
 NETWORK_KEY_ENV = NETWORK_ENV["network_key_file"]
-
-
-@pytest.fixture(scope="session")
-def shared_dir() -> str:
-    if not os.path.isfile(NOMAD_JOB_LINT):
-        pytest.fail("../shared/tools/nomad-job-lint is missing: clone the repo with ../shared beside it")
-    return SHARED
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,9 +11,10 @@ import sys
 import typing as t
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.normpath(os.path.join(REPO, os.pardir, "shared"))
 EXAMPLES = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster", "examples")
-NOMAD_JOB_LINT = os.path.join(SHARED, "tools", "nomad-job-lint")
+#: the repository's copy of the Nomad job API schema and its linter (tests/nomad_api_schema/README.md)
+NOMAD_API_SCHEMA_DIR = os.path.join(REPO, "tests", "nomad_api_schema")
+NOMAD_JOB_LINT = os.path.join(NOMAD_API_SCHEMA_DIR, "tools", "nomad-job-lint")
 VENV_BIN = os.path.dirname(sys.executable)
 
 

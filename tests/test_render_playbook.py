@@ -15,7 +15,7 @@ EXAMPLES = ["single-node", "multi-node", "heterogeneous"]
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_render_example_writes_lint_clean_files_idempotently(example: str, tmp_path: str, shared_dir: str) -> None:
+def test_render_example_writes_lint_clean_files_idempotently(example: str, tmp_path: str) -> None:
     args = ["-e", "@examples/%s.yml" % example, "-e", "@examples/agents.yml", "-e", "output_dir=%s" % tmp_path]
     first = run_playbook("render_session.yml", *args)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -63,7 +63,7 @@ def test_bad_spec_names_every_field_without_traceback(tmp_path: str) -> None:
 
 
 def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints_the_commands(
-        tmp_path: str, network_key_file: str, shared_dir: str) -> None:
+        tmp_path: str, network_key_file: str) -> None:
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import preferred_slot
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim
     from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import AdmissionError, read_key

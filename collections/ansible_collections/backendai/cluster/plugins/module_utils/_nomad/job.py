@@ -15,7 +15,14 @@ Shape of the job (one task group per container, named by its hostname, ``Count``
   job grows linearly with the number of containers;
 * the SSH keypair is never in the job: the task renders it at runtime from the secret backend
   (``nomadVar "nomad/jobs/<job>"`` or Vault KV v2) into ``secrets/`` with mode 0600;
-* only main1 publishes ports (sshd and the spec's ``ports``).
+* only main1 publishes ports (sshd and the spec's ``ports``);
+* ``/etc/hosts`` follows the peers: the peers template re-renders when a registration changes (a
+  replaced allocation has a new address) and runs ``_session.hosts.HOSTS_SCRIPT`` in the task
+  (``change_mode = "script"``, Nomad 1.4+), which rewrites the peers block of ``/etc/hosts``;
+* each group's ``disconnect`` block keeps a gang whole through a short node outage (see :data:`DISCONNECT`);
+* the spec's mounts are Nomad host volumes (``volume`` in the group, ``volume_mount`` in the task) that
+  the operator declares on the clients, never docker bind mounts: the docker driver's ``volumes``
+  stays disabled, so no job can bind-mount a host path (see :func:`host_volume_name`).
 
 Every key is one of Nomad's API names (checked against ``nomad-job-lint``). Pure and
 deterministic: the same plan gives the same dict, and :func:`dumps` gives the same bytes.
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import typing as t
 
@@ -43,7 +51,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     session_network,
     session_slots,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import Container, SessionPlan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount
 
 #: Job Meta key that marks jobs made by this collection (``session_info`` finds sessions by it).
 MANAGED_META_KEY = "backendai_cluster_session"
@@ -51,6 +61,8 @@ TF_WORKERS_META_KEY = "BACKENDAI_TF_WORKERS"
 SSH_PORT_META_KEY = "BACKENDAI_SSH_PORT"
 #: The entrypoint script lives once in job Meta; each task renders it with a one-line template.
 ENTRYPOINT_META_KEY = "BACKENDAI_ENTRYPOINT"
+#: The script that rewrites /etc/hosts from the peers file (``_session.hosts``), once in job Meta too.
+HOSTS_SCRIPT_META_KEY = "BACKENDAI_HOSTS_SCRIPT"
 #: Items of the secret (Nomad Variable or Vault KV) the tasks read.
 PRIVATE_KEY_ITEM = "ssh_private_key"
 PUBLIC_KEY_ITEM = "ssh_public_key"
@@ -60,6 +72,25 @@ LOCAL_SUBDIR = "local/backendai"
 
 NANOSECOND = 1
 SECOND = 1000000000 * NANOSECOND
+MINUTE = 60 * SECOND
+
+#: Each group's ``disconnect`` block (api.DisconnectStrategy, api/tasks.go; Nomad 1.8+, the only form
+#: 1.10+ reads). A session is a gang pinned to its agents, so:
+#:
+#: * ``LostAfter`` 5m: when an agent misses its heartbeats, its allocations are "unknown", not lost, for
+#:   5 minutes; a network blip or a restarted Nomad client does not end a training run on every node;
+#: * ``Replace`` false: a replacement could only be placed on the same (unreachable) agent, which the
+#:   ``${node.unique.name}`` constraint pins the group to; it would wait there and race the original;
+#: * ``Reconcile`` keep_original: when the agent is back within that time, the allocation that kept
+#:   running (same network namespace and address, its peers never noticed) is kept.
+#:
+#: After 5 minutes the allocation is lost and Nomad replaces it on the same agent once that is back;
+#: the replacement gets a new address, which reaches every peer's /etc/hosts (the peers template).
+#: ``StopOnClientAfter`` is not set: Nomad refuses it together with ``LostAfter``
+#: (nomad/structs/group.go ``DisconnectStrategy.Validate``).
+DISCONNECT = {"LostAfter": 5 * MINUTE, "Replace": False, "Reconcile": "keep_original"}
+#: The peers template's change script: run in the task (the driver's exec) after every re-render.
+HOSTS_CHANGE_SCRIPT_TIMEOUT = 10 * SECOND
 
 # The entrypoint every container runs: wait until every peer is registered, write /etc/hosts,
 # set up root's SSH client and sshd with the session keypair, then run the user command (or keep
@@ -74,7 +105,7 @@ while [ "$(grep -c . $L/peers 2>/dev/null || true)" -lt "$BACKENDAI_CLUSTER_SIZE
   i=$((i+1)); [ $i -le 1200 ] || { echo "backendai: peers not all registered after 600s" >&2; exit 75; }
   sleep 0.5
 done
-cat $L/peers >> /etc/hosts
+sh $L/hosts.sh $L/peers
 mkdir -p -m 700 /root/.ssh /run/sshd
 install -m 600 $S/id /root/.ssh/id_backendai
 cat $S/id.pub >> /root/.ssh/authorized_keys
@@ -91,6 +122,44 @@ exec "$@"
 """
 
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
+
+#: Nomad host volume names this collection's mounts use start with this (the overlay_agent role
+#: declares them with the same rule).
+HOST_VOLUME_PREFIX = "backendai-"
+
+
+def host_volume_name(source: str) -> str:
+    """The Nomad host volume that serves a spec mount of host path ``source``.
+
+    ``backendai-<slug>-<8 hex of sha256(path)>``, e.g. ``/srv/datasets`` ->
+    ``backendai-srv-datasets-<hash>``: readable, unique per path, and computed the same way by the
+    overlay_agent role, which declares it on each client for every data root it is given
+    (``overlay_agent_data_roots``: ``client { host_volume "<name>" { path = "<root>" } }``). Nomad's
+    ``volume_mount`` has no sub-path (api/tasks.go ``VolumeMount``: Volume, Destination, ReadOnly,
+    PropagationMode, SELinuxLabel), so a mount's source is a whole declared root; a node without the
+    volume is not feasible for the group (scheduler ``HostVolumeChecker``), so an undeclared path
+    leaves the group unplaced instead of reaching the host.
+    """
+    norm = posixpath.normpath(source)
+    slug = re.sub(r"[^a-z0-9]+", "-", norm.lower()).strip("-")[:40] or "root"
+    return "%s%s-%s" % (HOST_VOLUME_PREFIX, slug, hashlib.sha256(norm.encode("utf-8")).hexdigest()[:8])
+
+
+def volume_label(index: int) -> str:
+    """The group's label of the spec's ``index``-th mount (``volume "mount0" {...}``)."""
+    return "mount%d" % index
+
+
+def _volumes(mounts: t.Sequence[Mount]) -> t.Dict[str, t.Dict[str, t.Any]]:
+    """The group's ``volume`` blocks (api.VolumeRequest): one host volume per spec mount."""
+    return {volume_label(i): {"Name": volume_label(i), "Type": "host", "Source": host_volume_name(m.source),
+                              "ReadOnly": m.read_only}
+            for i, m in enumerate(mounts)}
+
+
+def _volume_mounts(mounts: t.Sequence[Mount]) -> t.List[t.Dict[str, t.Any]]:
+    """The task's ``volume_mount`` blocks (api.VolumeMount), read-only where the spec says so."""
+    return [{"Volume": volume_label(i), "Destination": m.target, "ReadOnly": m.read_only} for i, m in enumerate(mounts)]
 
 
 def service_name(job_id: str) -> str:
@@ -124,18 +193,11 @@ def _env(container: Container) -> t.Dict[str, str]:
     return dict(sorted(env.items()))
 
 
-def _driver_config(plan: SessionPlan, container: Container) -> t.Dict[str, t.Any]:
-    spec = plan.spec
+def _driver_config(container: Container) -> t.Dict[str, t.Any]:
     entry = ["/bin/sh", "/%s/entrypoint.sh" % LOCAL_SUBDIR]
     config: t.Dict[str, t.Any] = {"image": container.image, "entrypoint": entry}
     if container.command:
         config["args"] = list(container.command)
-    if spec.mounts:
-        if spec.driver == "podman":
-            config["volumes"] = ["%s:%s%s" % (m.source, m.target, ":ro" if m.read_only else "") for m in spec.mounts]
-        else:
-            config["mount"] = [{"type": "bind", "source": m.source, "target": m.target, "readonly": m.read_only}
-                               for m in spec.mounts]
     return config
 
 
@@ -146,8 +208,12 @@ def _templates(plan: SessionPlan, service: str) -> t.List[t.Dict[str, t.Any]]:
         {"EmbeddedTmpl": _secret_template(plan, PUBLIC_KEY_ITEM), "DestPath": SECRETS_SUBDIR + "/id.pub",
          "Perms": "0644", "ChangeMode": "noop"},
         {"EmbeddedTmpl": PEERS_TEMPLATE % service, "DestPath": LOCAL_SUBDIR + "/peers",
-         "ChangeMode": "noop"},
+         "ChangeMode": "script", "ChangeScript": {
+             "Command": "/bin/sh", "Args": ["/%s/hosts.sh" % LOCAL_SUBDIR, "/%s/peers" % LOCAL_SUBDIR],
+             "Timeout": HOSTS_CHANGE_SCRIPT_TIMEOUT, "FailOnError": False}},
         {"EmbeddedTmpl": '{{ env "NOMAD_META_%s" }}' % ENTRYPOINT_META_KEY, "DestPath": LOCAL_SUBDIR + "/entrypoint.sh", "Perms": "0755",
+         "ChangeMode": "noop"},
+        {"EmbeddedTmpl": '{{ env "NOMAD_META_%s" }}' % HOSTS_SCRIPT_META_KEY, "DestPath": LOCAL_SUBDIR + "/hosts.sh", "Perms": "0755",
          "ChangeMode": "noop"},
     ]
 
@@ -168,18 +234,20 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
     task: t.Dict[str, t.Any] = {
         "Name": TASK_NAME,
         "Driver": spec.driver,
-        "Config": _driver_config(plan, container),
+        "Config": _driver_config(container),
         "Env": _env(container),
         "Resources": resources,
         "Templates": [dict(x) for x in templates],
         "KillTimeout": 10 * SECOND,
     }
+    if spec.mounts:
+        task["VolumeMounts"] = _volume_mounts(spec.mounts)
     if spec.secrets.backend == "vault":
         vault: t.Dict[str, t.Any] = {"ChangeMode": "noop"}
         if spec.secrets.role:
             vault["Role"] = spec.secrets.role
         task["Vault"] = vault
-    return {
+    group: t.Dict[str, t.Any] = {
         "Name": container.hostname,
         "Count": 1,
         "Meta": {"BACKENDAI_CLUSTER_ROLE": container.role, "BACKENDAI_CLUSTER_IDX": str(container.idx),
@@ -191,8 +259,12 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere.
         "RestartPolicy": {"Attempts": 2, "Interval": 300 * SECOND, "Delay": 5 * SECOND, "Mode": "fail"},
         "ReschedulePolicy": {"Attempts": 0, "Unlimited": False},
+        "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }
+    if spec.mounts:
+        group["Volumes"] = _volumes(spec.mounts)
+    return group
 
 
 #: Where the job's page in the Nomad UI points for what the cluster variables mean.
@@ -237,6 +309,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     meta[TF_WORKERS_META_KEY] = tf_workers_json(plan)
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
     meta[ENTRYPOINT_META_KEY] = ENTRYPOINT
+    meta[HOSTS_SCRIPT_META_KEY] = HOSTS_SCRIPT
     meta[MANAGED_META_KEY] = spec.name
     meta["backendai_cluster_service"] = service
     meta["backendai_secrets_backend"] = spec.secrets.backend

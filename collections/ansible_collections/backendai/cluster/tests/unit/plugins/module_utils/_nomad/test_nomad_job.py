@@ -11,10 +11,14 @@ import typing as t
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
+from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
+    DISCONNECT,
     ENTRYPOINT,
+    HOSTS_SCRIPT_META_KEY,
     dumps,
+    host_volume_name,
     register_request,
     render_job,
     service_name,
@@ -113,8 +117,53 @@ def test_gpu_devices_and_driver_config() -> None:
     task = render_job(plan)["TaskGroups"][0]["Tasks"][0]
     assert task["Resources"] == {"CPU": 1000, "MemoryMB": 1024, "Devices": [{"Name": "nvidia/gpu", "Count": 1}]}
     assert task["Config"] == {"image": "python:3.11-slim", "entrypoint": ["/bin/sh", "/local/backendai/entrypoint.sh"],
-                              "args": ["python", "train.py"],
-                              "mount": [{"type": "bind", "source": "/d", "target": "/data", "readonly": True}]}
+                              "args": ["python", "train.py"]}
+
+
+@pytest.mark.parametrize("driver", ["docker", "podman"])
+def test_mounts_are_host_volumes_never_bind_mounts(driver: str) -> None:
+    """A spec mount is a Nomad host volume the operator declared (group ``volume`` + task ``volume_mount``, read-only
+    where the spec says so): no docker ``mount``/``volumes`` in the driver config, so the docker driver's
+    ``volumes`` can stay disabled and no job reaches a host path the operator did not declare."""
+    plan = make_plan(agents_list(("a", 9000, 9000, 0)), cluster_size=2, driver=driver,
+                     mounts=[{"source": "/srv/datasets", "target": "/data", "read_only": True},
+                             {"source": "/srv/scratch/", "target": "/scratch"}])
+    job = render_job(plan)
+    for group in job["TaskGroups"]:
+        assert group["Volumes"] == {
+            "mount0": {"Name": "mount0", "Type": "host", "Source": host_volume_name("/srv/datasets"), "ReadOnly": True},
+            "mount1": {"Name": "mount1", "Type": "host", "Source": host_volume_name("/srv/scratch"), "ReadOnly": False}}
+        task = group["Tasks"][0]
+        assert task["VolumeMounts"] == [{"Volume": "mount0", "Destination": "/data", "ReadOnly": True},
+                                        {"Volume": "mount1", "Destination": "/scratch", "ReadOnly": False}]
+        assert not {"mount", "mounts", "volumes", "volume_driver"} & set(task["Config"])
+    assert "/srv/datasets" not in dumps(job)  # the host path is the operator's declaration, not the job's
+    assert "Volumes" not in render_job(make_plan())["TaskGroups"][0]
+
+
+def test_host_volume_name_is_readable_unique_and_stable() -> None:
+    name = host_volume_name("/srv/datasets/imagenet")
+    assert re.match(r"^backendai-srv-datasets-imagenet-[0-9a-f]{8}$", name), name
+    assert host_volume_name("/srv/datasets/imagenet/") == name  # the same directory
+    assert host_volume_name("/srv/datasets-imagenet") != name  # same slug, another path
+    assert host_volume_name("/") == "backendai-root-" + host_volume_name("/")[-8:]
+
+
+def test_hosts_follow_the_peers() -> None:
+    """The peers template re-renders when a registration changes (a replaced allocation has a new address)
+    and runs the hosts script in the task, which rewrites /etc/hosts: no stale names after a replacement."""
+    job = render_job(make_plan(cluster_size=3))
+    assert job["Meta"][HOSTS_SCRIPT_META_KEY] == HOSTS_SCRIPT
+    assert "sh $L/hosts.sh $L/peers" in ENTRYPOINT and ">> /etc/hosts" not in ENTRYPOINT
+    for group in job["TaskGroups"]:
+        templates = {tpl["DestPath"]: tpl for tpl in group["Tasks"][0]["Templates"]}
+        peers = templates["local/backendai/peers"]
+        assert peers["ChangeMode"] == "script"
+        assert peers["ChangeScript"] == {"Command": "/bin/sh", "Args": ["/local/backendai/hosts.sh", "/local/backendai/peers"],
+                                         "Timeout": 10 * 10 ** 9, "FailOnError": False}
+        script = templates["local/backendai/hosts.sh"]
+        assert script["EmbeddedTmpl"] == '{{ env "NOMAD_META_%s" }}' % HOSTS_SCRIPT_META_KEY
+        assert group["Disconnect"] == DISCONNECT == {"LostAfter": 300 * 10 ** 9, "Replace": False, "Reconcile": "keep_original"}
 
 
 def test_entrypoint_once_in_meta() -> None:

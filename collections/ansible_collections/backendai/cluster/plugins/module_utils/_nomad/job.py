@@ -7,7 +7,8 @@ Shape of the job (one task group per container, named by its hostname, ``Count``
 * pinned to the planned agent with a ``${node.unique.name}`` constraint;
 * network ``cni/backendai`` for every group, with the container's hostname and the session
   network's parameters in ``cni { args }``, signed for this job and group (``_nomad.job_network``);
-  a job constraint keeps Nomad clients older than 1.10 out;
+  job constraints keep out Nomad clients older than 1.10 and clients without the plugin fingerprinted
+  (:data:`PLUGIN_CONSTRAINT`);
 * a Nomad-provider service per container, all under one service name and tagged with the
   hostname, so that one constant template renders every peer's address (``nomadService``);
 * session-wide values (HOSTS, SIZE, REPLICAS, MODE, SESSION_ID, MASTER_*, the TF worker list)
@@ -43,6 +44,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.env imp
     tf_workers_json,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import NETWORK_NAME
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import (
     VERSION_CONSTRAINT,
     JobNetwork,
@@ -122,6 +124,13 @@ exec "$@"
 """
 
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
+
+#: The node attribute a Nomad client sets for the collection's CNI plugin: ``plugins.cni.version.<file name>``
+#: for each executable in its ``cni_path`` that prints a semantic version when run with no arguments
+#: (client/fingerprint/plugins_cni.go, Nomad 1.5+; the plugin does, see ``_network._cni_plugin.main``).
+PLUGIN_ATTRIBUTE = "plugins.cni.version.%s" % NETWORK_NAME
+#: Keeps clients without the plugin out of placement (nomad/structs ``ConstraintAttributeIsSet``).
+PLUGIN_CONSTRAINT = {"LTarget": "${attr.%s}" % PLUGIN_ATTRIBUTE, "Operand": "is_set"}
 
 #: Nomad host volume names this collection's mounts use start with this (the overlay_agent role
 #: declares them with the same rule).
@@ -322,7 +331,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         "UI": job_ui(plan),
         "Meta": dict(sorted(meta.items())),
         # clients older than the minimum do not add Nomad's identity to CNI_ARGS: keep them out
-        "Constraints": [dict(VERSION_CONSTRAINT)],
+        "Constraints": [dict(VERSION_CONSTRAINT), dict(PLUGIN_CONSTRAINT)],
         "TaskGroups": [_group(plan, c, net, network.key if network else None, namespace, templates, service)
                        for c in plan.containers],
     }

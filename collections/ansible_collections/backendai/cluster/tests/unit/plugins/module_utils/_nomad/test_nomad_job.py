@@ -85,7 +85,8 @@ def test_single_node_uses_the_session_network_too() -> None:
     job = render_job(make_plan(cluster_size=3))
     assert {g["Networks"][0]["Mode"] for g in job["TaskGroups"]} == {"cni/backendai"}
     assert job["Datacenters"] == ["dc1"]
-    assert job["Constraints"] == [{"LTarget": "${attr.nomad.version}", "RTarget": ">= 1.10.0", "Operand": "semver"}]
+    assert job["Constraints"] == [{"LTarget": "${attr.nomad.version}", "RTarget": ">= 1.10.0", "Operand": "semver"},
+                                  {"LTarget": "${attr.plugins.cni.version.backendai}", "Operand": "is_set"}]
 
 
 def test_no_secret_in_the_job_and_keys_rendered_at_runtime() -> None:
@@ -199,3 +200,16 @@ def test_service_name_is_a_dns_label(job_id: str) -> None:
     name = service_name(job_id)
     assert re.match(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", name), name
     assert service_name(job_id) == name and service_name(job_id + "y") != name
+
+
+def test_the_planner_and_the_job_agree_on_which_nodes_can_run_a_session() -> None:
+    """``_nomad.nodes`` (loaded by the inventory plugin, so it imports neither the job nor the network code)
+    writes the plugin attribute and the minimum client version out; they are the job's constraints."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job, nodes
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import MIN_NOMAD_VERSION
+
+    assert nodes.PLUGIN_ATTRIBUTE == nomad_job.PLUGIN_ATTRIBUTE and nodes.MIN_CLIENT_VERSION == MIN_NOMAD_VERSION
+    assert [nodes.is_min_version(v) for v in ("1.10.0", "1.10.3", "2.0.6", "v1.10.0+ent", "1.9.7", "1.10.0-rc.1", "", "x")] \
+        == [True, True, True, True, False, False, False, False]
+    assert nodes.duplicate_names([{"Name": "a", "ID": "2"}, {"Name": "a", "ID": "1"}, {"Name": "b", "ID": "3"},
+                                  {"Name": "b", "ID": "4", "Status": "down"}]) == {"a": ["1", "2"]}

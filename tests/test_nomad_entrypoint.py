@@ -30,7 +30,6 @@ import pytest
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
     ENTRYPOINT_META_KEY,
-    HOSTS_SCRIPT_META_KEY,
     LOCAL_SUBDIR,
     render_job,
 )
@@ -103,6 +102,7 @@ def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespac
     addresses = {c.hostname: "10.250.%d.%d" % (int(namespaces.tag[:2], 16), 10 + c.rank) for c in plan.containers}
     peers = "".join("%s %s\n" % (addresses[h], h) for h in plan.hostnames)  # what nomadService renders
     pids: t.Dict[str, int] = {}
+    task_env: t.Dict[str, t.Dict[str, str]] = {}
     for group, container in zip(job["TaskGroups"], plan.containers):
         host = container.hostname
         ns = namespaces.add("baiep%s-%s" % (namespaces.tag, host))
@@ -120,17 +120,18 @@ def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespac
         (root / "secrets/backendai/id.pub").write_text(keys.public_key + "\n")
         (root / "local/backendai/peers").write_text(peers)
         (root / "local/backendai/entrypoint.sh").write_text(meta[ENTRYPOINT_META_KEY])
-        (root / "local/backendai/hosts.sh").write_text(meta[HOSTS_SCRIPT_META_KEY])
         (root / "hosts").write_text("127.0.0.1 localhost\n")
         os.chmod(root / "home", 0o700)
         task = group["Tasks"][0]
         env = {k: META_REF.sub(lambda m: meta[m.group(1)], v) for k, v in task["Env"].items()}
         env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", NOMAD_SECRETS_DIR=str(root / "secrets"),
                    NOMAD_TASK_DIR=str(root / "local"))
+        env.update({"NOMAD_META_" + k: v for k, v in meta.items()})  # Nomad puts every Meta key in the task's env
         # The container: its own hostname, /etc/hosts, /root and /run; then the entrypoint, as Nomad would start it.
         script = ("hostname %s && mount --bind %s /etc/hosts && mount --bind %s /root && mount -t tmpfs tmpfs /run "
                   "&& exec sh %s %s" % (host, root / "hosts", root / "home", root / "local/backendai/entrypoint.sh",
                                          " ".join(task["Config"]["args"])))
+        task_env[host] = env
         proc = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private",
                                  "sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         namespaces.procs.append(proc)
@@ -173,15 +174,16 @@ def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespac
     sh("ip", "netns", "exec", sub2_ns, "ip", "addr", "add", new + "/24", "dev", "eth0")
     quick = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=2")
     assert in_container("main1", *quick, "sub2", "hostname").returncode != 0
-    # ... until Nomad renders the peers template again and runs its change script in each task (the task dir
-    # is /local in a Nomad task, root/local here)
+    # ... until Nomad renders the peers template again and runs its change script in each task, with the task's
+    # environment (the task dir is /local in a Nomad task, root/local here)
     moved = "".join("%s %s\n" % (new if h == "sub2" else addresses[h], h) for h in plan.hostnames)
     for group in job["TaskGroups"]:
         host, root = group["Name"], tmp_path / group["Name"]
         (root / "local/backendai/peers").write_text(moved)
         change = next(x for x in group["Tasks"][0]["Templates"] if x["DestPath"] == LOCAL_SUBDIR + "/peers")["ChangeScript"]
         argv = [change["Command"]] + [a.replace("/local/", str(root / "local") + "/", 1) for a in change["Args"]]
-        got = in_container(host, *argv)
+        got = sh("nsenter", "-t", str(pids[host]), "-m", "-u", "-n", "env", "-i",
+                 *["%s=%s" % kv for kv in task_env[host].items()], *argv, check=False)
         assert got.returncode == 0, got.stderr
     for src in plan.hostnames:
         got = in_container(src, *ssh, "sub2", "cat /proc/sys/kernel/hostname")

@@ -19,7 +19,9 @@ Shape of the job (one task group per container, named by its hostname, ``Count``
 * only main1 publishes ports (sshd and the spec's ``ports``);
 * ``/etc/hosts`` follows the peers: the peers template re-renders when a registration changes (a
   replaced allocation has a new address) and runs ``_session.hosts.HOSTS_SCRIPT`` in the task
-  (``change_mode = "script"``, Nomad 1.4+), which rewrites the peers block of ``/etc/hosts``;
+  (``change_mode = "script"``, Nomad 1.4+), which rewrites the peers block of ``/etc/hosts``; the
+  script is in job Meta once and reaches the task as ``$NOMAD_META_BACKENDAI_HOSTS_SCRIPT`` (Nomad
+  puts every Meta key in the task's environment), so no template per container carries it;
 * each group's ``disconnect`` block keeps a gang whole through a short node outage (see :data:`DISCONNECT`);
 * the spec's mounts are Nomad host volumes (``volume`` in the group, ``volume_mount`` in the task) that
   the operator declares on the clients, never docker bind mounts: the docker driver's ``volumes``
@@ -91,8 +93,14 @@ MINUTE = 60 * SECOND
 #: ``StopOnClientAfter`` is not set: Nomad refuses it together with ``LostAfter``
 #: (nomad/structs/group.go ``DisconnectStrategy.Validate``).
 DISCONNECT = {"LostAfter": 5 * MINUTE, "Replace": False, "Reconcile": "keep_original"}
-#: The peers template's change script: run in the task (the driver's exec) after every re-render.
-HOSTS_CHANGE_SCRIPT_TIMEOUT = 10 * SECOND
+#: The peers template's change script: run in the task (the driver's exec, which runs with the task's
+#: environment) after every re-render; ``$NOMAD_META_...`` without braces is the shell's, not Nomad's
+#: interpolation. Timeout given: a job registered over the HTTP API is not always canonicalized by the api
+#: package (whose default is 5s), and 0 would be no time at all.
+#: (An empty variable would run nothing and succeed: ``test -n`` makes it fail, which Nomad shows as a task event.)
+HOSTS_RUN = 'test -n "$NOMAD_META_{0}" && eval "$NOMAD_META_{0}"'.format(HOSTS_SCRIPT_META_KEY)
+HOSTS_CHANGE_SCRIPT = {"Command": "/bin/sh", "Args": ["-c", HOSTS_RUN, "hosts.sh", "/%s/peers" % LOCAL_SUBDIR],
+                       "Timeout": 10 * SECOND}
 
 # The entrypoint every container runs: wait until every peer is registered, write /etc/hosts,
 # set up root's SSH client and sshd with the session keypair, then run the user command (or keep
@@ -107,7 +115,7 @@ while [ "$(grep -c . $L/peers 2>/dev/null || true)" -lt "$BACKENDAI_CLUSTER_SIZE
   i=$((i+1)); [ $i -le 1200 ] || { echo "backendai: peers not all registered after 600s" >&2; exit 75; }
   sleep 0.5
 done
-sh $L/hosts.sh $L/peers
+sh -c 'test -n "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT" && eval "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT"' hosts.sh $L/peers
 mkdir -p -m 700 /root/.ssh /run/sshd
 install -m 600 $S/id /root/.ssh/id_backendai
 cat $S/id.pub >> /root/.ssh/authorized_keys
@@ -217,12 +225,8 @@ def _templates(plan: SessionPlan, service: str) -> t.List[t.Dict[str, t.Any]]:
         {"EmbeddedTmpl": _secret_template(plan, PUBLIC_KEY_ITEM), "DestPath": SECRETS_SUBDIR + "/id.pub",
          "Perms": "0644", "ChangeMode": "noop"},
         {"EmbeddedTmpl": PEERS_TEMPLATE % service, "DestPath": LOCAL_SUBDIR + "/peers",
-         "ChangeMode": "script", "ChangeScript": {
-             "Command": "/bin/sh", "Args": ["/%s/hosts.sh" % LOCAL_SUBDIR, "/%s/peers" % LOCAL_SUBDIR],
-             "Timeout": HOSTS_CHANGE_SCRIPT_TIMEOUT, "FailOnError": False}},
+         "ChangeMode": "script", "ChangeScript": dict(HOSTS_CHANGE_SCRIPT, Args=list(HOSTS_CHANGE_SCRIPT["Args"]))},
         {"EmbeddedTmpl": '{{ env "NOMAD_META_%s" }}' % ENTRYPOINT_META_KEY, "DestPath": LOCAL_SUBDIR + "/entrypoint.sh", "Perms": "0755",
-         "ChangeMode": "noop"},
-        {"EmbeddedTmpl": '{{ env "NOMAD_META_%s" }}' % HOSTS_SCRIPT_META_KEY, "DestPath": LOCAL_SUBDIR + "/hosts.sh", "Perms": "0755",
          "ChangeMode": "noop"},
     ]
 

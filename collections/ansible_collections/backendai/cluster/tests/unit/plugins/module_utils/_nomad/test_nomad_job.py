@@ -16,6 +16,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import P
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
     DISCONNECT,
     ENTRYPOINT,
+    HOSTS_RUN,
     HOSTS_SCRIPT_META_KEY,
     dumps,
     host_volume_name,
@@ -152,30 +153,20 @@ def test_host_volume_name_is_readable_unique_and_stable() -> None:
 
 def test_hosts_follow_the_peers() -> None:
     """The peers template re-renders when a registration changes (a replaced allocation has a new address)
-    and runs the hosts script in the task, which rewrites /etc/hosts: no stale names after a replacement."""
+    and runs the hosts script in the task, which rewrites /etc/hosts: no stale names after a replacement.
+    The script is in job Meta once; the task has it as $NOMAD_META_BACKENDAI_HOSTS_SCRIPT."""
     job = render_job(make_plan(cluster_size=3))
     assert job["Meta"][HOSTS_SCRIPT_META_KEY] == HOSTS_SCRIPT
-    assert "sh $L/hosts.sh $L/peers" in ENTRYPOINT and ">> /etc/hosts" not in ENTRYPOINT
+    assert "sh -c '%s' hosts.sh $L/peers" % HOSTS_RUN in ENTRYPOINT and ">> /etc/hosts" not in ENTRYPOINT
+    assert dumps(job).count("backendai.cluster peers: begin") == 1  # once, in Meta
     for group in job["TaskGroups"]:
         templates = {tpl["DestPath"]: tpl for tpl in group["Tasks"][0]["Templates"]}
         peers = templates["local/backendai/peers"]
         assert peers["ChangeMode"] == "script"
-        assert peers["ChangeScript"] == {"Command": "/bin/sh", "Args": ["/local/backendai/hosts.sh", "/local/backendai/peers"],
-                                         "Timeout": 10 * 10 ** 9, "FailOnError": False}
-        script = templates["local/backendai/hosts.sh"]
-        assert script["EmbeddedTmpl"] == '{{ env "NOMAD_META_%s" }}' % HOSTS_SCRIPT_META_KEY
+        assert peers["ChangeScript"] == {"Command": "/bin/sh", "Args": ["-c", HOSTS_RUN, "hosts.sh", "/local/backendai/peers"],
+                                         "Timeout": 10 * 10 ** 9}
+        assert "${" not in HOSTS_RUN  # the shell's variable, not Nomad's interpolation
         assert group["Disconnect"] == DISCONNECT == {"LostAfter": 300 * 10 ** 9, "Replace": False, "Reconcile": "keep_original"}
-
-
-def test_entrypoint_once_in_meta() -> None:
-    job = render_job(make_plan(cluster_size=8))
-    assert job["Meta"]["BACKENDAI_ENTRYPOINT"] == ENTRYPOINT
-    assert dumps(job).count("sshd not found") == 1
-
-
-def test_job_type() -> None:
-    assert render_job(make_plan())["Type"] == "batch"
-    assert render_job(make_plan(command=None))["Type"] == "service"
 
 
 def test_pending_plan_is_not_rendered() -> None:

@@ -97,8 +97,9 @@ DISCONNECT = {"LostAfter": 5 * MINUTE, "Replace": False, "Reconcile": "keep_orig
 #: environment) after every re-render; ``$NOMAD_META_...`` without braces is the shell's, not Nomad's
 #: interpolation. Timeout given: a job registered over the HTTP API is not always canonicalized by the api
 #: package (whose default is 5s), and 0 would be no time at all.
-#: (An empty variable would run nothing and succeed: ``test -n`` makes it fail, which Nomad shows as a task event.)
-HOSTS_RUN = 'test -n "$NOMAD_META_{0}" && eval "$NOMAD_META_{0}"'.format(HOSTS_SCRIPT_META_KEY)
+#: (An empty variable would run nothing and succeed: the entrypoint's first run checks it with ``test -n``
+#: and fails the task without it; the change script, in every group, saves those bytes.)
+HOSTS_RUN = 'eval "$NOMAD_META_%s"' % HOSTS_SCRIPT_META_KEY
 HOSTS_CHANGE_SCRIPT = {"Command": "/bin/sh", "Args": ["-c", HOSTS_RUN, "hosts.sh", "/%s/peers" % LOCAL_SUBDIR],
                        "Timeout": 10 * SECOND}
 

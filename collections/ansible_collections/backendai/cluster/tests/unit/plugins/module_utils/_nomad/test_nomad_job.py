@@ -157,7 +157,8 @@ def test_hosts_follow_the_peers() -> None:
     The script is in job Meta once; the task has it as $NOMAD_META_BACKENDAI_HOSTS_SCRIPT."""
     job = render_job(make_plan(cluster_size=3))
     assert job["Meta"][HOSTS_SCRIPT_META_KEY] == HOSTS_SCRIPT
-    assert "sh -c '%s' hosts.sh $L/peers" % HOSTS_RUN in ENTRYPOINT and ">> /etc/hosts" not in ENTRYPOINT
+    assert "sh -c 'test -n \"$NOMAD_META_%s\" && %s' hosts.sh $L/peers" % (HOSTS_SCRIPT_META_KEY, HOSTS_RUN) in ENTRYPOINT
+    assert ">> /etc/hosts" not in ENTRYPOINT
     assert dumps(job).count("backendai.cluster peers: begin") == 1  # once, in Meta
     for group in job["TaskGroups"]:
         templates = {tpl["DestPath"]: tpl for tpl in group["Tasks"][0]["Templates"]}

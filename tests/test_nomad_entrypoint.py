@@ -7,7 +7,10 @@ rendered job it makes a network + mount + UTS namespace, renders the task's file
 templates would (the key pair into ``secrets/``, the peers file that ``nomadService`` would give
 into ``local/``, the entrypoint from job Meta), interpolates ``${NOMAD_META_...}`` into the
 group's Env, and starts the entrypoint. Then it checks the seeds' promises: ``ssh sub1 hostname``
-from main1 with no prompt, every pair, and each ssh shell carrying its container's variables.
+from main1 with no prompt, every pair, and each ssh shell carrying its container's variables. Last,
+a container moves to a new address (as a replaced allocation does): the peers file is rendered again
+and the peers template's change script runs in every task, as Nomad's ``change_mode = "script"``
+would, and ``ssh sub2`` works again from every peer.
 Everything it makes (namespaces, veths, bridge, processes) is removed at the end.
 """
 
@@ -25,7 +28,11 @@ import uuid
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import ENTRYPOINT_META_KEY, render_job
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
+    ENTRYPOINT_META_KEY,
+    LOCAL_SUBDIR,
+    render_job,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
 
@@ -95,6 +102,7 @@ def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespac
     addresses = {c.hostname: "10.250.%d.%d" % (int(namespaces.tag[:2], 16), 10 + c.rank) for c in plan.containers}
     peers = "".join("%s %s\n" % (addresses[h], h) for h in plan.hostnames)  # what nomadService renders
     pids: t.Dict[str, int] = {}
+    task_env: t.Dict[str, t.Dict[str, str]] = {}
     for group, container in zip(job["TaskGroups"], plan.containers):
         host = container.hostname
         ns = namespaces.add("baiep%s-%s" % (namespaces.tag, host))
@@ -118,10 +126,12 @@ def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespac
         env = {k: META_REF.sub(lambda m: meta[m.group(1)], v) for k, v in task["Env"].items()}
         env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", NOMAD_SECRETS_DIR=str(root / "secrets"),
                    NOMAD_TASK_DIR=str(root / "local"))
+        env.update({"NOMAD_META_" + k: v for k, v in meta.items()})  # Nomad puts every Meta key in the task's env
         # The container: its own hostname, /etc/hosts, /root and /run; then the entrypoint, as Nomad would start it.
         script = ("hostname %s && mount --bind %s /etc/hosts && mount --bind %s /root && mount -t tmpfs tmpfs /run "
                   "&& exec sh %s %s" % (host, root / "hosts", root / "home", root / "local/backendai/entrypoint.sh",
                                          " ".join(task["Config"]["args"])))
+        task_env[host] = env
         proc = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private",
                                  "sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         namespaces.procs.append(proc)
@@ -156,3 +166,27 @@ def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespac
         assert {k: shell_env.get(k) for k in expected} == expected
     getent = in_container("sub2", "getent", "hosts", "main1")  # MASTER_ADDR resolves
     assert getent.stdout.split()[0] == addresses["main1"]
+
+    # sub2 is replaced: its new allocation has a new address. Its peers' /etc/hosts still name the old one ...
+    old, new = addresses["sub2"], addresses["sub2"].rsplit(".", 1)[0] + ".200"
+    sub2_ns = "baiep%s-sub2" % namespaces.tag
+    sh("ip", "netns", "exec", sub2_ns, "ip", "addr", "del", old + "/24", "dev", "eth0")
+    sh("ip", "netns", "exec", sub2_ns, "ip", "addr", "add", new + "/24", "dev", "eth0")
+    quick = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=2")
+    assert in_container("main1", *quick, "sub2", "hostname").returncode != 0
+    # ... until Nomad renders the peers template again and runs its change script in each task, with the task's
+    # environment (the task dir is /local in a Nomad task, root/local here)
+    moved = "".join("%s %s\n" % (new if h == "sub2" else addresses[h], h) for h in plan.hostnames)
+    for group in job["TaskGroups"]:
+        host, root = group["Name"], tmp_path / group["Name"]
+        (root / "local/backendai/peers").write_text(moved)
+        change = next(x for x in group["Tasks"][0]["Templates"] if x["DestPath"] == LOCAL_SUBDIR + "/peers")["ChangeScript"]
+        argv = [change["Command"]] + [a.replace("/local/", str(root / "local") + "/", 1) for a in change["Args"]]
+        got = sh("nsenter", "-t", str(pids[host]), "-m", "-u", "-n", "env", "-i",
+                 *["%s=%s" % kv for kv in task_env[host].items()], *argv, check=False)
+        assert got.returncode == 0, got.stderr
+    for src in plan.hostnames:
+        got = in_container(src, *ssh, "sub2", "cat /proc/sys/kernel/hostname")
+        assert (got.returncode, got.stdout.strip()) == (0, "sub2"), (src, got.stderr)
+        hosts = in_container(src, "cat", "/etc/hosts").stdout
+        assert hosts.count(" sub2") == 1 and hosts.startswith("127.0.0.1 localhost\n"), hosts

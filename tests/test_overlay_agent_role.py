@@ -20,6 +20,7 @@ import pytest
 from repo_helpers import REPO, run_playbook
 
 from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_plugin import SHIM
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import host_volume_name
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import read_key, static_conflist
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/portmap"),
@@ -47,9 +48,8 @@ def stats(proc: t.Any) -> t.Dict[str, t.Any]:
     return json.loads(proc.stdout)["stats"]["localhost"]
 
 
-def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path: t.Any) -> None:
-    playbook = tmp_path / "prepare.yml"
-    playbook.write_text(PLAYBOOK)
+def agent_params(tmp_path: t.Any) -> t.Dict[str, t.Any]:
+    """The role's variables with every file it writes under ``tmp_path`` and the sysctls at their current values."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("_session_network.py", "_cni_agent.py"):
@@ -80,9 +80,20 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
         "overlay_agent_sysctl_file": str(tmp_path / "sysctl.d" / "90-backendai-cluster.conf"),
         "overlay_agent_kernel_modules": ["vxlan", "bridge"],
         "overlay_agent_sysctls": {"net.ipv4.ip_forward": forward},
+        "overlay_agent_nomad_config_dir": str(tmp_path / "nomad.d"),
     }
     (tmp_path / "modules-load.d").mkdir()
     (tmp_path / "sysctl.d").mkdir()
+    return params
+
+
+def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path: t.Any) -> None:
+    playbook = tmp_path / "prepare.yml"
+    playbook.write_text(PLAYBOOK)
+    params = agent_params(tmp_path)
+    bin_dir, control_key, agent_key = tmp_path / "bin", tmp_path / "control" / "network.key", tmp_path / "etc" / "network.key"
+    with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
+        forward = f.read().strip()
     args = ["-i", "inventories/localhost.yml", "-e", json.dumps(params)]
 
     check = run_playbook(str(playbook), *args, check=True)
@@ -116,3 +127,36 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
             assert piece not in proc.stdout + proc.stderr
     with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
         assert f.read().strip() == forward
+
+
+def test_data_roots_become_nomad_host_volumes_and_key_paths_are_refused(tmp_path: t.Any) -> None:
+    """The data roots given are declared to the Nomad client as host volumes named as the job renderer names a
+    spec mount's source; a root that is, holds or lies in the key, plugin or state directories is refused and
+    nothing is declared."""
+    hcl2 = pytest.importorskip("hcl2")
+    playbook = tmp_path / "prepare.yml"
+    playbook.write_text(PLAYBOOK)
+    params = agent_params(tmp_path)
+    (tmp_path / "nomad.d").mkdir()
+    data, ro = tmp_path / "srv" / "datasets", tmp_path / "srv" / "Models-2"
+    data.mkdir(parents=True)
+    ro.mkdir()
+    roots = [{"path": str(data)}, {"path": str(ro), "read_only": True}]
+    first = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e", json.dumps(dict(params, overlay_agent_data_roots=roots))])
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    declared = tmp_path / "nomad.d" / "backendai-host-volumes.hcl"
+    volumes = {}
+    for block in hcl2.loads(declared.read_text())["client"][0]["host_volume"]:
+        ((name, body),) = block.items()
+        volumes[name.strip('"')] = (body["path"].strip('"'), body["read_only"])
+    assert volumes == {host_volume_name(str(data)): (str(data), False), host_volume_name(str(ro)): (str(ro), True)}
+
+    for bad in (str(tmp_path / "etc"), str(tmp_path / "etc" / "sub"), str(tmp_path), "/etc", "/run", "/"):
+        refused = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e",
+                                                json.dumps(dict(params, overlay_agent_data_roots=[{"path": bad}]))])
+        assert refused.returncode != 0, bad
+        assert "overlay_agent_data_roots: %s must be an absolute path of plain names" % bad in refused.stdout, refused.stdout[-3000:]
+        assert host_volume_name(str(data)) in declared.read_text()  # the earlier declaration is left as it was
+
+    none = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e", json.dumps(params)])
+    assert none.returncode == 0 and not declared.exists()

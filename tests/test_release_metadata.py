@@ -35,6 +35,13 @@ def test_galaxy_version_is_the_newest_release() -> None:
     assert "example.invalid" not in text and "example.com" not in text
 
 
+def test_the_cni_plugin_carries_the_collection_version() -> None:
+    """Nomad fingerprints the plugin's version (plugins.cni.version.backendai) from what it prints with no arguments."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_plugin import PLUGIN_VERSION
+
+    assert PLUGIN_VERSION == load("galaxy.yml")["version"]
+
+
 def test_changelog_rst_is_what_antsibull_changelog_generates(tmp_path: object) -> None:
     copy = os.path.join(str(tmp_path), "cluster")
     os.makedirs(copy)

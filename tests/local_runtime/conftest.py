@@ -129,6 +129,8 @@ def assert_clean(before: leaks.LeakCheck, state_root: str, sessions: list[dict[s
 
 RUNS_DIR = "/tmp/backendai-cluster-local-tests"
 AGENTS_PREFIX = "agents-"  # state roots of local agents (see test_local_multinode.py)
+#: The tests mount directories of pytest's tmp_path (the runtime mounts only from its mount roots).
+MOUNT_ROOTS = (tempfile.gettempdir(),)
 
 
 def _sweep_stale_runs() -> None:
@@ -199,7 +201,7 @@ def sessions(state_root: str, keypair: tuple[str, str]) -> Iterator[Callable[...
     def create(name: str, **kw: Any) -> dict[str, Any]:
         session = make_session(name, keypair, **kw)
         made.append(session)
-        result = rt.create_session(session, state_root)
+        result = rt.create_session(session, state_root, MOUNT_ROOTS)
         return dict(result, spec=session)
 
     yield create
@@ -219,7 +221,7 @@ _CREATOR = """
 import json, sys
 sys.path.insert(0, %r)
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import create_session
-create_session(json.load(sys.stdin), %r)
+create_session(json.load(sys.stdin), %r, %r)
 """
 
 
@@ -233,7 +235,7 @@ def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> s
     env = dict(os.environ)
     if how == "records":
         env[FAULT_ENV] = "kill:" + arg
-    proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (COLLECTIONS, state_root)], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (COLLECTIONS, state_root, MOUNT_ROOTS)], stdin=subprocess.PIPE,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(session).encode())
@@ -248,4 +250,4 @@ def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> s
 def helpers() -> types.SimpleNamespace:
     """This file's helpers, for the tests (a second ``conftest`` module cannot be imported by name)."""
     return types.SimpleNamespace(collections=COLLECTIONS, make_session=make_session, host_snapshot=host_snapshot,
-                                 assert_clean=assert_clean, ssh=ssh, start_creator=start_creator)
+                                 assert_clean=assert_clean, ssh=ssh, start_creator=start_creator, MOUNT_ROOTS=MOUNT_ROOTS)

@@ -7,6 +7,7 @@ net.ipv4.ip_forward are exactly as before.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -20,8 +21,9 @@ from typing import Any
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
+from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import write_peers
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import is_alive
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import FAULT_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import FAULT_ENV, SessionPaths
 
 HOSTS = ["main1", "sub1", "sub2"]
 
@@ -210,6 +212,29 @@ def test_each_container_has_its_own_home(sessions: Any, helpers: Any) -> None:
     assert os.path.exists(os.path.join(r["state_dir"], "containers", "main1", "home", marker))
 
 
+def test_a_changed_address_reaches_every_peer(sessions: Any) -> None:
+    """The local side of /etc/hosts following the peers: ``write_peers`` (what bring-up writes the peers with)
+    renders the peers file and runs the hosts script a Nomad task runs on a re-rendered peers template; it
+    rewrites the session's hosts file in place, so every running container resolves the new address at once."""
+    r = sessions("peers", size=3)
+    paths = SessionPaths(os.path.dirname(r["state_dir"]), "peers")
+    addresses = {c["hostname"]: c["address"] for c in r["containers"]}
+    inode = os.stat(paths.hosts_file).st_ino
+    moved = dict(addresses, sub2=str(ipaddress.ip_address(addresses["sub2"]) + 100))  # sub2 replaced elsewhere
+    write_peers(paths, moved)
+    for c in r["containers"]:
+        got = subprocess.run(["nsenter", "-t", str(c["pid"]), "-m", "getent", "hosts", "sub2", "main1"],
+                             capture_output=True, text=True, timeout=10, check=False)
+        assert got.stdout.split() == [moved["sub2"], "sub2", addresses["main1"], "main1"], (c["hostname"], got)
+    assert os.stat(paths.hosts_file).st_ino == inode  # rewritten in place: the containers' bind mounts see it
+    with open(paths.hosts_file, encoding="utf-8") as f:
+        text = f.read()
+    write_peers(paths, moved)  # again: the same file
+    with open(paths.hosts_file, encoding="utf-8") as f:
+        assert f.read() == text
+    assert text.startswith("127.0.0.1\tlocalhost\n") and text.count(" sub2\n") == 1
+
+
 def test_destroy_is_idempotent_and_create_refuses_existing(sessions: Any, state_root: str,
                                                            keypair: Any, helpers: Any) -> None:
     sessions("dup", size=2)
@@ -261,7 +286,7 @@ def test_create_failure_rolls_back(records: int, state_root: str, keypair: Any, 
     monkeypatch.setenv(FAULT_ENV, "raise:%d" % records)
     session = helpers.make_session("rollback", keypair, mounts=[{"source": str(tmp_path / "src"), "target": top + "/x"}])
     with pytest.raises(rt.LocalRuntimeError, match=r"fault injected.*\(rolled back\)"):
-        rt.create_session(session, state_root)
+        rt.create_session(session, state_root, helpers.MOUNT_ROOTS)
     assert not os.path.exists(top)
     helpers.assert_clean(before, state_root, [session])
 
@@ -271,7 +296,7 @@ def test_real_start_failure_rolls_back_with_log(state_root: str, keypair: Any, t
     # a directory cannot be bound over a file: the containers' supervisors fail at start-up
     session = helpers.make_session("badmount", keypair, mounts=[{"source": str(tmp_path), "target": "/etc/hostname"}])
     with pytest.raises(rt.LocalRuntimeError, match=r"(?s)exited during start-up.*/etc/hostname.*rolled back"):
-        rt.create_session(session, state_root)
+        rt.create_session(session, state_root, helpers.MOUNT_ROOTS)
     helpers.assert_clean(before, state_root, [session])
 
 
@@ -352,12 +377,14 @@ def test_missing_cni_plugins_named(monkeypatch: pytest.MonkeyPatch, state_root: 
     (lambda s: s["containers"][0].update(agent="node2"), "only runs agent 'local'"),
     (lambda s: s["ssh"].update(port=0), "ssh.port"),
     (lambda s: s.update(mounts=[{"source": "/nonexistent/src", "target": "/x"}]), "does not exist"),
+    (lambda s: s.update(mounts=[{"source": "/usr/share", "target": "/x"}]), r"mounts\[0\]\.source: /usr/share is not under a mount root"),
+    (lambda s: s.update(mounts=[{"source": "/etc", "target": "/x"}]), r"mounts\[0\]\.source: /etc must not be /etc/backendai-cluster"),
 ])
 def test_invalid_session_is_rejected_before_any_change(mutate: Any, match: str, state_root: str,
                                                         keypair: Any, helpers: Any) -> None:
     session = helpers.make_session("valid", keypair)
     mutate(session)
     with pytest.raises(rt.LocalRuntimeError, match=match) as err:
-        rt.create_session(session, state_root)
+        rt.create_session(session, state_root, helpers.MOUNT_ROOTS)
     assert keypair[0].strip() not in str(err.value)
     assert not os.path.exists(state_root)

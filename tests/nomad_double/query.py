@@ -4,8 +4,13 @@
 (``command/agent/http.go`` ``parseBool``), paging tokens (``nomad/state/paginator`` ``CreateIndexAndIDTokenizer``:
 ``<CreateIndex>.<ID>``) and the ``filter`` expression.
 
-What it does not model: go-bexpr beyond ``==``, ``!=``, ``and``, ``or``, ``not`` and parentheses over
-top-level fields (``in``, ``contains``, ``matches``, selectors into nested fields are a 400 here).
+The filter is go-bexpr's ``Field == "v"``, ``!=``, ``"v" in Field`` / ``"v" not in Field`` (a map's keys, a
+list's elements, a string's substrings, as go-bexpr's ``in``), ``and``, ``or``, ``not`` and parentheses over
+top-level fields. Nomad evaluates it against the whole object of the table, not the stub it returns (the
+node list filters full nodes: ``nomad/state/paginator/paginator.go`` evaluates ``raw``, then ``Node.Stub``).
+
+What it does not model: the rest of go-bexpr (``contains``, ``matches``, ``is empty``, selectors into nested
+fields are a 400 here).
 """
 
 from __future__ import annotations
@@ -44,6 +49,13 @@ def token_key(token: str) -> t.Tuple[int, str]:
 _FILTER_TOKEN = re.compile(r'\s*(?:(\()|(\))|(==|!=)|("(?:[^"\\]|\\.)*")|([A-Za-z_][A-Za-z0-9_.]*))')
 
 
+def _member(value: str, field: t.Any) -> bool:
+    """go-bexpr's ``value in field``: a map's keys, a list's elements, a string's substrings."""
+    if isinstance(field, (dict, list, str)):
+        return value in field
+    return False
+
+
 def parse_filter(text: str) -> t.Callable[[t.Mapping[str, t.Any]], bool]:
     """A go-bexpr subset: ``Field == "v"``, ``!=``, ``and``, ``or``, ``not``, parentheses."""
     if not text.strip():
@@ -66,7 +78,7 @@ def parse_filter(text: str) -> t.Callable[[t.Mapping[str, t.Any]], bool]:
             tokens.append(("op", op))
         elif string:
             tokens.append(("str", json.loads(string)))
-        elif ident in ("and", "or", "not"):
+        elif ident in ("and", "or", "not", "in"):
             tokens.append((ident, ident))
         else:
             tokens.append(("id", ident))
@@ -91,6 +103,14 @@ def parse_filter(text: str) -> t.Callable[[t.Mapping[str, t.Any]], bool]:
             inner = disjunction()
             take(")")
             return inner
+        if peek() == "str":  # "value" in Field / "value" not in Field
+            member = take("str")
+            negate = peek() == "not"
+            if negate:
+                take("not")
+            take("in")
+            where = take("id")
+            return lambda item: _member(member, item.get(where)) != negate
         field = take("id")
         op = take("op")
         value = take("str")

@@ -323,7 +323,8 @@ class NomadAPIDouble(HTTPDouble):
             return text_response(405, "Invalid method")
         resources = bool(go_parse_bool("resources", req.q("resources")))
         with_os = bool(go_parse_bool("os", req.q("os")))
-        return self._ok(self.model.node_stubs(req.q("prefix") or "", resources, with_os))
+        matcher = parse_filter(req.q("filter") or "")  # on the whole node, as Nomad's paginator does
+        return self._ok(self.model.node_stubs(req.q("prefix") or "", resources, with_os, matcher))
 
     def _node_specific(self, req: Request, rest: str) -> Response:
         if req.method != "GET":

@@ -7,8 +7,16 @@
 A node going ``down`` makes its live allocations ``lost`` with the description ``nomad/node_endpoint.go``
 uses ("alloc is lost since its node is down").
 
+Fingerprinted attributes follow the client's fingerprinters: ``nomad.version`` (client/fingerprint/nomad.go;
+the stub's ``Version``) and ``plugins.cni.version.<file>`` for each CNI plugin (client/fingerprint/plugins_cni.go,
+Nomad 1.5+: every executable of ``cni_path`` that prints a semantic version when run with no arguments). A
+default node is an agent the overlay_agent role prepared: Nomad 1.10.0 with the ``backendai`` plugin and the
+``backendai`` CNI network (``cni_plugins``, ``cni_networks``, ``nomad_version`` change that). Names need not be
+unique, as in Nomad (node IDs are; here derived from the name and how many nodes of that name exist).
+
 What it does not model: heartbeats and the TTL that marks a node down by itself, drain strategies (``Drain``
-only filters), node events, fingerprinting (the attributes are what the test gave), CSI and host volumes.
+only filters), node events, running the fingerprinters (the attributes are what the test gave), CSI and host
+volumes.
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ class NodesModel(ModelState):
     def add_node(self, name: str, datacenter: t.Optional[str] = None, node_pool: str = "default", node_class: str = "",
                  cpu: int = 4000, memory: int = 8192, disk: int = 50000, cores: t.Optional[int] = None,
                  reserved_cpu: int = 0, reserved_memory: int = 0, reserved_disk: int = 0,
-                 drivers: t.Iterable[str] = ("docker",), cni_plugins: t.Iterable[str] = ("bridge", "host-local", "loopback"),
+                 drivers: t.Iterable[str] = ("docker",),
+                 cni_plugins: t.Iterable[str] = ("backendai", "bridge", "host-local", "loopback", "portmap"),
+                 nomad_version: str = "1.10.0",
                  cni_networks: t.Iterable[str] = ("backendai",), bridge: bool = True,
                  devices: t.Iterable[t.Mapping[str, t.Any]] = (), host_networks: t.Optional[t.Mapping[str, str]] = None,
                  attributes: t.Optional[t.Mapping[str, str]] = None, meta: t.Optional[t.Mapping[str, str]] = None,
@@ -33,12 +43,13 @@ class NodesModel(ModelState):
                  address: t.Optional[str] = None) -> t.Dict[str, t.Any]:
         """Add a client node (Nomad's ``api.Node`` shape). ``devices``: ``{"vendor", "type", "name", "count"}``."""
         with self.lock:
-            node_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "nomad-double-node/" + name))
+            twins = sum(1 for n in self.nodes.values() if n["Name"] == name)
+            node_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "nomad-double-node/" + name + ("/%d" % twins if twins else "")))
             address = address or "10.0.0.%d" % (len(self.nodes) + 10)
             drivers = list(drivers)
             attrs = {
                 "unique.hostname": name, "unique.network.ip-address": address, "kernel.name": "linux",
-                "os.name": "ubuntu", "arch": "amd64", "nomad.version": "1.10.0", "cpu.numcores": str(cores or max(1, cpu // 1000)),
+                "os.name": "ubuntu", "arch": "amd64", "nomad.version": nomad_version, "cpu.numcores": str(cores or max(1, cpu // 1000)),
                 "cpu.totalcompute": str(cpu), "memory.totalbytes": str(memory * 1024 * 1024),
             }
             for plugin in cni_plugins:
@@ -124,8 +135,9 @@ class NodesModel(ModelState):
         return stub
 
 
-    def node_stubs(self, prefix: str, resources: bool, with_os: bool) -> t.List[t.Dict[str, t.Any]]:
-        nodes = sorted((n for n in self.nodes.values() if n["ID"].startswith(prefix)), key=lambda n: n["ID"])
+    def node_stubs(self, prefix: str, resources: bool, with_os: bool,
+                   matcher: t.Callable[[t.Mapping[str, t.Any]], bool] = lambda node: True) -> t.List[t.Dict[str, t.Any]]:
+        nodes = sorted((n for n in self.nodes.values() if n["ID"].startswith(prefix) and matcher(n)), key=lambda n: n["ID"])
         return [self.node_stub(n, resources, with_os) for n in nodes]
 
     def node(self, node_id: str) -> t.Dict[str, t.Any]:

@@ -15,4 +15,14 @@ options:
       - Only used by the local backend.
     type: path
     default: ~/.local/state/backendai-cluster/sessions
+  mount_roots:
+    description:
+      - The only host directories the local backend mounts from. Every C(spec.mounts[].source) must lie under one of them,
+        after symlinks are resolved; anything else is refused before a session is made.
+      - Sources that hold the session network's key, code or state are refused whatever the roots (see
+        C(spec.mounts[].source)), and so are the local backend's own directories (O(state_dir), the local agents' state).
+      - Only used by the local backend when it creates a session.
+    type: list
+    elements: path
+    default: [/srv, /data, /mnt]
 """

@@ -69,12 +69,23 @@ options:
             default: 0
       mounts:
         description:
-          - Host paths mounted in every container. On Nomad the docker driver needs C(volumes { enabled = true }).
+          - Host directories mounted in every container.
+          - On Nomad each mount is a Nomad host volume (C(volume) in the group, C(volume_mount) in the task), never a
+            docker bind mount, so the docker driver's C(volumes) stays disabled. The volume is named after the source
+            (C(backendai-<slug>-<8 hex of sha256(source)>)) and must be declared on the clients, e.g. by the
+            C(backendai.cluster.overlay_agent) role's C(overlay_agent_data_roots); a client without it is not used for
+            the group. Nomad's C(volume_mount) has no sub-path, so the source is a whole declared data root.
+          - On the local backend the source must lie under one of its C(mount_roots) (the option of that name).
         type: list
         elements: dict
         suboptions:
           source:
-            description: Absolute host path, without C(..).
+            description:
+              - Absolute host path, without C(..).
+              - Never the session network's key, code or state, below them or a directory above them
+                (C(/etc/backendai-cluster), C(/usr/lib/backendai-cluster), C(/run/backendai-cluster),
+                C(/run/backendai-cluster-mounts), C(~/.config/backendai-cluster), C(~/.local/state/backendai-cluster)
+                in any home; so neither C(/), C(/etc), C(/run), C(/home) nor a home).
             type: str
             required: true
           target:

@@ -12,6 +12,9 @@ from __future__ import annotations
 DEFAULT_STATE_ROOT = "~/.local/state/backendai-cluster/sessions"
 #: Where the control node keeps the cluster network key (the overlay_agent role makes it there once).
 DEFAULT_NETWORK_KEY_FILE = "~/.config/backendai-cluster/network.key"
+#: The only directories the local backend mounts from (option ``mount_roots``): the usual homes of
+#: shared data, none of which holds the network key or a session's state.
+DEFAULT_MOUNT_ROOTS = ("/srv", "/data", "/mnt")
 
 DEFAULT_NOMAD_ADDR = "http://127.0.0.1:4646"
 DEFAULT_VAULT_ADDR = "http://127.0.0.1:8200"

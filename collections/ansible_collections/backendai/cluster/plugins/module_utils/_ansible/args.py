@@ -31,6 +31,7 @@ from ansible.module_utils.errors import AnsibleFallbackNotFound
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_TRUE
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import (
+    DEFAULT_MOUNT_ROOTS,
     DEFAULT_NETWORK_KEY_FILE,
     DEFAULT_STATE_ROOT,
     DEFAULT_TIMEOUT,
@@ -73,6 +74,7 @@ _VAULT_CONNECTION: t.Dict[str, t.Dict[str, t.Any]] = {
 
 _LOCAL_RUNTIME: t.Dict[str, t.Dict[str, t.Any]] = {
     "state_dir": {"type": "path", "default": DEFAULT_STATE_ROOT},
+    "mount_roots": {"type": "list", "elements": "path", "default": list(DEFAULT_MOUNT_ROOTS)},
 }
 
 _SESSION_NETWORK: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -106,7 +108,7 @@ def vault_connection_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
 
 
 def local_runtime_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
-    """The local backend's state directory (doc fragment ``backendai.cluster.local_runtime``)."""
+    """The local backend's state directory and mount roots (doc fragment ``backendai.cluster.local_runtime``)."""
     return copy.deepcopy(_LOCAL_RUNTIME)
 
 

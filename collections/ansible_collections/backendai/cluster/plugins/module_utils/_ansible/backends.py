@@ -24,7 +24,7 @@ def session_backend(module: ClusterModule, changes: bool = False) -> SessionBack
     if backend_name(module) == LOCAL:
         from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import LocalBackend
 
-        return LocalBackend(p["state_dir"])
+        return LocalBackend(p["state_dir"], p.get("mount_roots"))
 
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend, refuse_all_namespaces
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl

@@ -46,7 +46,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import NAME_RE
-from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_STATE_ROOT
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_MOUNT_ROOTS, DEFAULT_STATE_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     SANE_PATH,
     Journal,
@@ -106,16 +106,18 @@ def _check_environment() -> None:
                                     % (package, tool, SANE_PATH, package))
 
 
-def create_session(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT) -> t.Dict[str, t.Any]:
+def create_session(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT,
+                   mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
     """Bring up a session given as a dict (see ``_local.session.from_raw``); on any failure everything
-    made so far is undone."""
-    return _create(from_raw(session), state_root)
+    made so far is undone. Mount sources must lie under ``mount_roots``."""
+    return _create(from_raw(session, state_root, mount_roots), state_root)
 
 
 def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]],
-                           state_root: str = DEFAULT_STATE_ROOT) -> t.Dict[str, t.Any]:
+                           state_root: str = DEFAULT_STATE_ROOT,
+                           mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
     """Bring up a placed plan (``agents``: name -> local mapping of local agents, None for this machine)."""
-    return _create(from_plan(plan, keys, agents), state_root)
+    return _create(from_plan(plan, keys, agents, state_root, mount_roots), state_root)
 
 
 def _create(spec: t.Dict[str, t.Any], state_root: str) -> t.Dict[str, t.Any]:

@@ -9,7 +9,8 @@ runtime works with and keeps (``session.json``, the journal); it is made once an
 again, since the spec parser validated the names, hostnames, variable names and mount targets.
 
 :func:`from_plan` adds what only this machine can tell (:func:`_prepare`: the runtime's own limits,
-mount sources that exist, local agents that run). :func:`from_raw` is for callers that hand the
+mount sources that exist and lie under the configured mount roots, local agents that run).
+:func:`from_raw` is for callers that hand the
 runtime a dict of their own (its tests, benchmarks): that dict went through no parser, so it is
 checked here, with the spec's own patterns.
 """
@@ -21,13 +22,24 @@ import os
 import typing as t
 import uuid
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local.agents import validate_session_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import (
+    DEFAULT_MOUNT_ROOTS,
+    DEFAULT_NETWORK_KEY_FILE,
+    DEFAULT_STATE_ROOT,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.agents import DEFAULT_AGENTS_ROOT, validate_session_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
-from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import ENV_NAME_RE, HOSTNAME_RE, NAME_RE, kernel_fs
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import (
+    ENV_NAME_RE,
+    HOSTNAME_RE,
+    NAME_RE,
+    kernel_fs,
+    protected_source,
+)
 
 #: The agent a session without local agents runs on: this machine.
 LOCAL_AGENT = "local"
@@ -50,16 +62,52 @@ def session_record(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Map
     }
 
 
-def from_plan(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+def from_plan(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]] = None,
+              state_root: str = DEFAULT_STATE_ROOT, mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
     """The session record of ``plan``, ready for this machine (raises LocalRuntimeError naming what is not)."""
-    return _prepare(session_record(plan, keys, agents))
+    return _prepare(session_record(plan, keys, agents), state_root, mount_roots)
 
 
 def _fail(msg: str) -> LocalRuntimeError:
     return LocalRuntimeError("invalid session: " + msg)
 
 
-def _prepare(session: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def mount_source(index: int, source: str, state_root: str, mount_roots: t.Sequence[str],
+                 agents: t.Mapping[str, t.Any]) -> str:
+    """The real path of mount ``index``'s source, once it is allowed here (LocalRuntimeError naming the field if not).
+
+    Symlinks resolved first, so a link under a root cannot lead out of it: the real path must lie under a
+    mount root (real too), and neither be nor hold nor lie below the network key and state paths
+    (``_session.schema.protected_source``) or this backend's own directories: the sessions' ``state_root``,
+    the local agents' state (their default root and each agent's ``state_dir``) and the control node's key.
+    """
+    where = "mounts[%d].source" % index
+    real = _real(source)
+    guarded = protected_source(real)
+    own = [_real(p) for p in (state_root, DEFAULT_STATE_ROOT, DEFAULT_AGENTS_ROOT, os.path.dirname(DEFAULT_NETWORK_KEY_FILE))]
+    own += [_real(str(a["state_dir"])) for a in agents.values() if isinstance(a, dict) and a.get("state_dir")]
+    guarded = guarded or next((p for p in own if _within(real, p) or _within(p, real)), "")
+    if guarded:
+        raise _fail("%s: %s%s must not be %s, below it or a directory above it: it holds the session network's key "
+                    "or a session's state" % (where, source, "" if real == source else " (really %s)" % real, guarded))
+    roots = [_real(r) for r in mount_roots]
+    if not any(_within(real, r) for r in roots):
+        raise _fail("%s: %s%s is not under a mount root; the local backend mounts only from %s (option mount_roots)"
+                    % (where, source, "" if real == source else " (really %s)" % real,
+                       ", ".join(mount_roots) if mount_roots else "nowhere: mount_roots is empty"))
+    return real
+
+
+def _prepare(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT,
+             mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
     """What the parser cannot know: the runtime's limits, mount sources on this machine, running agents."""
     containers = session["containers"]
     if len(containers) > MAX_CONTAINERS:
@@ -78,20 +126,22 @@ def _prepare(session: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
             raise _fail("container %s is placed on agent %r; the local runtime only runs agent 'local'"
                         % (host, c["agent"]))
     mounts = []
-    for m in session["mounts"]:
+    for i, m in enumerate(session["mounts"]):
         src, dst = m["source"], m["target"]
         if not os.path.exists(src):
             raise _fail("mount source %s does not exist" % src)
-        if not os.path.isdir(src) and not os.path.exists(dst):
+        real = mount_source(i, src, state_root, mount_roots, session["agents"] or {})
+        if not os.path.isdir(real) and not os.path.exists(dst):
             raise _fail("mount source %s is not a directory: its target %s must exist" % (src, dst))
-        mounts.append({"source": os.path.realpath(src), "target": os.path.normpath(dst), "read_only": m["read_only"]})
+        mounts.append({"source": real, "target": os.path.normpath(dst), "read_only": m["read_only"]})
     agents = {}
     if session["agents"]:  # containers behind local agents (multi-node): see _local.network
         agents = validate_session_agents(session["agents"], list(dict.fromkeys(c["agent"] for c in containers)))
     return dict(session, mounts=mounts, agents=agents)
 
 
-def from_raw(session: t.Any) -> t.Dict[str, t.Any]:
+def from_raw(session: t.Any, state_root: str = DEFAULT_STATE_ROOT,
+             mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
     """A session dict from a caller of the runtime itself, checked and normalised (LocalRuntimeError naming the field)."""
     if not isinstance(session, dict):
         raise _fail("expected a dict")
@@ -157,7 +207,8 @@ def from_raw(session: t.Any) -> t.Dict[str, t.Any]:
         mounts.append({"source": src, "target": dst, "read_only": bool(m.get("read_only", False))})
     return _prepare({"name": name, "session_id": session_id, "containers": out, "mounts": mounts,
                      "agents": session.get("agents") or {},
-                     "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}})
+                     "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}},
+                    state_root, mount_roots)
 
 
 def resource_names(paths: SessionPaths, spec: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:

@@ -61,6 +61,14 @@ Config, PluginError = agent.Config, agent.PluginError
 E_ENV, E_CONFIG, E_ADMISSION = agent.E_ENV, agent.E_CONFIG, agent.E_ADMISSION
 E_CONFLICT, E_SYSTEM = agent.E_CONFLICT, agent.E_SYSTEM
 SUPPORTED_VERSIONS = ["0.4.0", "1.0.0"]
+#: The plugin's version: the collection's (tests/test_release_metadata.py checks it against galaxy.yml).
+PLUGIN_VERSION = "0.2.0"
+#: What the plugin prints when run with no CNI_COMMAND, as the reference plugins do (skel's "about"). The Nomad
+#: client runs every executable of its cni_path with no arguments and, from the first word that parses as a
+#: semantic version, sets the node attribute plugins.cni.version.backendai (client/fingerprint/plugins_cni.go,
+#: Nomad 1.5+); a plugin that exits non-zero or prints no version gets no attribute, and the planner and the
+#: job's constraint leave that node out.
+ABOUT = "CNI backendai plugin v%s" % PLUGIN_VERSION
 _ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _ID_CHARS = _ALNUM | frozenset("_.:-")
 _IFNAME_CHARS = _ALNUM | frozenset("_.-")
@@ -305,6 +313,9 @@ def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] 
     try:
         if command == "VERSION":
             _emit(agent.json_dumps({"cniVersion": version, "supportedVersions": SUPPORTED_VERSIONS}))
+            return 0
+        if not command:
+            sys.stderr.write(ABOUT + "\n")
             return 0
         try:
             conf = agent.json_loads((stdin or sys.stdin).read())

@@ -251,10 +251,14 @@ class NomadClient:
         return tail_lines(text or "", lines)
 
     # Nodes ------------------------------------------------------------------------------------
-    def list_nodes(self, prefix: t.Optional[str] = None, resources: bool = False) -> t.List[t.Dict[str, t.Any]]:
-        """``GET /v1/nodes``: node stubs (``NodeResources``/``ReservedResources`` only with ``resources``)."""
+    def list_nodes(self, prefix: t.Optional[str] = None, resources: bool = False,
+                   filter_expr: str = "") -> t.List[t.Dict[str, t.Any]]:
+        """``GET /v1/nodes``: node stubs (``NodeResources``/``ReservedResources`` only with ``resources``); with
+        ``filter_expr``, only the nodes that Nomad's filter (go-bexpr over the whole node, not the stub:
+        ``nomad/state/paginator``) lets through."""
         return self._call("listing nodes", lambda: self._nodes.get_nodes(prefix=prefix or None,
-                                                                         resources=True if resources else None))
+                                                                         resources=True if resources else None,
+                                                                         filter_=filter_expr or None))
 
     def node(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
         """``GET /v1/node/:id``: the full node (NodeResources, ReservedResources, Drivers, Attributes, ...)."""

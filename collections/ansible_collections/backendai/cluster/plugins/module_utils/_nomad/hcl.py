@@ -20,8 +20,9 @@ Two places where HCL cannot spell the JSON one-to-one, both equivalent for Nomad
 
 * ``Meta`` and ``Env`` keys that are not plain identifiers (``a.b``, ``x-y``) use map assignment
   (``meta = { "a.b" = "x" }``), which Nomad's jobspec2 accepts for ``meta`` and ``env``;
-* driver ``Config`` is free-form: lists of maps become repeated blocks, and the docker driver's
-  ``mount`` list is written as ``mount { ... }`` blocks, which Nomad stores as ``Config.mount``.
+* driver ``Config`` is free-form: lists of maps become repeated blocks (``x { ... }``), which Nomad
+  stores as ``Config.x``;
+* the group's ``Volumes`` (a map of label -> volume in JSON) are ``volume "<label>" { ... }`` blocks.
 
 Pure, deterministic (struct fields in table order, maps in their given order), stdlib only.
 """
@@ -35,6 +36,7 @@ import typing as t
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.jobspec import (
     ATTR,
     BLOCK,
+    BLOCK_MAP,
     BLOCKS,
     CONFIG,
     CONFIG_BLOCK_NAMES,
@@ -292,6 +294,16 @@ def _body(lines: t.List[str], depth: int, struct: str, value: t.Mapping[str, t.A
                     if not isinstance(element, dict):
                         raise ValueError("%s: expected a %s object, got %r" % (element_at, field.struct, element))
                     _plain_block(lines, depth, field, element, element_at)
+        elif field.kind == BLOCK_MAP:
+            if not isinstance(item, dict):
+                raise ValueError("%s: expected a map of %s objects, got %r" % (at, field.struct, item))
+            key = next(k for k, f in STRUCTS[field.struct].items() if f.kind == LABEL)
+            for name, element in item.items():
+                element_at = "%s[%s]" % (at, quote(str(name)))
+                if not isinstance(element, dict) or element.get(key) != name:
+                    raise ValueError("%s: expected a %s object whose %s is its key %r, got %r"
+                                     % (element_at, field.struct, key, name, element))
+                _struct(lines, depth, field.struct, element, element_at)
         elif field.kind == CONFIG:
             if not isinstance(item, dict):
                 raise ValueError("%s: expected a map, got %r" % (at, item))

@@ -7,7 +7,8 @@ Shape of the job (one task group per container, named by its hostname, ``Count``
 * pinned to the planned agent with a ``${node.unique.name}`` constraint;
 * network ``cni/backendai`` for every group, with the container's hostname and the session
   network's parameters in ``cni { args }``, signed for this job and group (``_nomad.job_network``);
-  a job constraint keeps Nomad clients older than 1.10 out;
+  job constraints keep out Nomad clients older than 1.10 and clients without the plugin fingerprinted
+  (:data:`PLUGIN_CONSTRAINT`);
 * a Nomad-provider service per container, all under one service name and tagged with the
   hostname, so that one constant template renders every peer's address (``nomadService``);
 * session-wide values (HOSTS, SIZE, REPLICAS, MODE, SESSION_ID, MASTER_*, the TF worker list)
@@ -15,7 +16,16 @@ Shape of the job (one task group per container, named by its hostname, ``Count``
   job grows linearly with the number of containers;
 * the SSH keypair is never in the job: the task renders it at runtime from the secret backend
   (``nomadVar "nomad/jobs/<job>"`` or Vault KV v2) into ``secrets/`` with mode 0600;
-* only main1 publishes ports (sshd and the spec's ``ports``).
+* only main1 publishes ports (sshd and the spec's ``ports``);
+* ``/etc/hosts`` follows the peers: the peers template re-renders when a registration changes (a
+  replaced allocation has a new address) and runs ``_session.hosts.HOSTS_SCRIPT`` in the task
+  (``change_mode = "script"``, Nomad 1.4+), which rewrites the peers block of ``/etc/hosts``; the
+  script is in job Meta once and reaches the task as ``$NOMAD_META_BACKENDAI_HOSTS_SCRIPT`` (Nomad
+  puts every Meta key in the task's environment), so no template per container carries it;
+* each group's ``disconnect`` block keeps a gang whole through a short node outage (see :data:`DISCONNECT`);
+* the spec's mounts are Nomad host volumes (``volume`` in the group, ``volume_mount`` in the task) that
+  the operator declares on the clients, never docker bind mounts: the docker driver's ``volumes``
+  stays disabled, so no job can bind-mount a host path (see :func:`host_volume_name`).
 
 Every key is one of Nomad's API names (checked against ``nomad-job-lint``). Pure and
 deterministic: the same plan gives the same dict, and :func:`dumps` gives the same bytes.
@@ -25,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import typing as t
 
@@ -35,6 +46,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.env imp
     tf_workers_json,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import NETWORK_NAME
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import (
     VERSION_CONSTRAINT,
     JobNetwork,
@@ -43,7 +55,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     session_network,
     session_slots,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import Container, SessionPlan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount
 
 #: Job Meta key that marks jobs made by this collection (``session_info`` finds sessions by it).
 MANAGED_META_KEY = "backendai_cluster_session"
@@ -51,6 +65,8 @@ TF_WORKERS_META_KEY = "BACKENDAI_TF_WORKERS"
 SSH_PORT_META_KEY = "BACKENDAI_SSH_PORT"
 #: The entrypoint script lives once in job Meta; each task renders it with a one-line template.
 ENTRYPOINT_META_KEY = "BACKENDAI_ENTRYPOINT"
+#: The script that rewrites /etc/hosts from the peers file (``_session.hosts``), once in job Meta too.
+HOSTS_SCRIPT_META_KEY = "BACKENDAI_HOSTS_SCRIPT"
 #: Items of the secret (Nomad Variable or Vault KV) the tasks read.
 PRIVATE_KEY_ITEM = "ssh_private_key"
 PUBLIC_KEY_ITEM = "ssh_public_key"
@@ -60,6 +76,32 @@ LOCAL_SUBDIR = "local/backendai"
 
 NANOSECOND = 1
 SECOND = 1000000000 * NANOSECOND
+MINUTE = 60 * SECOND
+
+#: Each group's ``disconnect`` block (api.DisconnectStrategy, api/tasks.go; Nomad 1.8+, the only form
+#: 1.10+ reads). A session is a gang pinned to its agents, so:
+#:
+#: * ``LostAfter`` 5m: when an agent misses its heartbeats, its allocations are "unknown", not lost, for
+#:   5 minutes; a network blip or a restarted Nomad client does not end a training run on every node;
+#: * ``Replace`` false: a replacement could only be placed on the same (unreachable) agent, which the
+#:   ``${node.unique.name}`` constraint pins the group to; it would wait there and race the original;
+#: * ``Reconcile`` keep_original: when the agent is back within that time, the allocation that kept
+#:   running (same network namespace and address, its peers never noticed) is kept.
+#:
+#: After 5 minutes the allocation is lost and Nomad replaces it on the same agent once that is back;
+#: the replacement gets a new address, which reaches every peer's /etc/hosts (the peers template).
+#: ``StopOnClientAfter`` is not set: Nomad refuses it together with ``LostAfter``
+#: (nomad/structs/group.go ``DisconnectStrategy.Validate``).
+DISCONNECT = {"LostAfter": 5 * MINUTE, "Replace": False, "Reconcile": "keep_original"}
+#: The peers template's change script: run in the task (the driver's exec, which runs with the task's
+#: environment) after every re-render; ``$NOMAD_META_...`` without braces is the shell's, not Nomad's
+#: interpolation. Timeout given: a job registered over the HTTP API is not always canonicalized by the api
+#: package (whose default is 5s), and 0 would be no time at all.
+#: (An empty variable would run nothing and succeed: the entrypoint's first run checks it with ``test -n``
+#: and fails the task without it; the change script, in every group, saves those bytes.)
+HOSTS_RUN = 'eval "$NOMAD_META_%s"' % HOSTS_SCRIPT_META_KEY
+HOSTS_CHANGE_SCRIPT = {"Command": "/bin/sh", "Args": ["-c", HOSTS_RUN, "hosts.sh", "/%s/peers" % LOCAL_SUBDIR],
+                       "Timeout": 10 * SECOND}
 
 # The entrypoint every container runs: wait until every peer is registered, write /etc/hosts,
 # set up root's SSH client and sshd with the session keypair, then run the user command (or keep
@@ -74,7 +116,7 @@ while [ "$(grep -c . $L/peers 2>/dev/null || true)" -lt "$BACKENDAI_CLUSTER_SIZE
   i=$((i+1)); [ $i -le 1200 ] || { echo "backendai: peers not all registered after 600s" >&2; exit 75; }
   sleep 0.5
 done
-cat $L/peers >> /etc/hosts
+sh -c 'test -n "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT" && eval "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT"' hosts.sh $L/peers
 mkdir -p -m 700 /root/.ssh /run/sshd
 install -m 600 $S/id /root/.ssh/id_backendai
 cat $S/id.pub >> /root/.ssh/authorized_keys
@@ -91,6 +133,51 @@ exec "$@"
 """
 
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
+
+#: The node attribute a Nomad client sets for the collection's CNI plugin: ``plugins.cni.version.<file name>``
+#: for each executable in its ``cni_path`` that prints a semantic version when run with no arguments
+#: (client/fingerprint/plugins_cni.go, Nomad 1.5+; the plugin does, see ``_network._cni_plugin.main``).
+PLUGIN_ATTRIBUTE = "plugins.cni.version.%s" % NETWORK_NAME
+#: Keeps clients without the plugin out of placement (nomad/structs ``ConstraintAttributeIsSet``).
+PLUGIN_CONSTRAINT = {"LTarget": "${attr.%s}" % PLUGIN_ATTRIBUTE, "Operand": "is_set"}
+
+#: Nomad host volume names this collection's mounts use start with this (the overlay_agent role
+#: declares them with the same rule).
+HOST_VOLUME_PREFIX = "backendai-"
+
+
+def host_volume_name(source: str) -> str:
+    """The Nomad host volume that serves a spec mount of host path ``source``.
+
+    ``backendai-<slug>-<8 hex of sha256(path)>``, e.g. ``/srv/datasets`` ->
+    ``backendai-srv-datasets-<hash>``: readable, unique per path, and computed the same way by the
+    overlay_agent role, which declares it on each client for every data root it is given
+    (``overlay_agent_data_roots``: ``client { host_volume "<name>" { path = "<root>" } }``). Nomad's
+    ``volume_mount`` has no sub-path (api/tasks.go ``VolumeMount``: Volume, Destination, ReadOnly,
+    PropagationMode, SELinuxLabel), so a mount's source is a whole declared root; a node without the
+    volume is not feasible for the group (scheduler ``HostVolumeChecker``), so an undeclared path
+    leaves the group unplaced instead of reaching the host.
+    """
+    norm = posixpath.normpath(source)
+    slug = re.sub(r"[^a-z0-9]+", "-", norm.lower()).strip("-")[:40] or "root"
+    return "%s%s-%s" % (HOST_VOLUME_PREFIX, slug, hashlib.sha256(norm.encode("utf-8")).hexdigest()[:8])
+
+
+def volume_label(index: int) -> str:
+    """The group's label of the spec's ``index``-th mount (``volume "mount0" {...}``)."""
+    return "mount%d" % index
+
+
+def _volumes(mounts: t.Sequence[Mount]) -> t.Dict[str, t.Dict[str, t.Any]]:
+    """The group's ``volume`` blocks (api.VolumeRequest): one host volume per spec mount."""
+    return {volume_label(i): {"Name": volume_label(i), "Type": "host", "Source": host_volume_name(m.source),
+                              "ReadOnly": m.read_only}
+            for i, m in enumerate(mounts)}
+
+
+def _volume_mounts(mounts: t.Sequence[Mount]) -> t.List[t.Dict[str, t.Any]]:
+    """The task's ``volume_mount`` blocks (api.VolumeMount), read-only where the spec says so."""
+    return [{"Volume": volume_label(i), "Destination": m.target, "ReadOnly": m.read_only} for i, m in enumerate(mounts)]
 
 
 def service_name(job_id: str) -> str:
@@ -124,18 +211,11 @@ def _env(container: Container) -> t.Dict[str, str]:
     return dict(sorted(env.items()))
 
 
-def _driver_config(plan: SessionPlan, container: Container) -> t.Dict[str, t.Any]:
-    spec = plan.spec
+def _driver_config(container: Container) -> t.Dict[str, t.Any]:
     entry = ["/bin/sh", "/%s/entrypoint.sh" % LOCAL_SUBDIR]
     config: t.Dict[str, t.Any] = {"image": container.image, "entrypoint": entry}
     if container.command:
         config["args"] = list(container.command)
-    if spec.mounts:
-        if spec.driver == "podman":
-            config["volumes"] = ["%s:%s%s" % (m.source, m.target, ":ro" if m.read_only else "") for m in spec.mounts]
-        else:
-            config["mount"] = [{"type": "bind", "source": m.source, "target": m.target, "readonly": m.read_only}
-                               for m in spec.mounts]
     return config
 
 
@@ -146,7 +226,7 @@ def _templates(plan: SessionPlan, service: str) -> t.List[t.Dict[str, t.Any]]:
         {"EmbeddedTmpl": _secret_template(plan, PUBLIC_KEY_ITEM), "DestPath": SECRETS_SUBDIR + "/id.pub",
          "Perms": "0644", "ChangeMode": "noop"},
         {"EmbeddedTmpl": PEERS_TEMPLATE % service, "DestPath": LOCAL_SUBDIR + "/peers",
-         "ChangeMode": "noop"},
+         "ChangeMode": "script", "ChangeScript": dict(HOSTS_CHANGE_SCRIPT, Args=list(HOSTS_CHANGE_SCRIPT["Args"]))},
         {"EmbeddedTmpl": '{{ env "NOMAD_META_%s" }}' % ENTRYPOINT_META_KEY, "DestPath": LOCAL_SUBDIR + "/entrypoint.sh", "Perms": "0755",
          "ChangeMode": "noop"},
     ]
@@ -168,18 +248,20 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
     task: t.Dict[str, t.Any] = {
         "Name": TASK_NAME,
         "Driver": spec.driver,
-        "Config": _driver_config(plan, container),
+        "Config": _driver_config(container),
         "Env": _env(container),
         "Resources": resources,
         "Templates": [dict(x) for x in templates],
         "KillTimeout": 10 * SECOND,
     }
+    if spec.mounts:
+        task["VolumeMounts"] = _volume_mounts(spec.mounts)
     if spec.secrets.backend == "vault":
         vault: t.Dict[str, t.Any] = {"ChangeMode": "noop"}
         if spec.secrets.role:
             vault["Role"] = spec.secrets.role
         task["Vault"] = vault
-    return {
+    group: t.Dict[str, t.Any] = {
         "Name": container.hostname,
         "Count": 1,
         "Meta": {"BACKENDAI_CLUSTER_ROLE": container.role, "BACKENDAI_CLUSTER_IDX": str(container.idx),
@@ -191,8 +273,12 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere.
         "RestartPolicy": {"Attempts": 2, "Interval": 300 * SECOND, "Delay": 5 * SECOND, "Mode": "fail"},
         "ReschedulePolicy": {"Attempts": 0, "Unlimited": False},
+        "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }
+    if spec.mounts:
+        group["Volumes"] = _volumes(spec.mounts)
+    return group
 
 
 #: Where the job's page in the Nomad UI points for what the cluster variables mean.
@@ -237,6 +323,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     meta[TF_WORKERS_META_KEY] = tf_workers_json(plan)
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
     meta[ENTRYPOINT_META_KEY] = ENTRYPOINT
+    meta[HOSTS_SCRIPT_META_KEY] = HOSTS_SCRIPT
     meta[MANAGED_META_KEY] = spec.name
     meta["backendai_cluster_service"] = service
     meta["backendai_secrets_backend"] = spec.secrets.backend
@@ -249,7 +336,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         "UI": job_ui(plan),
         "Meta": dict(sorted(meta.items())),
         # clients older than the minimum do not add Nomad's identity to CNI_ARGS: keep them out
-        "Constraints": [dict(VERSION_CONSTRAINT)],
+        "Constraints": [dict(VERSION_CONSTRAINT), dict(PLUGIN_CONSTRAINT)],
         "TaskGroups": [_group(plan, c, net, network.key if network else None, namespace, templates, service)
                        for c in plan.containers],
     }

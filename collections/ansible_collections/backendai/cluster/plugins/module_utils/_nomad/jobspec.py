@@ -19,6 +19,7 @@ MAP = "map"  # map[string]string (meta, env): a block, or map assignment for non
 MAP_ATTR = "map_attr"  # map[string]string that the jobspec takes only as an attribute (cni's ``args = {...}``)
 BLOCK = "block"  # one nested struct, as a block
 BLOCKS = "blocks"  # a list of structs, as repeated blocks (labelled when the struct has a LABEL)
+BLOCK_MAP = "block_map"  # a map of label -> labelled struct (the group's Volumes), as repeated labelled blocks
 CONFIG = "config"  # free-form driver config
 
 
@@ -58,9 +59,24 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
         "Constraints": Field("constraint", BLOCKS, "Constraint"),
         "Networks": Field("network", BLOCKS, "NetworkResource"),
         "Services": Field("service", BLOCKS, "Service"),
+        "Volumes": Field("volume", BLOCK_MAP, "VolumeRequest"),
         "RestartPolicy": Field("restart", BLOCK, "RestartPolicy"),
         "ReschedulePolicy": Field("reschedule", BLOCK, "ReschedulePolicy"),
+        "Disconnect": Field("disconnect", BLOCK, "DisconnectStrategy"),
         "Tasks": Field("task", BLOCKS, "Task"),
+    },
+    "VolumeRequest": {
+        # api.VolumeRequest: Name `hcl:"name,label"`
+        "Name": Field("volume", LABEL),
+        "Type": Field("type", ATTR),
+        "Source": Field("source", ATTR),
+        "ReadOnly": Field("read_only", ATTR),
+    },
+    "DisconnectStrategy": {
+        "LostAfter": Field("lost_after", DURATION),
+        "StopOnClientAfter": Field("stop_on_client_after", DURATION),
+        "Replace": Field("replace", ATTR),
+        "Reconcile": Field("reconcile", ATTR),
     },
     "JobUIConfig": {
         "Description": Field("description", ATTR),
@@ -125,8 +141,16 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
         "Meta": Field("meta", MAP),
         "Constraints": Field("constraint", BLOCKS, "Constraint"),
         "Resources": Field("resources", BLOCK, "Resources"),
+        "VolumeMounts": Field("volume_mount", BLOCKS, "VolumeMount"),
         "Templates": Field("template", BLOCKS, "Template"),
         "Vault": Field("vault", BLOCK, "Vault"),
+    },
+    "VolumeMount": {
+        "Volume": Field("volume", ATTR),
+        "Destination": Field("destination", ATTR),
+        "ReadOnly": Field("read_only", ATTR),
+        "PropagationMode": Field("propagation_mode", ATTR),
+        "SELinuxLabel": Field("selinux_label", ATTR),
     },
     "Resources": {
         "CPU": Field("cpu", ATTR),
@@ -147,12 +171,20 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
         "Gid": Field("gid", ATTR),
         "ChangeMode": Field("change_mode", ATTR),
         "ChangeSignal": Field("change_signal", ATTR),
+        "ChangeScript": Field("change_script", BLOCK, "ChangeScript"),
         "Splay": Field("splay", DURATION),
         "Envvars": Field("env", ATTR),
         "LeftDelim": Field("left_delimiter", ATTR),
         "RightDelim": Field("right_delimiter", ATTR),
         "ErrMissingKey": Field("error_on_missing_key", ATTR),
         "EmbeddedTmpl": Field("data", ATTR),
+    },
+    "ChangeScript": {
+        "Command": Field("command", ATTR),
+        "Args": Field("args", LIST),
+        "Timeout": Field("timeout", DURATION),
+        "FailOnError": Field("fail_on_error", ATTR),
+        "RunOnFirstRender": Field("run_on_first_render", ATTR),
     },
     "Vault": {
         "Role": Field("role", ATTR),
@@ -166,6 +198,6 @@ STRUCTS: t.Dict[str, t.Dict[str, Field]] = {
     },
 }
 
-#: Driver config lists of maps that are written as repeated blocks under another name
-#: (none today: the job uses the docker driver's ``mount`` key, whose block form has the same name).
+#: Driver config lists of maps that are written as repeated blocks under another name (none today: the
+#: job's driver config has no list of maps; mounts are host volumes, not the docker driver's ``mount``).
 CONFIG_BLOCK_NAMES: t.Dict[str, str] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
 
 _TERMINAL_CLIENT_STATUSES = frozenset(("complete", "failed", "lost"))
@@ -50,6 +51,50 @@ def agent_from_summary(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     }
 
 
+# The inventory plugin loads this module: it stays clear of the job renderer and the network code, so these two
+# are written out here (a unit test checks them against ``_nomad.job.PLUGIN_ATTRIBUTE`` and
+# ``_session_network.MIN_NOMAD_VERSION``).
+#: The node attribute of the collection's CNI plugin "backendai" (see ``_nomad.job.PLUGIN_ATTRIBUTE``).
+PLUGIN_ATTRIBUTE = "plugins.cni.version.backendai"
+#: The oldest Nomad client a session can use: only from 1.10 does it add its own identity to CNI_ARGS.
+MIN_CLIENT_VERSION = "1.10.0"
+#: ``GET /v1/nodes`` filter: Nomad evaluates it against the whole node (``nomad/state/paginator``), so the
+#: plugin attribute can be asked for although the stubs do not carry attributes (``Node.Stub``).
+PLUGIN_FILTER = '"%s" in Attributes' % PLUGIN_ATTRIBUTE
+
+
+def _version_key(version: str) -> t.Optional[t.Tuple[t.Tuple[int, ...], int]]:
+    """``1.10.2`` -> ((1, 10, 2), 1); a pre-release (``1.10.0-beta.1``) sorts before its release, as in semver;
+    ``+ent``-style build metadata is ignored. None if it is not a version."""
+    core, _plus, _build = str(version or "").lstrip("v").partition("+")
+    core, dash, _pre = core.partition("-")
+    try:
+        numbers = tuple(int(p) for p in core.split("."))
+    except ValueError:
+        return None
+    return (numbers + (0,) * (3 - len(numbers)))[:3], 0 if dash else 1
+
+
+def is_min_version(version: str, minimum: str = MIN_CLIENT_VERSION) -> bool:
+    """Whether a client's ``nomad.version`` is at least ``minimum`` (the job's ``semver >= 1.10.0`` constraint)."""
+    have, want = _version_key(version), _version_key(minimum)
+    return have is not None and want is not None and have >= want
+
+
+def duplicate_names(stubs: t.Iterable[t.Mapping[str, t.Any]]) -> t.Dict[str, t.List[str]]:
+    """Node name -> IDs, for every name more than one node that is not down carries.
+
+    A session's group is pinned with ``${node.unique.name} = <name>``: two nodes of one name would both
+    satisfy it, and the group could run on the one whose capacity and underlay address were not planned.
+    Down nodes are left out (a re-installed node keeps its name; its old entry stays down until GC).
+    """
+    ids: t.Dict[str, t.List[str]] = {}
+    for stub in stubs:
+        if stub.get("Status") != "down":
+            ids.setdefault(str(stub.get("Name") or ""), []).append(str(stub.get("ID") or ""))
+    return {name: sorted(found) for name, found in sorted(ids.items()) if len(found) > 1}
+
+
 def allocations_by_node(client: NomadClient) -> t.Dict[str, t.List[t.Dict[str, t.Any]]]:
     """Node ID -> the live allocations on it (``AllocatedResources`` included), read in bulk."""
     out: t.Dict[str, t.List[t.Dict[str, t.Any]]] = {}
@@ -60,19 +105,32 @@ def allocations_by_node(client: NomadClient) -> t.Dict[str, t.List[t.Dict[str, t
 
 def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None,
                 namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
-    """Free capacity of every ready, eligible node of the default node pool, sorted by name.
+    """Free capacity of every node a session can use, sorted by name: ready, eligible, of the default node pool,
+    with the ``backendai`` CNI plugin fingerprinted (:data:`PLUGIN_ATTRIBUTE`) at Nomad 1.10 or later (only
+    from 1.10 does the client add its own identity to CNI_ARGS; the job's constraints say the same).
 
-    A constant number of requests whatever the cluster size: ``GET /v1/nodes?resources=true``
-    (capacity and reservations of every node) and ``GET /v1/allocations`` of every namespace,
-    filtered by Nomad to the live ones and paged (see ``NomadClient.live_allocations``).
-    With ``exclude_job``, that job's own allocations count as free (re-planning an existing
-    session must see the capacity it already holds, or it would not fit where it runs).
+    Raises :class:`PlanError` when two such nodes (not down) share a name (:func:`duplicate_names`).
+
+    A constant number of requests whatever the cluster size: ``GET /v1/nodes?resources=true`` with
+    :data:`PLUGIN_FILTER` (capacity and reservations of every node with the plugin; the stub's ``Version`` is
+    its ``nomad.version``) and ``GET /v1/allocations`` of every namespace, filtered by Nomad to the live ones
+    and paged (see ``NomadClient.live_allocations``). With ``exclude_job``, that job's own allocations count
+    as free (re-planning an existing session must see the capacity it already holds, or it would not fit
+    where it runs).
     """
-    nodes = client.list_nodes(resources=True)
+    nodes = client.list_nodes(resources=True, filter_expr=PLUGIN_FILTER)
+    twins = duplicate_names(nodes)
+    if twins:
+        raise PlanError("Nomad node names must be unique, since a session pins each container with "
+                        "${node.unique.name}: %s; give each client its own name (client { name = ... }) or purge "
+                        "the stale node" % "; ".join("%s is the name of nodes %s" % (name, ", ".join(found))
+                                                     for name, found in twins.items()))
     by_node = allocations_by_node(client)
     agents = []
     for stub in nodes:
         if stub.get("NodePool", "default") not in SCHEDULABLE_POOLS:
+            continue
+        if not is_min_version(str(stub.get("Version") or "")):
             continue
         if stub.get("Status") != "ready" or stub.get("SchedulingEligibility") != "eligible" or stub.get("Drain"):
             continue

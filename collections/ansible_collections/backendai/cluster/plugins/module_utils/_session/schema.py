@@ -205,3 +205,58 @@ def kernel_fs(target: str) -> str:
         if norm == top or norm.startswith(top + "/"):
             return top
     return ""
+
+
+#: Host paths no mount may reach, on either backend: what an agent holds for the session network (the
+#: network key, the plugin's code and state) and what the local backend keeps (its sessions' state, keys and
+#: staged mounts). A container that could read the key signs network args for any session; one that could
+#: write the plugin's code runs as root on the agent. Home-relative ones (``~/...``) are matched in every home.
+PROTECTED_SOURCES = (
+    "/etc/backendai-cluster",         # the agent's network key (overlay_agent_key_file)
+    "/usr/lib/backendai-cluster",     # the plugin's code (overlay_agent_plugin_dir), run as root by Nomad
+    "/run/backendai-cluster",         # the plugin's state, the local runtime's container view
+    "/run/backendai-cluster-mounts",  # the local runtime's staged mounts of every session
+)
+PROTECTED_HOME_SOURCES = (
+    ".config/backendai-cluster",      # the control node's cluster key (network_key_file)
+    ".local/state/backendai-cluster",  # the local backend's sessions and local agents (state_dir)
+)
+#: Homes (``/root``, ``/home/<user>``) hold the home-relative paths above; ``/home`` holds every home.
+HOME_PARENT = "/home"
+ROOT_HOME = "/root"
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _home_depth(parts: t.Sequence[str]) -> int:
+    """How many leading components of a path make a home (1: /root, 2: /home/<user>), 0 if it is in none."""
+    if parts[:1] == [ROOT_HOME[1:]]:
+        return 1
+    if parts[:1] == [HOME_PARENT[1:]] and len(parts) >= 2:
+        return 2
+    return 0
+
+
+def protected_source(source: str) -> str:
+    """The protected path (see :data:`PROTECTED_SOURCES`) that a mount of ``source`` would expose, or ''.
+
+    A mount exposes what lies below its source, so a source is refused when it is a protected path, lies
+    below one, or is a directory above one (``/``, ``/etc``, ``/home``, a home, ``~/.config``). Textual
+    (pure): a backend that can resolve symlinks checks the real path again (``_local.session``).
+    """
+    norm = posixpath.normpath("/" + source.lstrip("/"))
+    for top in PROTECTED_SOURCES:
+        if _within(norm, top) or _within(top, norm):
+            return top
+    parts = [p for p in norm.split("/") if p]
+    depth = _home_depth(parts)
+    for rel in PROTECTED_HOME_SOURCES:
+        rel_parts = rel.split("/")
+        n = len(rel_parts)
+        below = any(parts[i:i + n] == rel_parts for i in range(len(parts)))
+        above = norm == HOME_PARENT or (depth and rel_parts[:len(parts) - depth] == parts[depth:])
+        if below or above:
+            return "~/" + rel
+    return ""

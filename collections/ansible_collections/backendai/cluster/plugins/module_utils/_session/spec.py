@@ -31,6 +31,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.schema 
     _choices,
     _default,
     kernel_fs,
+    protected_source,
     _keys,
 )
 
@@ -265,6 +266,10 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
         for key, val in (("source", src), ("target", dst)):
             if val and (not val.startswith("/") or "/../" in val + "/" or "\n" in val):
                 c.bad("%s.%s" % (where, key), "must be an absolute path without '..'", val)
+        if src and src.startswith("/") and protected_source(src):
+            c.bad(where + ".source", "must not be %s, below it or a directory above it: it holds the session network's "
+                  "key, code or state (a container that reads the key can join any session); mount a data directory "
+                  "instead" % protected_source(src), src)
         if dst and dst.startswith("/") and kernel_fs(dst):
             c.bad(where + ".target", "must not be %s or below it: the container runtime provides /proc, /sys and /dev "
                   "(a mount there replaces them: ps and the like fail inside, and Docker refuses it when the task "

@@ -37,8 +37,48 @@ def test_a_plan_is_checked_only_for_what_the_parser_cannot_know(tmp_path: t.Any)
         ls.from_plan(make_plan(command=["A=1", "run"]), KEYS)
     (tmp_path / "d").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "d")
-    ready = ls.from_plan(make_plan(mounts=[{"source": str(tmp_path / "link"), "target": "/data"}]), KEYS)
+    ready = ls.from_plan(make_plan(mounts=[{"source": str(tmp_path / "link"), "target": "/data"}]), KEYS,
+                         mount_roots=[str(tmp_path)])
     assert ready["mounts"] == [{"source": str(tmp_path / "d"), "target": "/data", "read_only": False}]
+
+
+def test_mounts_only_from_the_mount_roots(tmp_path: t.Any) -> None:
+    """The local backend mounts only from its mount roots (real paths): a source elsewhere, a symlink under a
+    root that leads out of it, and the backend's own state directories are refused, naming the field."""
+    root, elsewhere, state = tmp_path / "data", tmp_path / "elsewhere", tmp_path / "state"
+    for d in (root / "proj", elsewhere, state / "s1"):
+        d.mkdir(parents=True)
+    (root / "escape").symlink_to(elsewhere)
+    (root / "state").symlink_to(state)
+
+    def prepare(source: str, roots: t.Sequence[str] = (str(root),)) -> t.Dict[str, t.Any]:
+        return ls.from_plan(make_plan(mounts=[{"source": source, "target": "/data"}]), KEYS,
+                            state_root=str(state), mount_roots=roots)
+
+    assert prepare(str(root / "proj"))["mounts"][0]["source"] == str(root / "proj")
+    with pytest.raises(LocalRuntimeError, match=r"mounts\[0\]\.source: %s is not under a mount root; the local backend "
+                                                r"mounts only from %s \(option mount_roots\)" % (elsewhere, root)):
+        prepare(str(elsewhere))
+    with pytest.raises(LocalRuntimeError, match=r"mounts\[0\]\.source: %s \(really %s\) is not under a mount root"
+                                                % (root / "escape", elsewhere)):
+        prepare(str(root / "escape"))
+    with pytest.raises(LocalRuntimeError, match="mounts only from nowhere: mount_roots is empty"):
+        prepare(str(root / "proj"), ())
+    # the sessions' state (keys of every session) even when a root holds it, through a link or not
+    for source in (str(root / "state"), str(state / "s1"), str(tmp_path)):
+        with pytest.raises(LocalRuntimeError, match=r"mounts\[0\]\.source: .* must not be %s, below it or a directory "
+                                                    r"above it" % state):
+            prepare(source, (str(tmp_path),))
+
+
+def test_key_and_state_paths_behind_a_link_are_refused(tmp_path: t.Any) -> None:
+    """The spec refuses /etc/backendai-cluster by its text; a link under a mount root that leads there is caught
+    by the real path."""
+    (tmp_path / "key").symlink_to("/etc")
+    with pytest.raises(LocalRuntimeError, match=r"mounts\[0\]\.source: %s \(really /etc\) must not be "
+                                                r"/etc/backendai-cluster, below it or a directory above it" % (tmp_path / "key")):
+        ls.from_plan(make_plan(mounts=[{"source": str(tmp_path / "key"), "target": "/data"}]), KEYS,
+                     mount_roots=[str(tmp_path)])
 
 
 def test_a_dict_from_elsewhere_is_checked_with_the_spec_patterns() -> None:

@@ -109,7 +109,14 @@ INVERSE: t.Dict[str, t.Dict[str, t.Tuple[str, str, str]]] = {
               "network": ("Networks", "blocks", "network"), "service": ("Services", "blocks", "service"),
               "restart": ("RestartPolicy", "block", "restart"),
               "reschedule": ("ReschedulePolicy", "block", "reschedule"),
+              "disconnect": ("Disconnect", "block", "disconnect"),
+              "volume": ("Volumes", "labelled_map", "volume"),
               "task": ("Tasks", "labelled", "task")},
+    "disconnect": {"lost_after": ("LostAfter", "duration", ""), "replace": ("Replace", "value", ""),
+                   "reconcile": ("Reconcile", "value", "")},
+    "volume": {"type": ("Type", "value", ""), "source": ("Source", "value", ""), "read_only": ("ReadOnly", "value", "")},
+    "volume_mount": {"volume": ("Volume", "value", ""), "destination": ("Destination", "value", ""),
+                     "read_only": ("ReadOnly", "value", "")},
     "constraint": {"attribute": ("LTarget", "value", ""), "value": ("RTarget", "value", ""),
                    "operator": ("Operand", "value", "")},
     "network": {"mode": ("Mode", "value", ""), "hostname": ("Hostname", "value", ""),
@@ -126,18 +133,22 @@ INVERSE: t.Dict[str, t.Dict[str, t.Tuple[str, str, str]]] = {
     "task": {"driver": ("Driver", "value", ""), "config": ("Config", "config", ""),
              "env": ("Env", "map", ""), "meta": ("Meta", "map", ""),
              "resources": ("Resources", "block", "resources"),
+             "volume_mount": ("VolumeMounts", "blocks", "volume_mount"),
              "template": ("Templates", "blocks", "template"), "kill_timeout": ("KillTimeout", "duration", ""),
              "vault": ("Vault", "block", "vault")},
     "resources": {"cpu": ("CPU", "value", ""), "memory": ("MemoryMB", "value", ""),
                   "device": ("Devices", "labelled", "device")},
     "device": {"count": ("Count", "value", "")},
     "template": {"data": ("EmbeddedTmpl", "value", ""), "destination": ("DestPath", "value", ""),
-                 "perms": ("Perms", "value", ""), "change_mode": ("ChangeMode", "value", "")},
+                 "perms": ("Perms", "value", ""), "change_mode": ("ChangeMode", "value", ""),
+                 "change_script": ("ChangeScript", "block", "change_script")},
+    "change_script": {"command": ("Command", "value", ""), "args": ("Args", "list", ""),
+                      "timeout": ("Timeout", "duration", ""), "fail_on_error": ("FailOnError", "value", "")},
     "vault": {"role": ("Role", "value", ""), "change_mode": ("ChangeMode", "value", ""),
               "policies": ("Policies", "list", "")},
 }
-LABEL_KEY = {"job": "ID", "group": "Name", "task": "Name", "port": "Label", "device": "Name"}
-# Docker driver: `mount { }` blocks are the block form of the `mount` list in the JSON (no renaming).
+LABEL_KEY = {"job": "ID", "group": "Name", "task": "Name", "port": "Label", "device": "Name", "volume": "Name"}
+# Driver config: repeated blocks are the block form of a list of the same name in the JSON (no renaming).
 CONFIG_BLOCK_ALIASES: t.Dict[str, str] = {}
 
 
@@ -201,6 +212,12 @@ def to_api(block_type: str, body: t.Dict[str, t.Any], label: t.Optional[str] = N
                 ((lab, inner),) = labelled.items()
                 items.append(to_api(nested, inner, lab))
             out[key] = items
+        elif kind == "labelled_map":  # the group's volume "<label>" {}: a map keyed by the label in the JSON
+            out[key] = {}
+            for labelled in value:
+                ((lab, inner),) = labelled.items()
+                item = to_api(nested, inner, lab)
+                out[key][item["Name"]] = item
         elif kind == "config":
             out[key] = hcl_config(single_block(value, where))
         else:  # pragma: no cover
@@ -275,7 +292,9 @@ def test_multi_node_gpu_mounts_ports() -> None:
     assert 'namespace = "research"' in flat(text) and 'region = "eu"' in flat(text)
     assert 'device "nvidia/gpu" {\n          count = 2\n        }' in flat(text)
     assert 'port "tensorboard" {\n        to = 6006\n      }' in flat(text)
-    assert text.count("mount {") == 2 * 4 and "readonly = true" in text
+    # mounts are host volumes: a volume "mountN" block per group and a volume_mount per task, no docker mount
+    assert flat(text).count('volume "mount0" {\n      type = "host"') == 4 and text.count("volume_mount {") == 2 * 4
+    assert "mount {" not in text.replace("volume_mount {", "") and 'type = "bind"' not in flat(text)
     assert_same_job(job, text)
 
 
@@ -399,7 +418,9 @@ def test_durations(ns: int, text: str) -> None:
 
 @pytest.mark.parametrize("mutate, where", [
     (lambda j: j.update(Unknown=1), "job: unknown Job key(s) 'Unknown'"),
-    (lambda j: j["TaskGroups"][0].update(Volumes={}), "job.TaskGroups[0]: unknown TaskGroup key(s) 'Volumes'"),
+    (lambda j: j["TaskGroups"][0].update(Scaling={}), "job.TaskGroups[0]: unknown TaskGroup key(s) 'Scaling'"),
+    (lambda j: j["TaskGroups"][0].update(Volumes={"data": {"Name": "other", "Type": "host"}}),
+     "whose Name is its key 'data'"),
     (lambda j: j["TaskGroups"][0]["Tasks"][0].update(Lifecycle={}), "unknown Task key(s) 'Lifecycle'"),
     (lambda j: j["TaskGroups"][0]["Networks"][0].update(ReservedPorts=[]),
      "job.TaskGroups[0].Networks[0]: unknown NetworkResource key(s) 'ReservedPorts'"),

@@ -11,10 +11,15 @@ import typing as t
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
+from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
+    DISCONNECT,
     ENTRYPOINT,
+    HOSTS_RUN,
+    HOSTS_SCRIPT_META_KEY,
     dumps,
+    host_volume_name,
     register_request,
     render_job,
     service_name,
@@ -81,7 +86,8 @@ def test_single_node_uses_the_session_network_too() -> None:
     job = render_job(make_plan(cluster_size=3))
     assert {g["Networks"][0]["Mode"] for g in job["TaskGroups"]} == {"cni/backendai"}
     assert job["Datacenters"] == ["dc1"]
-    assert job["Constraints"] == [{"LTarget": "${attr.nomad.version}", "RTarget": ">= 1.10.0", "Operand": "semver"}]
+    assert job["Constraints"] == [{"LTarget": "${attr.nomad.version}", "RTarget": ">= 1.10.0", "Operand": "semver"},
+                                  {"LTarget": "${attr.plugins.cni.version.backendai}", "Operand": "is_set"}]
 
 
 def test_no_secret_in_the_job_and_keys_rendered_at_runtime() -> None:
@@ -113,19 +119,55 @@ def test_gpu_devices_and_driver_config() -> None:
     task = render_job(plan)["TaskGroups"][0]["Tasks"][0]
     assert task["Resources"] == {"CPU": 1000, "MemoryMB": 1024, "Devices": [{"Name": "nvidia/gpu", "Count": 1}]}
     assert task["Config"] == {"image": "python:3.11-slim", "entrypoint": ["/bin/sh", "/local/backendai/entrypoint.sh"],
-                              "args": ["python", "train.py"],
-                              "mount": [{"type": "bind", "source": "/d", "target": "/data", "readonly": True}]}
+                              "args": ["python", "train.py"]}
 
 
-def test_entrypoint_once_in_meta() -> None:
-    job = render_job(make_plan(cluster_size=8))
-    assert job["Meta"]["BACKENDAI_ENTRYPOINT"] == ENTRYPOINT
-    assert dumps(job).count("sshd not found") == 1
+@pytest.mark.parametrize("driver", ["docker", "podman"])
+def test_mounts_are_host_volumes_never_bind_mounts(driver: str) -> None:
+    """A spec mount is a Nomad host volume the operator declared (group ``volume`` + task ``volume_mount``, read-only
+    where the spec says so): no docker ``mount``/``volumes`` in the driver config, so the docker driver's
+    ``volumes`` can stay disabled and no job reaches a host path the operator did not declare."""
+    plan = make_plan(agents_list(("a", 9000, 9000, 0)), cluster_size=2, driver=driver,
+                     mounts=[{"source": "/srv/datasets", "target": "/data", "read_only": True},
+                             {"source": "/srv/scratch/", "target": "/scratch"}])
+    job = render_job(plan)
+    for group in job["TaskGroups"]:
+        assert group["Volumes"] == {
+            "mount0": {"Name": "mount0", "Type": "host", "Source": host_volume_name("/srv/datasets"), "ReadOnly": True},
+            "mount1": {"Name": "mount1", "Type": "host", "Source": host_volume_name("/srv/scratch"), "ReadOnly": False}}
+        task = group["Tasks"][0]
+        assert task["VolumeMounts"] == [{"Volume": "mount0", "Destination": "/data", "ReadOnly": True},
+                                        {"Volume": "mount1", "Destination": "/scratch", "ReadOnly": False}]
+        assert not {"mount", "mounts", "volumes", "volume_driver"} & set(task["Config"])
+    assert "/srv/datasets" not in dumps(job)  # the host path is the operator's declaration, not the job's
+    assert "Volumes" not in render_job(make_plan())["TaskGroups"][0]
 
 
-def test_job_type() -> None:
-    assert render_job(make_plan())["Type"] == "batch"
-    assert render_job(make_plan(command=None))["Type"] == "service"
+def test_host_volume_name_is_readable_unique_and_stable() -> None:
+    name = host_volume_name("/srv/datasets/imagenet")
+    assert re.match(r"^backendai-srv-datasets-imagenet-[0-9a-f]{8}$", name), name
+    assert host_volume_name("/srv/datasets/imagenet/") == name  # the same directory
+    assert host_volume_name("/srv/datasets-imagenet") != name  # same slug, another path
+    assert host_volume_name("/") == "backendai-root-" + host_volume_name("/")[-8:]
+
+
+def test_hosts_follow_the_peers() -> None:
+    """The peers template re-renders when a registration changes (a replaced allocation has a new address)
+    and runs the hosts script in the task, which rewrites /etc/hosts: no stale names after a replacement.
+    The script is in job Meta once; the task has it as $NOMAD_META_BACKENDAI_HOSTS_SCRIPT."""
+    job = render_job(make_plan(cluster_size=3))
+    assert job["Meta"][HOSTS_SCRIPT_META_KEY] == HOSTS_SCRIPT
+    assert "sh -c 'test -n \"$NOMAD_META_%s\" && %s' hosts.sh $L/peers" % (HOSTS_SCRIPT_META_KEY, HOSTS_RUN) in ENTRYPOINT
+    assert ">> /etc/hosts" not in ENTRYPOINT
+    assert dumps(job).count("backendai.cluster peers: begin") == 1  # once, in Meta
+    for group in job["TaskGroups"]:
+        templates = {tpl["DestPath"]: tpl for tpl in group["Tasks"][0]["Templates"]}
+        peers = templates["local/backendai/peers"]
+        assert peers["ChangeMode"] == "script"
+        assert peers["ChangeScript"] == {"Command": "/bin/sh", "Args": ["-c", HOSTS_RUN, "hosts.sh", "/local/backendai/peers"],
+                                         "Timeout": 10 * 10 ** 9}
+        assert "${" not in HOSTS_RUN  # the shell's variable, not Nomad's interpolation
+        assert group["Disconnect"] == DISCONNECT == {"LostAfter": 300 * 10 ** 9, "Replace": False, "Reconcile": "keep_original"}
 
 
 def test_pending_plan_is_not_rendered() -> None:
@@ -150,3 +192,16 @@ def test_service_name_is_a_dns_label(job_id: str) -> None:
     name = service_name(job_id)
     assert re.match(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", name), name
     assert service_name(job_id) == name and service_name(job_id + "y") != name
+
+
+def test_the_planner_and_the_job_agree_on_which_nodes_can_run_a_session() -> None:
+    """``_nomad.nodes`` (loaded by the inventory plugin, so it imports neither the job nor the network code)
+    writes the plugin attribute and the minimum client version out; they are the job's constraints."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job, nodes
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import MIN_NOMAD_VERSION
+
+    assert nodes.PLUGIN_ATTRIBUTE == nomad_job.PLUGIN_ATTRIBUTE and nodes.MIN_CLIENT_VERSION == MIN_NOMAD_VERSION
+    assert [nodes.is_min_version(v) for v in ("1.10.0", "1.10.3", "2.0.6", "v1.10.0+ent", "1.9.7", "1.10.0-rc.1", "", "x")] \
+        == [True, True, True, True, False, False, False, False]
+    assert nodes.duplicate_names([{"Name": "a", "ID": "2"}, {"Name": "a", "ID": "1"}, {"Name": "b", "ID": "3"},
+                                  {"Name": "b", "ID": "4", "Status": "down"}]) == {"a": ["1", "2"]}

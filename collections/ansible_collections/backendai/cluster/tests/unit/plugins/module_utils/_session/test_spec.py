@@ -152,3 +152,33 @@ def test_mount_targets_of_the_runtime_are_refused(target: str) -> None:
 @pytest.mark.parametrize("target", ["/procs", "/device", "/home/work/proc", "/system"])
 def test_mount_targets_that_only_look_alike_are_fine(target: str) -> None:
     parse_spec({"name": "s", "image": "img", "mounts": [{"source": "/data", "target": target}]})
+
+
+@pytest.mark.parametrize("source, protected", [
+    ("/etc/backendai-cluster", "/etc/backendai-cluster"),                 # the agent's network key
+    ("/etc/backendai-cluster/network.key", "/etc/backendai-cluster"),
+    ("/etc", "/etc/backendai-cluster"), ("/", "/etc/backendai-cluster"),  # a directory above it exposes it too
+    ("//etc/./backendai-cluster/", "/etc/backendai-cluster"),
+    ("/usr/lib/backendai-cluster", "/usr/lib/backendai-cluster"),         # the plugin's code, run as root
+    ("/run/backendai-cluster/cni", "/run/backendai-cluster"),             # the plugin's state
+    ("/run", "/run/backendai-cluster"),
+    ("/run/backendai-cluster-mounts/0", "/run/backendai-cluster-mounts"),
+    ("/root/.config/backendai-cluster", "~/.config/backendai-cluster"),   # the control node's cluster key
+    ("/home/alice/.config", "~/.config/backendai-cluster"), ("/home/alice", "~/.config/backendai-cluster"),
+    ("/home", "~/.config/backendai-cluster"), ("/root", "~/.config/backendai-cluster"),
+    ("/root/.local/state/backendai-cluster/sessions", "~/.local/state/backendai-cluster"),  # local state dirs
+    ("/home/alice/.local/state", "~/.local/state/backendai-cluster"),
+    ("/srv/nfs/root/.config/backendai-cluster", "~/.config/backendai-cluster"),  # a copied home anywhere
+])
+def test_key_and_state_paths_are_refused_as_mount_sources(source: str, protected: str) -> None:
+    """A container that can read the network key signs args for any session: its path, what lies below it and
+    every directory above it are refused as mount sources, by the spec, so on both backends."""
+    (problem,) = problems({"name": "s", "image": "img", "mounts": [{"source": source, "target": "/data"}]})
+    assert problem.startswith("session.mounts[0].source: must not be %s, below it or a directory above it" % protected), problem
+    assert '(got "%s")' % source in problem
+
+
+@pytest.mark.parametrize("source", ["/etc/backendai", "/srv/backendai-cluster", "/run/backendai", "/home/alice/data",
+                                    "/root/.config/other", "/home/alice/.local/share", "/usr/lib/cni", "/data/.config"])
+def test_sources_that_only_look_alike_are_fine(source: str) -> None:
+    parse_spec({"name": "s", "image": "img", "mounts": [{"source": source, "target": "/data"}]})

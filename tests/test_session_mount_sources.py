@@ -1,0 +1,65 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Mount sources through the ``session`` module, on both backends: the network key and the state paths are
+refused before anything is written (Nomad: not one request that changes something, against the Nomad API
+double; local: no session state), and on Nomad a mount is a host volume, never a docker bind mount."""
+
+from __future__ import annotations
+
+import json
+import os
+import typing as t
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import host_volume_name
+from ansible_collections.backendai.cluster.plugins.modules import session as session_module
+from module_helpers import NOMAD_TOKEN, ModuleRun, spec, writes
+from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
+from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
+from nomad_double.server import NomadAPIDouble
+from repo_helpers import lint_job_files
+
+REFUSED = ["/etc/backendai-cluster", "/etc/backendai-cluster/network.key", "/etc", "/",
+           "/run/backendai-cluster/cni", "/root/.config/backendai-cluster", "/root/.local/state/backendai-cluster/sessions"]
+
+
+@pytest.fixture
+def nomad(nomad_double_factory: t.Any) -> NomadAPIDouble:  # noqa: F811 - the fixture imported above
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    double.add_node("n1", cpu=4000, memory=8192)
+    return double
+
+
+@pytest.mark.parametrize("source", REFUSED)
+def test_key_and_state_paths_are_refused_on_nomad(nomad: NomadAPIDouble, run: ModuleRun, source: str) -> None:
+    result = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN,
+                                  "spec": spec(mounts=[{"source": source, "target": "/data"}])})
+    assert result["failed"] and "session.mounts[0].source: must not be" in result["msg"], result
+    assert writes(nomad, admission=True) == [] and nomad.model.jobs == {}
+
+
+@pytest.mark.parametrize("source", REFUSED)
+def test_key_and_state_paths_are_refused_on_the_local_backend(run: ModuleRun, tmp_path: t.Any, source: str) -> None:
+    state = tmp_path / "state"
+    result = run(session_module, {"backend": "local", "state_dir": str(state), "mount_roots": ["/"],
+                                  "spec": spec(mounts=[{"source": source, "target": "/data"}])})
+    assert result["failed"] and "session.mounts[0].source: must not be" in result["msg"], result
+    assert not state.exists() or os.listdir(state) == []
+
+
+def test_nomad_mounts_are_host_volumes(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:
+    result = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN, "wait": False,
+                                  "spec": spec(mounts=[{"source": "/srv/datasets", "target": "/data", "read_only": True}])})
+    assert result.get("changed"), result
+    job = nomad.stored_job("s1")
+    assert job is not None
+    text = json.dumps(job)
+    assert '"type": "bind"' not in text and "/srv/datasets" not in text
+    for group in job["TaskGroups"]:
+        assert group["Volumes"]["mount0"]["Source"] == host_volume_name("/srv/datasets")
+        assert group["Tasks"][0]["VolumeMounts"] == [{"Volume": "mount0", "Destination": "/data", "ReadOnly": True}]
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"Job": job}))
+    lint = lint_job_files(str(path))
+    assert lint.returncode == 0, lint.stdout

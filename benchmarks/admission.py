@@ -12,14 +12,19 @@
   either RUNNING or failed cleanly, and the longest time any session had some containers live while
   others were not placed (sampled every 20 ms).
 
+The creates sign their jobs with a temporary cluster network key made for the run (in a temporary
+directory, removed at the end), as the tests do: no key on this machine is read or needed.
+
 Run: .venv/bin/python benchmarks/admission.py [--nodes 1000] [--allocs 10000]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 import time
 import typing as t
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +44,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api impor
     NomadClient,
     NomadConnection,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import generate_key  # noqa: E402
 from nomad_double.server import NomadAPIDouble  # noqa: E402
 from nomad_double.watch import HalfPlacedWatch  # noqa: E402
 
@@ -112,7 +119,18 @@ def capacity(nodes: int, allocs: int, repeat: int) -> bool:
     return ok
 
 
-def contention() -> bool:
+@contextlib.contextmanager
+def temporary_network_key() -> t.Iterator[str]:
+    """A cluster network key made for this run (the creates sign their jobs with it), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="bai-bench-key-") as work:
+        path = os.path.join(work, "network.key")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="ascii") as f:
+            f.write(generate_key() + "\n")
+        print("(a temporary cluster network key for this run: %s, removed at the end)" % path)
+        yield path
+
+
+def contention(key_file: str) -> bool:
     with NomadAPIDouble(eval_delay=0.05) as double:
         double.add_node("n1", cpu=4000, memory=8192)
         double.add_node("n2", cpu=4000, memory=8192)
@@ -120,7 +138,8 @@ def contention() -> bool:
 
         def create(name: str) -> str:
             client = NomadClient(NomadConnection(nomad_addr=double.url))
-            backend = NomadBackend(client, lambda: None, lambda *a: None, lambda msg: None, poll_interval=POLL)
+            backend = NomadBackend(client, lambda: None, lambda *a: None, lambda msg: None, poll_interval=POLL,
+                                   network=NetworkControl(key_file=key_file))
             try:
                 return backend.present(dict(spec, name=name))["session"]["state"]
             except ModuleFailure as err:
@@ -147,7 +166,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     ok = capacity(args.nodes, args.allocs, args.repeat)
-    ok = contention() and ok
+    with temporary_network_key() as key_file:
+        ok = contention(key_file) and ok
     return 0 if ok else 1
 
 

@@ -21,7 +21,10 @@ Request handling here:
   region (``No path to region``), the ACL token (``X-Nomad-Token`` or ``Authorization: Bearer``);
 * ``X-Nomad-Index``/``X-Nomad-KnownLeader``/``X-Nomad-LastContact`` on reads, ``X-Nomad-NextToken`` on
   every page of ``GET /v1/allocations`` but the last (``per_page``/``next_token``, ordered by CreateIndex
-  then ID, ``CreateIndexAndIDTokenizer``), the ``filter`` expression and boolean options (``query.py``);
+  then ID, ``CreateIndexAndIDTokenizer``), the ``filter`` expression and boolean options (``query.py``; the
+  double evaluates ``filter`` on the allocation stub it returns, Nomad on the full Allocation before it
+  builds the stub, ``nomad/state/paginator/paginator.go``: a filter on a field only the stub or only the
+  Allocation has behaves differently here);
 * variable locks: ``PUT /v1/var/:path?lock-acquire|lock-renew|lock-release`` (Nomad 1.7+).
 
 What it does not model: blocking queries (``index``/``wait`` are ignored: every read answers at once),
@@ -386,6 +389,10 @@ class NomadAPIDouble(HTTPDouble):
             return self._var_response(self.model.lock_acquire(ns, path, body.get("Items") or {}, lock))
         if op == "lock-renew":
             return self._ok(self.model.lock_renew(ns, path, lock))
+        if not lock.get("ID"):
+            return text_response(400, "missing lock information")
+        if body.get("Items") is not None:  # canonicalizeAndValidate: a release does not update the variable
+            return text_response(400, "lock release operation doesn't take variable items")
         return self._var_response(self.model.lock_release(ns, path, lock))
 
 

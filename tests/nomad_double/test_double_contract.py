@@ -353,8 +353,13 @@ def test_variable_check_and_set(nomad: NomadAPIDouble) -> None:
 
 def test_variable_validation_and_namespaces(nomad: NomadAPIDouble) -> None:
     assert put(nomad, "/v1/var/app/x", {"Items": {}}).text == "variable missing required Items object"
-    assert put(nomad, "/v1/var/nomad/other", {"Items": {"k": "v"}}).status_code == 500
-    assert put(nomad, "/v1/var/app/x.y", {"Items": {"k": "v"}}).status_code == 500
+    # a bad path is a 400: canonicalizeAndValidate (nomad/variables_endpoint.go) wraps structs.ValidatePath's error
+    reserved = put(nomad, "/v1/var/nomad/other", {"Items": {"k": "v"}})
+    assert (reserved.status_code, reserved.text) == (400, 'only paths at "nomad/jobs" or "nomad/job-templates" and '
+                                                          'below are valid paths under the top-level "nomad" directory')
+    assert (put(nomad, "/v1/var/app/x.y", {"Items": {"k": "v"}}).status_code,) == (400,)
+    assert put(nomad, "/v1/var/app/x.y?lock-acquire", {"Items": {"k": "v"}}).text == 'invalid path "app/x.y"'
+    assert put(nomad, "/v1/var/nomad/jobs/j", {"Items": {"k": "v"}}).status_code == 200
     put(nomad, "/v1/var/app/x", {"Items": {"k": "a"}}, params={"namespace": "team-a"})
     assert get(nomad, "/v1/var/app/x").status_code == 404
     assert get(nomad, "/v1/var/app/x", params={"namespace": "team-a"}).json()["Namespace"] == "team-a"
@@ -501,23 +506,65 @@ def test_variable_lock_acquire_conflict_renew_release(nomad: NomadAPIDouble) -> 
     assert (cas.status_code, cas.text) == (400, "CAS can't be used with lock operations")
     released = requests.put(nomad.url + LOCK + "?lock-release", json={"Path": "locks/one", "Lock": {"ID": lock_id}},
                             timeout=TIMEOUT)
-    assert released.status_code == 200 and released.json()["Lock"] is None
+    # makeVariablesApplyResponse: a release's output is the metadata with the request's Items (none) and no Lock
+    assert released.status_code == 200 and "Lock" not in released.json() and "Items" not in released.json()
+    assert released.json()["ModifyIndex"] == int(released.headers["X-Nomad-Index"])
     assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
     short = dict(body, Lock={"TTL": "5s"})
     assert requests.put(nomad.url + "/v1/var/locks/two?lock-acquire", json=short, timeout=TIMEOUT).text == \
         "TTL must be between 10 seconds and 24 hours"
 
 
-def test_variable_lock_is_lost_after_its_ttl_then_free_after_the_lock_delay(nomad: NomadAPIDouble,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_variable_lock_timer_is_twice_the_ttl_then_the_lock_delay_as_in_nomad(nomad: NomadAPIDouble) -> None:
+    """nomad/locks.go, CreateVariableLockTTLTimer: ``lockTTL := variable.Lock.TTL * 2``; when that timer fires,
+    ``time.AfterFunc(variable.Lock.LockDelay, ...)`` calls invalidateVariableLock, which removes the lock. Until then
+    the variable holds it (every acquire gets 409); RenewLock (nomad/variables_endpoint.go) fails once the timer is
+    gone; VarLockRelease (nomad/state/state_store_variables.go) does not look at the timer."""
+    now = [1000.0]
+    nomad.model.clock = lambda: now[0]
     body = {"Path": "locks/one", "Items": {"holder": "a"}, "Lock": {"TTL": "10s", "LockDelay": "2s"}}
-    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
-    now = time.monotonic()
-    monkeypatch.setattr(time, "monotonic", lambda: now + 11)  # past the TTL, inside the lock delay
+    first = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)
+    lock_id = first.json()["Lock"]["ID"]
+    renew_body = {"Path": "locks/one", "Lock": {"ID": lock_id}}
+
+    def acquire() -> int:
+        return requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code
+
+    def renew() -> int:
+        return requests.put(nomad.url + LOCK + "?lock-renew", json=renew_body, timeout=TIMEOUT).status_code
+
+    now[0] += 11  # past the TTL: Nomad's timer has not fired yet (TTL x 2)
+    assert nomad.lock_of("locks/one") is not None and acquire() == 409
+    assert renew() == 200  # a renewal restarts the timer: 2 x TTL from now
+    now[0] += 19.9
+    assert acquire() == 409 and nomad.lock_of("locks/one")["ID"] == lock_id
+    now[0] += 0.2  # the timer fired: the lock delay (2 s) runs, the lock is still held and no longer renewable
+    assert nomad.lock_of("locks/one") is not None and acquire() == 409
+    assert renew() == 409
+    assert get(nomad, LOCK).json()["Lock"]["ID"] == lock_id
+    now[0] += 1.85  # 2 x TTL + 1.95 s after the renewal
+    assert acquire() == 409
+    before = get(nomad, LOCK).json()["ModifyIndex"]
+    now[0] += 0.1  # 2 x TTL + LockDelay: invalidateVariableLock removed it (a raft write: a new index)
     assert nomad.lock_of("locks/one") is None
-    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 409
-    monkeypatch.setattr(time, "monotonic", lambda: now + 12.5)
-    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
+    after = get(nomad, LOCK).json()
+    assert after.get("Lock") is None and after["ModifyIndex"] > before and after["Items"] == {"holder": "a"}
+    assert acquire() == 200
+
+
+def test_variable_lock_released_in_its_delay_and_acquired_again_with_the_holders_id(nomad: NomadAPIDouble) -> None:
+    now = [1000.0]
+    nomad.model.clock = lambda: now[0]
+    body = {"Path": "locks/one", "Items": {"holder": "a"}, "Lock": {"TTL": "10s", "LockDelay": "5s", "ID": "my-id"}}
+    first = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)
+    assert first.json()["Lock"]["ID"] == "my-id"  # VariableLock.Canonicalize keeps a given ID
+    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200  # isLocked: same ID
+    now[0] += 21  # in the delay
+    released = requests.put(nomad.url + LOCK + "?lock-release", json={"Path": "locks/one", "Lock": {"ID": "my-id"}},
+                            timeout=TIMEOUT)
+    assert released.status_code == 200 and nomad.lock_of("locks/one") is None
+    other = dict(body, Lock={"TTL": "10s"})
+    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=other, timeout=TIMEOUT).status_code == 200  # no delay
 
 
 def test_register_creates_an_evaluation_with_failed_groups_and_a_blocked_eval(nomad: NomadAPIDouble) -> None:

@@ -6,8 +6,14 @@ Nomad has no gang scheduling (hashicorp/nomad#18773): two creates that plan on t
 of free capacity both register, and each may get some of its groups placed and others blocked.
 Here plan and register happen while holding Nomad's variable lock (``PUT /v1/var/:path?lock-acquire``,
 Nomad 1.7+) on :data:`LOCK_PATH`, so the placement is computed from live node data that no other
-client of this collection is changing; the lock has a TTL (a killed client cannot hold it for
-longer) and a short lock delay.
+client of this collection is changing; the lock has a TTL and a short lock delay.
+
+How long a killed holder keeps the lock is Nomad's ``CreateVariableLockTTLTimer`` (``nomad/locks.go``):
+the server's timer waits ``TTL × 2`` ("a grace period ... to compensate for network and processing
+delays"; a renewal restarts it, ``RenewTTLTimer``), then ``LockDelay`` more, and only then removes the
+lock from the variable (``invalidateVariableLock``, a raft write). All that time the variable still
+holds the dead client's lock, so every acquire gets 409. With this collection's values (TTL 15 s,
+delay 1 s) that is 2 × 15 + 1 = 31 s (:func:`killed_holder_keeps`); a live holder renews at TTL / 2.
 
 Scope: the whole cluster (one lock in namespace :data:`LOCK_NAMESPACE`), not one per namespace,
 because the capacity being admitted, the client nodes, is shared by every namespace: two
@@ -32,10 +38,16 @@ LOCK_PATH = "backendai-cluster/admission"
 LOCK_NAMESPACE = "default"
 #: Nomad's default lock TTL (its minimum is 10 s).
 DEFAULT_TTL = 15.0
-#: After a TTL expiry (a killed holder), how long Nomad keeps the lock from being taken again.
+#: After the TTL timer fired (a killed holder: TTL × 2), how long Nomad still keeps the lock before removing it.
 DEFAULT_LOCK_DELAY = 1.0
-#: How long a create waits for the lock before failing (a killed holder's lock lasts TTL + delay).
+#: How long a create waits for the lock before failing (a killed holder's lock lasts TTL × 2 + delay, 31 s).
 DEFAULT_LOCK_WAIT = 120.0
+
+
+def killed_holder_keeps(ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY) -> float:
+    """Seconds a holder that died right after acquiring keeps the lock: Nomad's TTL timer runs ``TTL × 2``, then
+    ``LockDelay`` passes before the lock is removed (``CreateVariableLockTTLTimer``, ``nomad/locks.go``)."""
+    return 2 * ttl + lock_delay
 
 
 class AdmissionBusy(BackendAIClusterError):
@@ -76,8 +88,10 @@ class AdmissionLock:
                 return
             if self._clock() - start >= self.wait:
                 raise AdmissionBusy("the admission lock (Nomad variable %s in namespace %s) is still held by another "
-                                    "create after %gs; a killed holder loses it after its TTL (%gs)"
-                                    % (LOCK_PATH, LOCK_NAMESPACE, self.wait, self.ttl))
+                                    "create after %gs; Nomad frees the lock of a killed holder %gs after its last "
+                                    "renewal (TTL %gs × 2 + lock delay %gs)"
+                                    % (LOCK_PATH, LOCK_NAMESPACE, self.wait, killed_holder_keeps(self.ttl, self.lock_delay),
+                                       self.ttl, self.lock_delay))
             self._sleep(delay)
             delay = min(delay * 2, self._poll)
 
@@ -93,7 +107,7 @@ class AdmissionLock:
         lock_id, self.lock_id = self.lock_id, None
         try:
             released = self.nomad.release_lock(LOCK_PATH, lock_id)
-        except CASConflict:  # lost to its TTL and taken by another create: nothing of ours to release
+        except CASConflict:  # lost (TTL × 2 + delay) and taken by another create: nothing of ours to release
             return
         index = released.get("ModifyIndex")
         if index:

@@ -59,8 +59,11 @@ USER_AGENT = "backendai.cluster (python-nomad)"
 MAX_ERROR_BODY = 2000
 #: How many bytes of a log :meth:`NomadClient.read_logs` fetches from the end by default.
 DEFAULT_LOG_BYTES = 64 * 1024
-#: Nomad's filter expression (go-bexpr, over AllocListStub fields) for allocations that hold
-#: resources on their node: not terminal in the sense of ``Allocation.TerminalStatus``.
+#: Nomad's filter expression for allocations that hold resources on their node: not terminal in the
+#: sense of ``Allocation.TerminalStatus``. Nomad evaluates ``filter`` (go-bexpr) on the full
+#: ``structs.Allocation`` *before* it builds the ``AllocListStub`` it returns (``Paginator.next`` in
+#: ``nomad/state/paginator/paginator.go`` runs ``bexpr.Evaluate(raw)`` on the table's object, then
+#: ``stubFn``): write a filter against Allocation's fields, not the stub's.
 LIVE_ALLOCATIONS_FILTER = ('DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
                            'and ClientStatus != "lost"')
 #: Page size of the allocation list (Nomad's ``per_page``).

@@ -28,8 +28,10 @@ is deleted if it holds this run's public key. The error names the failed step an
 Update (job exists): the keys are never regenerated. The session ID comes from the stored public
 key, the job is re-rendered with it (placement prefers the agents the session already uses, and
 counts the session's own allocations as free), keeping the network slot its job carries, and Nomad's
-plan decides: ``Diff.Type`` None means unchanged. A changed job is registered again; a failure then is reported, not rolled back (the
-session existed before this run). Check mode only reads (the plan endpoint is a dry run).
+plan decides: ``Diff.Type`` None means unchanged. That first plan is read-only and takes no lock: an
+unchanged session makes no write request at all. A changed job is placed and planned again under the
+admission lock and registered; a failure then is reported, not rolled back (the session existed
+before this run). Check mode only reads (the plan endpoint is a dry run).
 
 Absent: deregister (purge) the job, release its network slot, then delete the secret; nothing there
 means no change.

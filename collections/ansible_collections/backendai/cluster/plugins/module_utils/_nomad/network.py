@@ -12,6 +12,7 @@ again, signed (:func:`signed`). The key is read from ``network_key_file`` and re
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NETWORK_KEY_FILE
@@ -31,7 +32,7 @@ class NetworkControl:
 
     def __init__(self, key_file: t.Optional[str] = None, claims_namespace: t.Optional[str] = None,
                  hide: t.Callable[..., None] = lambda *secrets: None) -> None:
-        self.key_file = key_file or DEFAULT_NETWORK_KEY_FILE
+        self.key_file = os.path.expanduser(key_file or DEFAULT_NETWORK_KEY_FILE)  # the default starts with ~
         self.claims_namespace = claims_namespace or DEFAULT_CLAIMS_NAMESPACE
         self._hide = hide
         self._key: t.Optional[bytes] = None
@@ -46,7 +47,7 @@ class NetworkControl:
             except NetworkError as err:
                 raise BackendAIClusterError("%s. The overlay_agent role creates the cluster network key on the control "
                                             "node at %s and copies it to every agent; set network_key_file (or "
-                                            "BACKENDAI_NETWORK_KEY_FILE) if it is elsewhere" % (err, DEFAULT_NETWORK_KEY_FILE)) from None
+                                            "BACKENDAI_NETWORK_KEY_FILE) if it is elsewhere" % (err, os.path.expanduser(DEFAULT_NETWORK_KEY_FILE))) from None
             self._hide(key.hex())
             self._key = key
         return self._key

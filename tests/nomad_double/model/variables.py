@@ -21,6 +21,15 @@ Items (``makeVariablesApplyResponse`` copies the request's Items, which a releas
 
 Time is :attr:`VariablesModel.clock` (``time.monotonic``; tests may replace it on the model).
 
+Blocking reads (:meth:`VariablesModel.wait_for_variables`), after ``Variables.Read`` and ``Variables.List``
+(both run through ``blockingRPC``, ``nomad/rpc.go``): the index a read answers is the variable's ModifyIndex,
+or, when it is absent (and for a list), the variables table's index (``setReplyQueryMeta(s,
+state.TableVariables, ...)``). With ``index`` > 0 the read waits until that index is above ``index``, or
+``wait`` passes (default and limit 300 s, plus up to ``wait / 16`` of jitter: ``TimeToBlock``,
+``helper.RandomStagger``), then answers what it has. Here every variable write (any change of the table)
+wakes the waiting reads, which look again: Nomad wakes a read on its own variable's radix node (an absent
+variable's watch is a broader one), so both may wake more often than they answer, never less.
+
 What it does not model: encryption and keyrings (Items are stored as given), variable ACL policies (the one
 token may read and write everything, and sees ``Lock`` as a management token does), Nomad's late invalidation
 releasing whatever lock the variable holds by then (``invalidateVariableLock`` sends no lock ID: a lock released
@@ -31,7 +40,9 @@ its lock), the size quota, and variable events.
 from __future__ import annotations
 
 import copy
+import random
 import re
+import threading
 import time
 import typing as t
 import uuid
@@ -89,6 +100,47 @@ class VariablesModel(ModelState):
 
     #: the model's clock for lock timers (a test may set a fake one on the model)
     clock: t.Callable[[], float] = staticmethod(time.monotonic)
+    #: the variables table's index (``tableIndex`` of ``state.TableVariables``): the last index a variable changed at
+    variables_index = 0
+    _variables_changed: t.Optional[threading.Condition] = None
+
+    def _changed(self) -> threading.Condition:
+        with self.lock:
+            if self._variables_changed is None:
+                self._variables_changed = threading.Condition(self.lock)
+            return self._variables_changed
+
+    def variable_written(self, index: int) -> int:
+        """A variable changed at ``index``: the table's index moves, blocked reads look again."""
+        with self.lock:
+            self.variables_index = max(self.variables_index, index)
+            self._changed().notify_all()
+        return index
+
+    def wake_blocked_reads(self) -> None:
+        """Every blocked read looks again now (the double is stopping)."""
+        with self.lock:
+            self._changed().notify_all()
+
+    def wait_for_variables(self, index: int, wait: float, read: t.Callable[[], t.Tuple[t.Any, int]],
+                           stopping: t.Callable[[], bool]) -> t.Tuple[t.Any, int]:
+        """``blockingRPC``: ``read()`` gives (answer, its index); with ``index`` > 0, wait until that index is above
+        ``index``, or ``wait`` seconds (with Nomad's jitter) passed. Call with :attr:`lock` held."""
+        answer, at = read()
+        if index <= 0 or at > index:
+            return answer, at
+        wait = wait if 0 < wait <= 300.0 else 300.0
+        deadline = time.monotonic() + wait + random.uniform(0, wait / 16)
+        while at <= index and not stopping():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            due = self.lock_invalidation_due()  # a lock removed by its timer is a write nobody makes
+            if due is not None and self.clock is VariablesModel.clock:
+                remaining = min(remaining, max(0.005, due - self.clock()))
+            self._changed().wait(remaining)
+            answer, at = read()
+        return answer, at
 
     @staticmethod
     def var_meta(var: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
@@ -104,7 +156,7 @@ class VariablesModel(ModelState):
         lock = (var or {}).get("Lock")
         if var is not None and lock and self.clock() >= var["lock_timer_fires"] + var["lock_delay"]:
             var["Lock"] = None
-            var["ModifyIndex"] = self.next_index()
+            var["ModifyIndex"] = self.variable_written(self.next_index())
 
     def lock_invalidation_due(self) -> t.Optional[float]:
         """When (on :attr:`clock`) the next held lock will be removed, if any lock is held."""
@@ -157,7 +209,7 @@ class VariablesModel(ModelState):
             raise self._conflict(ns, path, current)
         if self.locked_against(current, lock_id):
             raise self._conflict(ns, path, None)
-        index = self.next_index()
+        index = self.variable_written(self.next_index())
         now = time.time_ns()
         var = {"Namespace": ns, "Path": path, "CreateIndex": current["CreateIndex"] if current else index,
                "ModifyIndex": index, "CreateTime": current["CreateTime"] if current else now, "ModifyTime": now,
@@ -174,8 +226,9 @@ class VariablesModel(ModelState):
             raise self._conflict(ns, path, current)
         if self.locked_against(current, lock_id):
             raise self._conflict(ns, path, None)
-        self.variables.pop((ns, path), None)
-        return self.next_index()
+        if self.variables.pop((ns, path), None) is None:
+            return self.next_index()
+        return self.variable_written(self.next_index())
 
     def lock_acquire(self, ns: str, path: str, items: t.Mapping[str, t.Any], lock: t.Mapping[str, t.Any]
                      ) -> t.Dict[str, t.Any]:
@@ -190,8 +243,10 @@ class VariablesModel(ModelState):
             raise CodedError(400, "TTL must be between 10 seconds and 24 hours")
         validate_path(path)
         if self.locked_against(current, lock.get("ID")):
-            raise self._conflict(ns, path, None)
-        index = self.next_index()
+            # the attempt went through raft all the same: the 409 carries its index (variableLockOperation's
+            # setIndex(resp, out.WriteMeta.Index)), above the variable's ModifyIndex
+            raise Conflict(self._conflict(ns, path, None).body, self.next_index())
+        index = self.variable_written(self.next_index())
         wall = time.time_ns()
         var = {"Namespace": ns, "Path": path, "CreateIndex": current["CreateIndex"] if current else index,
                "ModifyIndex": index, "CreateTime": current["CreateTime"] if current else wall, "ModifyTime": wall,
@@ -235,5 +290,5 @@ class VariablesModel(ModelState):
         validate_path(path)
         current = self._held(ns, path, lock)
         current["Lock"] = None
-        current["ModifyIndex"] = self.next_index()
+        current["ModifyIndex"] = self.variable_written(self.next_index())
         return self.var_meta(current)

@@ -22,19 +22,38 @@ therefore needs ``write`` on the variable ``backendai-cluster/admission`` of the
 namespace (besides what a session needs in its own namespace). Other Nomad jobs do not take the
 lock; the evaluation of every register is followed to catch those races (see ``_nomad.backend``).
 
-The lock variable is deleted again when released (check-and-set on the released index, so a
-variable another client locked meanwhile is left alone): nothing is left behind.
+Waiting (issue 24): a create whose first acquire finds the lock held joins a queue and waits on
+Nomad, not in a poll loop. The queue is one variable per waiter under :data:`QUEUE_PREFIX`, made by a
+lock-acquire (so that a killed waiter's entry lapses like a killed holder's lock, ``TTL × 2 + delay``);
+its raft ``CreateIndex`` is the waiter's place. Each waiter blocks (``GET /v1/var/:path?index=&wait=``,
+Nomad's blocking query) on the entry just ahead of it, and only the head blocks on the lock variable
+itself and tries to acquire when it changed. So a release wakes one waiter, not all of them: a
+create makes one acquire attempt, two when it had to queue (more only if a newcomer's first attempt
+lands in the instant between a release and the head's acquire: then the head waits one more hold).
+Order: first come (by raft index), first served among the queued; no waiter is starved by the queue,
+only newcomers' single first attempts can overtake the head. An entry ahead that changed without
+going away belongs to a waiter that died (its lock lapsed): it is deleted and the queue read again.
+Waiters renew their entry's lock every TTL / 2 (a renewal is no raft write: ``RenewLock`` only
+restarts a timer). The token needs ``write`` and ``destroy`` on ``backendai-cluster/admission-queue/*``
+too.
+
+The lock variable is deleted again when released if nobody queues for it (check-and-set on the
+released index, so a variable another client locked meanwhile is left alone), and each queue entry
+when its waiter is done: nothing is left behind.
 """
 
 from __future__ import annotations
 
 import time
 import typing as t
+import uuid
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import CASConflict, NomadClient, NomadError
 
 LOCK_PATH = "backendai-cluster/admission"
+#: The waiters' queue: one variable per waiter, ``<prefix><its lock ID>``.
+QUEUE_PREFIX = "backendai-cluster/admission-queue/"
 LOCK_NAMESPACE = "default"
 #: Nomad's default lock TTL (its minimum is 10 s).
 DEFAULT_TTL = 15.0
@@ -59,7 +78,7 @@ class AdmissionLock:
 
     def __init__(self, nomad: NomadClient, owner: str, ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY,
                  wait: float = DEFAULT_LOCK_WAIT, sleep: t.Callable[[float], None] = time.sleep,
-                 clock: t.Callable[[], float] = time.monotonic, poll: float = 0.2) -> None:
+                 clock: t.Callable[[], float] = time.monotonic) -> None:
         self.nomad = nomad.in_namespace(LOCK_NAMESPACE)
         self.owner = owner
         self.ttl = max(10.0, float(ttl))
@@ -67,54 +86,141 @@ class AdmissionLock:
         self.wait = float(wait)
         self._sleep = sleep
         self._clock = clock
-        self._poll = poll
         self.lock_id: t.Optional[str] = None
         self._renewed = 0.0
+        #: this waiter's queue entry (path, lock ID, CreateIndex) while it queues or holds after queueing
+        self._ticket: t.Optional[t.Tuple[str, str, int]] = None
+        self._ticket_renewed = 0.0
         self.waited = 0.0
+        #: lock-acquire requests made on the admission lock (reports, tests)
+        self.attempts = 0
 
+    # Acquire ------------------------------------------------------------------------------------
     def acquire(self) -> None:
         start = self._clock()
-        delay = min(0.05, self._poll)
-        while True:
-            try:
-                var = self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, {"holder": self.owner})
-            except CASConflict:
-                var = None
-            lock_id = ((var or {}).get("Lock") or {}).get("ID")
-            if lock_id:
-                self.lock_id = str(lock_id)
-                self._renewed = self._clock()
-                self.waited = self._renewed - start
-                return
-            if self._clock() - start >= self.wait:
-                raise AdmissionBusy("the admission lock (Nomad variable %s in namespace %s) is still held by another "
-                                    "create after %gs; Nomad frees the lock of a killed holder %gs after its last "
-                                    "renewal (TTL %gs × 2 + lock delay %gs)"
-                                    % (LOCK_PATH, LOCK_NAMESPACE, self.wait, killed_holder_keeps(self.ttl, self.lock_delay),
-                                       self.ttl, self.lock_delay))
-            self._sleep(delay)
-            delay = min(delay * 2, self._poll)
+        lock_id = str(uuid.uuid4())  # one ID for every attempt: a retried acquire is granted to us again
+        taken, index = self._try(lock_id)
+        if taken:
+            return self._acquired(start)
+        self._join()
+        try:
+            while True:
+                ahead = self._ahead()
+                if ahead is None:  # the head: wait on the lock itself
+                    taken, index = self._try(lock_id)
+                    if taken:
+                        return self._acquired(start)
+                    self._wait_on(LOCK_PATH, index, start)
+                    continue
+                path, modify_index = ahead
+                var = self._wait_on(path, modify_index, start)
+                if var is not None and int(var.get("ModifyIndex") or 0) != modify_index:
+                    try:  # changed but still there: its waiter died (the entry's lock lapsed) or is leaving
+                        self.nomad.delete_variable(path, cas=int(var.get("ModifyIndex") or 0))
+                    except NomadError:
+                        pass
+        except BaseException:
+            self._leave()
+            raise
+
+    def _try(self, lock_id: str) -> t.Tuple[bool, int]:
+        """One acquire attempt: (taken, the raft index of a lost attempt)."""
+        self.attempts += 1
+        try:
+            var = self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, {"holder": self.owner}, lock_id=lock_id)
+        except CASConflict as conflict:
+            return False, conflict.index
+        got = ((var or {}).get("Lock") or {}).get("ID")
+        if not got:
+            return False, 0
+        self.lock_id = str(got)
+        return True, 0
+
+    def _acquired(self, start: float) -> None:
+        self._renewed = self._clock()
+        self.waited = self._renewed - start
+
+    def _join(self) -> None:
+        ticket_id = str(uuid.uuid4())
+        path = QUEUE_PREFIX + ticket_id
+        var = self.nomad.acquire_lock(path, self.ttl, self.lock_delay, {"holder": self.owner}, lock_id=ticket_id)
+        self._ticket = (path, ticket_id, int(var.get("CreateIndex") or 0))
+        self._ticket_renewed = self._clock()
+
+    def _ahead(self) -> t.Optional[t.Tuple[str, int]]:
+        """The queue entry just ahead of ours (path, ModifyIndex), or None: we are the head."""
+        assert self._ticket is not None
+        path, _id, place = self._ticket
+        entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
+        ahead = [(int(e.get("CreateIndex") or 0), str(e.get("Path")), int(e.get("ModifyIndex") or 0)) for e in entries
+                 if (int(e.get("CreateIndex") or 0), str(e.get("Path"))) < (place, path)]
+        if not ahead:
+            return None
+        _place, ahead_path, modify_index = max(ahead)
+        return ahead_path, modify_index
+
+    def _wait_on(self, path: str, index: int, start: float) -> t.Optional[t.Dict[str, t.Any]]:
+        """Block on variable ``path`` until its index is above ``index`` (a slice of the time left: the queue entry
+        is renewed between slices); AdmissionBusy when the time is up. The variable, or None if absent."""
+        left = self.wait - (self._clock() - start)
+        if left <= 0:
+            raise AdmissionBusy("the admission lock (Nomad variable %s in namespace %s) is still held by another "
+                                "create after %gs; Nomad frees the lock of a killed holder %gs after its last "
+                                "renewal (TTL %gs × 2 + lock delay %gs)"
+                                % (LOCK_PATH, LOCK_NAMESPACE, self.wait, killed_holder_keeps(self.ttl, self.lock_delay),
+                                   self.ttl, self.lock_delay))
+        if index <= 0:  # no index known yet: read it (at once), then block on it
+            _var, index = self.nomad.wait_variable(path, 0, 0.001)
+        var, _index = self.nomad.wait_variable(path, index, min(left, self.ttl / 2))
+        self._keep_ticket()
+        return var
+
+    # Hold and release ---------------------------------------------------------------------------
+    def _keep_ticket(self) -> None:
+        if self._ticket and self._clock() - self._ticket_renewed >= self.ttl / 2:
+            self.nomad.renew_lock(self._ticket[0], self._ticket[1])
+            self._ticket_renewed = self._clock()
 
     def keep(self) -> None:
-        """Renew the lock when half its TTL has passed (call it while working under the lock)."""
+        """Renew the lock (and the queue entry) when half its TTL has passed (call it while working under the lock)."""
         if self.lock_id and self._clock() - self._renewed >= self.ttl / 2:
             self.nomad.renew_lock(LOCK_PATH, self.lock_id)
             self._renewed = self._clock()
+        self._keep_ticket()
 
     def release(self) -> None:
         if not self.lock_id:
             return
         lock_id, self.lock_id = self.lock_id, None
         try:
-            released = self.nomad.release_lock(LOCK_PATH, lock_id)
+            released: t.Optional[t.Dict[str, t.Any]] = self.nomad.release_lock(LOCK_PATH, lock_id)
         except CASConflict:  # lost (TTL × 2 + delay) and taken by another create: nothing of ours to release
+            released = None
+        try:
+            index = (released or {}).get("ModifyIndex")
+            if index and not self._others_queued():
+                try:  # leave nothing behind; another create that locked it meanwhile makes this a no-op
+                    self.nomad.delete_variable(LOCK_PATH, cas=int(index))
+                except NomadError:
+                    pass
+        finally:
+            self._leave()  # after the release: the waiter behind this one wakes to a free lock
+
+    def _others_queued(self) -> bool:
+        entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
+        mine = self._ticket[0] if self._ticket else None
+        return any(e.get("Path") != mine for e in entries)
+
+    def _leave(self) -> None:
+        """Leave the queue (release the entry's lock, delete it); errors are left to its TTL."""
+        if self._ticket is None:
             return
-        index = released.get("ModifyIndex")
-        if index:
-            try:  # leave nothing behind; another create that locked it meanwhile makes this a no-op
-                self.nomad.delete_variable(LOCK_PATH, cas=int(index))
-            except NomadError:
-                pass
+        (path, ticket_id, _place), self._ticket = self._ticket, None
+        try:
+            self.nomad.release_lock(path, ticket_id)
+            self.nomad.delete_variable(path)
+        except NomadError:
+            pass
 
     def __enter__(self) -> "AdmissionLock":
         self.acquire()

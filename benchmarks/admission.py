@@ -241,8 +241,8 @@ def print_scale(rows: t.List[t.Dict[str, t.Any]], before: t.Optional[t.List[t.Di
                 nodes: int) -> bool:
     print("cluster scale: N creates at once on %d nodes, capacity for all (2-container sessions; against the Nomad "
           "API double, in this process):" % nodes)
-    print("  %-9s %4s %8s %10s %12s %12s %14s %10s %s" % ("client", "N", "wall s", "sessions/s", "requests/s'n",
-                                                       "acquires/s'n", "bytes/create", "hold ms", "RUNNING"))
+    header = ("client", "N", "wall s", "sessions/s", "requests/s'n", "acquires/s'n", "bytes/create", "hold ms", "RUNNING")
+    print("  %-9s %4s %8s %10s %12s %12s %14s %10s %s" % header)
     for label, runs in (("before " + rev, before or []), ("this tree", rows)):
         for r in runs:
             print("  %-9s %4d %8.2f %10.1f %12.1f %12.1f %14.0f %10.1f %d/%d%s" % (

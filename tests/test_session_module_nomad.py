@@ -108,8 +108,8 @@ def hold_admission_lock(double: NomadAPIDouble) -> str:
     return answer.json()["Lock"]["ID"]
 
 
-def test_unchanged_present_writes_nothing_even_while_another_client_holds_the_lock(nomad: NomadAPIDouble,
-                                                                                  run: ModuleRun) -> None:
+def test_unchanged_present_writes_nothing_even_while_another_client_holds_the_lock(
+        nomad: NomadAPIDouble, run: ModuleRun) -> None:
     """Issue 20: an idempotent re-run plans first (read-only) and takes the admission lock only to register."""
     run(session_module, args(nomad))
     held = hold_admission_lock(nomad)

@@ -182,8 +182,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         answer = self.double._serve(req)
         if answer is None or answer[0] < 0:  # dropped connection (status -1: reset it)
             self.close_connection = True
-            if answer is not None:
+            if answer is not None:  # linger 0 and close now (no FIN from shutdown_request): the peer gets a RST
                 self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.request.close()
             return
         status, headers, payload = answer
         self.send_response(status)

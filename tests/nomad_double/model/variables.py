@@ -73,7 +73,6 @@ def go_duration_text(seconds: float) -> str:
     return ("%gs" % seconds) if seconds < 60 else ("%dm%gs" % divmod(seconds, 60)).replace("m0s", "m")
 
 
-
 def validate_path(path: str) -> None:
     """``structs.ValidatePath``, as the 400 that ``canonicalizeAndValidate`` makes of it."""
     if not path:

@@ -215,7 +215,8 @@ class AdmissionLock:
         """Leave the queue (release the entry's lock, delete it); errors are left to its TTL."""
         if self._ticket is None:
             return
-        (path, ticket_id, _place), self._ticket = self._ticket, None
+        path, ticket_id = self._ticket[0], self._ticket[1]
+        self._ticket = None
         try:
             self.nomad.release_lock(path, ticket_id)
             self.nomad.delete_variable(path)

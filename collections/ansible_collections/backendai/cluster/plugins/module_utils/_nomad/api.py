@@ -208,8 +208,8 @@ class NomadClient:
                               "certificate, or validate_certs=false to skip verification)" % (
                                   what, self.connection.base_url, self._scrub(_short(payload))))
         if HAS_REQUESTS and isinstance(payload, requests.ConnectionError):
-            return NomadUnreachable("%s: cannot connect to %s: %s" % (what, self.connection.base_url,
-                                                                     self._scrub(_short(payload))))
+            return NomadUnreachable("%s: cannot connect to %s: %s"
+                                    % (what, self.connection.base_url, self._scrub(_short(payload))))
         return NomadError("%s: %s" % (what, self._scrub(_short(payload))))
 
     def _call(self, what: str, fn: t.Callable[[], t.Any], retry: bool = False) -> t.Any:

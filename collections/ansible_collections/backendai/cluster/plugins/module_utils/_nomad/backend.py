@@ -215,12 +215,15 @@ class NomadBackend(Watching, Updating, Removing):
         while True:
             attempts += 1
             refused: t.Optional[t.Tuple[str, str]] = None
+            # the nodes' addresses do not depend on free capacity: read before the lock, which is held only for
+            # what needs it (issue 24: plan from live capacity, write, register, follow the evaluation)
+            nodes = self.nomad.list_nodes() if agents is None else None
             # Admission: plan on live data and register while no other create of this collection does.
             with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
                 rendered = self._plan_once(spec_raw, spec, agents, session_id, None)
                 if rendered.plan.placed:
                     store = self._store(location_of_plan(rendered.plan))
-                    rendered, refused = self._submit(spec, rendered, agents, store, keypair, lock)
+                    rendered, refused = self._submit(spec, rendered, agents, store, keypair, lock, nodes)
             if not rendered.plan.placed:
                 if agents is None and deadline - self._clock() > 0:
                     self._sleep(min(self.poll_interval, max(0.0, deadline - self._clock())))
@@ -258,13 +261,13 @@ class NomadBackend(Watching, Updating, Removing):
                             changes=["job %s: added" % spec.name], location=store.location)
 
     def _submit(self, spec: SessionSpec, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
-                store: SecretStore, keypair: t.Any,
-                lock: admission.AdmissionLock) -> t.Tuple[RenderedSession, t.Optional[t.Tuple[str, str]]]:
+                store: SecretStore, keypair: t.Any, lock: admission.AdmissionLock,
+                nodes: t.Optional[t.List[t.Dict[str, t.Any]]] = None) -> t.Tuple[RenderedSession, t.Optional[t.Tuple[str, str]]]:
         """Write the keypair, claim a network slot and sign the job's network args, register, follow the
         evaluation (under the lock). Returns the signed session and None when every group was placed, else
         (Nomad's reason per group, what the rollback did): the new session was rolled back at once."""
         session_id = rendered.plan.session_id
-        network = self.network.job_network(self.nomad, rendered, agents, None)  # key and addresses: before any write
+        network = self.network.job_network(self.nomad, rendered, agents, None, nodes)  # key and addresses: before any write
         claim: t.Optional[Claim] = None
         step = STEP_SECRET
         try:

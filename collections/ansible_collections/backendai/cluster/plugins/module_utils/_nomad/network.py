@@ -56,15 +56,36 @@ class NetworkControl:
         return NetworkClaims(nomad.in_namespace(self.claims_namespace))
 
     def job_network(self, nomad: NomadClient, rendered: RenderedSession,
-                    agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]], slot: t.Optional[int]) -> JobNetwork:
-        """The key and the plan's agents' underlay addresses (read now); ``slot`` None: the preferred one."""
+                    agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]], slot: t.Optional[int],
+                    nodes: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None) -> JobNetwork:
+        """The key and the plan's agents' underlay addresses (read now); ``slot`` None: the preferred one.
+
+        ``nodes``: the node list (``GET /v1/nodes``) read earlier, outside the admission lock (issue 24: the lock is
+        held only for what needs it); it is read again if an agent of the plan is not in it (a node that joined)."""
         key = self.key()
+        used = rendered.plan.agents_used
+        if nodes is not None and set(used) <= {n.get("Name") for n in nodes}:
+            nomad = t.cast(NomadClient, _NodesReadBefore(nomad, nodes))
         try:
-            found = underlay_addresses(nomad, rendered.plan.agents_used, agents)
+            found = underlay_addresses(nomad, used, agents)
         except ValueError as err:
             raise BackendAIClusterError(str(err)) from None
         return JobNetwork(slot=slot, underlay={a: ip for a, (ip, _mtu) in found.items()}, key=key,
                           underlay_mtu=min([mtu for _ip, mtu in found.values()] or [1500]))
+
+
+class _NodesReadBefore:
+    """The client for ``underlay_addresses`` with its one ``GET /v1/nodes`` answered by the list read before."""
+
+    def __init__(self, nomad: NomadClient, nodes: t.Sequence[t.Mapping[str, t.Any]]) -> None:
+        self._nomad = nomad
+        self._nodes = [dict(n) for n in nodes]
+
+    def list_nodes(self) -> t.List[t.Dict[str, t.Any]]:
+        return self._nodes
+
+    def node(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+        return self._nomad.node(node_id)
 
 
 def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "",

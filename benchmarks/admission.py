@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import socket
@@ -150,12 +151,18 @@ SPEC = {"image": "python:3.11-slim", "cluster_size": 2, "resources": {"cpu": 100
 LOCK = "/v1/var/backendai-cluster/admission"
 
 
-def creator(double: NomadAPIDouble, key_file: str) -> t.Callable[[str], str]:
-    """A create of one 2-container session by its own client: RUNNING, or "failed: <why>"."""
+def creator(double: NomadAPIDouble, key_file: str, cache_dir: t.Optional[str] = None) -> t.Callable[[str], str]:
+    """A create of one 2-container session by its own client: RUNNING, or "failed: <why>". With ``cache_dir``
+    (and a client that has it), the creates share a node catalogue there (``_nomad.capacity``)."""
+    options: t.Dict[str, t.Any] = {}
+    if cache_dir and "node_catalogue" in inspect.signature(NomadBackend).parameters:
+        from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
+        options["node_catalogue"] = NodeCatalogue(cache_dir)
+
     def create(name: str) -> str:
         client = NomadClient(NomadConnection(nomad_addr=double.url))
         backend = NomadBackend(client, lambda: None, lambda *a: None, lambda msg: None, poll_interval=POLL,
-                               network=NetworkControl(key_file=key_file))
+                               network=NetworkControl(key_file=key_file), **options)
         try:
             return backend.present(dict(SPEC, name=name))["session"]["state"]
         except ModuleFailure as err:
@@ -200,11 +207,13 @@ def hold_times(requests: t.Sequence[t.Any]) -> t.List[float]:
 
 
 def scale_run(creates: int, nodes: int, key_file: str) -> t.Dict[str, t.Any]:
-    """``creates`` creates at once on ``nodes`` nodes with capacity for all, against a fresh double."""
-    with NomadAPIDouble(eval_delay=0.05) as double:
+    """``creates`` creates at once on ``nodes`` nodes with capacity for all, against a fresh double; the creates share
+    a node catalogue in a temporary directory (as creates from one control node with BACKENDAI_NODE_CACHE_DIR do),
+    empty at the start."""
+    with NomadAPIDouble(eval_delay=0.05) as double, tempfile.TemporaryDirectory(prefix="bai-bench-nodes-") as cache:
         for i in range(nodes):
             double.add_node("node-%04d" % i, cpu=4000, memory=8192)
-        create = creator(double, key_file)
+        create = creator(double, key_file, cache)
         with ThreadPoolExecutor(creates) as pool:
             start = time.perf_counter()
             states = list(pool.map(create, ["s%03d" % i for i in range(creates)]))

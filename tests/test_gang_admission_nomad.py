@@ -22,6 +22,7 @@ import requests
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.admission import LOCK_PATH, AdmissionLock, killed_holder_keeps
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection, NomadError
@@ -405,3 +406,27 @@ def test_lock_acquire_attempts_grow_at_most_linearly_with_the_waiters(nomad_doub
         attempts[waiters] = acquire_attempts(double)
     # before issue 24 (a poll every 0.2 s): 13, 43, 110 attempts for 4, 8, 16 creates
     assert all(count <= 2 * waiters for waiters, count in attempts.items()), attempts
+
+
+def test_the_node_catalogue_is_read_again_only_when_nomads_nodes_index_moved(
+        nomad_double_factory: t.Any, tmp_path: t.Any) -> None:
+    """Issue 24 (e): creates sharing a node catalogue read the node list once; a node that joins moves the nodes
+    table's index (X-Nomad-Index of GET /v1/nodes) and the next create reads the list again and uses the node."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    double.add_node("n1", cpu=2000, memory=4096)
+    catalogue = NodeCatalogue(str(tmp_path / "cache"))
+
+    def full_reads() -> int:
+        return len([r for r in double.find("GET", "^/v1/nodes$") if not r.q("per_page")])
+
+    assert create(backend(double, node_catalogue=catalogue), "c1")[0] == "ok"
+    first = full_reads()
+    assert first == 2  # the catalogue (before the lock), then the view's node addresses after the wait
+    assert create(backend(double, node_catalogue=catalogue), "c2")[0] == "failed"  # n1 is full: PENDING
+    assert full_reads() == first  # only one-node pages (the index) since
+    double.add_node("n2", cpu=2000, memory=4096)
+    kind, result = create(backend(double, node_catalogue=catalogue), "c3")
+    assert kind == "ok" and {c["agent"] for c in result["session"]["containers"]} == {"n2"}, result
+    assert full_reads() > first
+    files = list((tmp_path / "cache").iterdir())
+    assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"

@@ -335,7 +335,21 @@ class NomadAPIDouble(HTTPDouble):
             return text_response(405, "Invalid method")
         resources = bool(go_parse_bool("resources", req.q("resources")))
         with_os = bool(go_parse_bool("os", req.q("os")))
-        return self._ok(self.model.node_stubs(req.q("prefix") or "", resources, with_os))
+        try:
+            per_page = int(req.q("per_page") or 0)
+        except ValueError:
+            return text_response(400, "Expect a number for `per_page` query string parameter")
+        stubs = sorted(self.model.node_stubs(req.q("prefix") or "", resources, with_os), key=lambda n: n["ID"])
+        token = req.q("next_token") or ""
+        stubs = [n for n in stubs if n["ID"] >= token]  # IDTokenizer: the next page starts at the token's ID
+        # Node.List answers the nodes table's index (state.Index("nodes")): here the last node change, as nodes are
+        # never removed from the model
+        headers = dict(self._meta_headers(), **{"X-Nomad-Index": str(max([n["ModifyIndex"] for n in
+                                                                          self.model.nodes.values()] or [1]))})
+        if per_page and len(stubs) > per_page:
+            headers["X-Nomad-NextToken"] = stubs[per_page]["ID"]
+            stubs = stubs[:per_page]
+        return json_response(200, stubs, headers)
 
     def _node_specific(self, req: Request, rest: str) -> Response:
         if req.method != "GET":

@@ -307,6 +307,19 @@ class NomadClient:
         return self._read("listing nodes", lambda: self._nodes.get_nodes(prefix=prefix or None,
                                                                          resources=True if resources else None))
 
+    def list_nodes_at(self, resources: bool = False) -> t.Tuple[t.List[t.Dict[str, t.Any]], int]:
+        """``GET /v1/nodes``: (node stubs, the nodes table's ``X-Nomad-Index``)."""
+        params = {"resources": "true" if resources else None}
+        response = self._read("listing nodes", lambda: self._nodes.request(method="get", params=dict(params)))
+        return list(response.json() or []), _header_index(response)
+
+    def nodes_index(self) -> int:
+        """The nodes table's index, from a one-node page (``GET /v1/nodes?per_page=1``; ``Node.List`` answers
+        ``state.Index("nodes")`` whatever the page, ``nomad/node_endpoint.go``)."""
+        response = self._read("reading the nodes index",
+                              lambda: self._nodes.request(method="get", params={"per_page": 1}))
+        return _header_index(response)
+
     def node(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
         """``GET /v1/node/:id``: the full node (NodeResources, ReservedResources, Drivers, Attributes, ...)."""
         return self._call_or_none("reading node %r" % node_id, lambda: self._node.get_node(_quote_id(node_id)))

@@ -45,7 +45,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import admission
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, ModuleFailure
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue, live_capacity
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, dumps, register_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl, signed
@@ -96,8 +96,10 @@ class NomadBackend(Watching, Updating, Removing):
                  clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL,
                  lock_ttl: float = admission.DEFAULT_TTL, lock_delay: float = admission.DEFAULT_LOCK_DELAY,
                  lock_wait: float = admission.DEFAULT_LOCK_WAIT, eval_timeout: float = DEFAULT_EVAL_TIMEOUT,
-                 network: t.Optional[NetworkControl] = None) -> None:
+                 network: t.Optional[NetworkControl] = None, node_catalogue: t.Optional[NodeCatalogue] = None) -> None:
         self.nomad = nomad
+        #: the node list kept between creates (``_nomad.capacity``), or None: read whole every time
+        self.node_catalogue = node_catalogue
         self.network = network or NetworkControl(hide=hide)
         self.lock_options = {"ttl": lock_ttl, "lock_delay": lock_delay, "wait": lock_wait}
         self.eval_timeout = eval_timeout
@@ -133,8 +135,9 @@ class NomadBackend(Watching, Updating, Removing):
         """One rendering on the given agents or on the nodes' live free capacity (placed or PENDING)."""
         prefer = {(g.get("Meta") or {}).get("backendai_agent") for g in (existing or {}).get("TaskGroups") or []}
         prefer.discard(None)
-        pool = agents if agents is not None else live_agents(
-            self.nomad, exclude_job=spec.name if existing is not None else None, namespace=self.namespace or "default")
+        pool = agents if agents is not None else live_capacity(
+            self.nomad, self.node_catalogue, exclude_job=spec.name if existing is not None else None,
+            namespace=self.namespace or "default")
         return self._render(spec_raw, pool, session_id, t.cast(t.AbstractSet[str], prefer))
 
     def _place(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
@@ -217,7 +220,9 @@ class NomadBackend(Watching, Updating, Removing):
             refused: t.Optional[t.Tuple[str, str]] = None
             # the nodes' addresses do not depend on free capacity: read before the lock, which is held only for
             # what needs it (issue 24: plan from live capacity, write, register, follow the evaluation)
-            nodes = self.nomad.list_nodes() if agents is None else None
+            nodes = None
+            if agents is None:
+                nodes = self.node_catalogue.nodes(self.nomad) if self.node_catalogue else self.nomad.list_nodes()
             # Admission: plan on live data and register while no other create of this collection does.
             with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
                 rendered = self._plan_once(spec_raw, spec, agents, session_id, None)

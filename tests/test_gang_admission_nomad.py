@@ -430,3 +430,29 @@ def test_the_node_catalogue_is_read_again_only_when_nomads_nodes_index_moved(
     assert full_reads() > first
     files = list((tmp_path / "cache").iterdir())
     assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_waiter_that_died_in_the_queue_is_passed_once_its_entry_lapses(nomad_double_factory: t.Any) -> None:
+    """A queued waiter that dies leaves its queue entry, a variable lock that lapses like a killed holder's (TTL x 2
+    + delay): the waiter behind it blocks on that entry, sees it change, removes it and takes the lock; nothing is
+    left. (The dead waiter is simulated: it joined the queue and was never heard of again.)"""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
+    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
+    holder.acquire()
+    dead = AdmissionLock(client, "dead", ttl=10, lock_delay=1)
+    dead._join()  # queued, then gone: no renewal, no leave
+    died_at = time.monotonic()
+    waiter = AdmissionLock(client, "behind", ttl=10, lock_delay=1, wait=60)
+    got: t.List[float] = []
+    behind = threading.Thread(target=lambda: (waiter.acquire(), got.append(time.monotonic())))
+    behind.start()
+    time.sleep(0.5)
+    holder.release()  # the lock is free, but "behind" queues after the dead entry
+    behind.join(40)
+    assert got, "the waiter behind a dead one never got the lock"
+    waited = got[0] - died_at
+    assert killed_holder_keeps(10, 1) - 1 <= waited <= killed_holder_keeps(10, 1) + 5, waited
+    assert waiter.attempts <= 2, waiter.attempts
+    waiter.release()
+    assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]

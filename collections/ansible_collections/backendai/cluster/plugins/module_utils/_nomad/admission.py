@@ -149,7 +149,8 @@ class AdmissionLock:
 
     def _ahead(self) -> t.Optional[t.Tuple[str, int]]:
         """The queue entry just ahead of ours (path, ModifyIndex), or None: we are the head."""
-        assert self._ticket is not None
+        if self._ticket is None:
+            raise AssertionError("_ahead() is called only while queued")
         path, _id, place = self._ticket
         entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
         ahead = [(int(e.get("CreateIndex") or 0), str(e.get("Path")), int(e.get("ModifyIndex") or 0)) for e in entries

@@ -32,7 +32,8 @@ create makes one acquire attempt, two when it had to queue (more only if a newco
 lands in the instant between a release and the head's acquire: then the head waits one more hold).
 Order: first come (by raft index), first served among the queued; no waiter is starved by the queue,
 only newcomers' single first attempts can overtake the head. An entry ahead that changed without
-going away belongs to a waiter that died (its lock lapsed): it is deleted and the queue read again.
+going away belongs to a waiter that is leaving or died (its lock lapsed): it is passed over (the queue is read
+again), and deleted at the release if it is still there then.
 Waiters renew their entry's lock every TTL / 2 (a renewal is no raft write: ``RenewLock`` only
 restarts a timer). The token needs ``write`` and ``destroy`` on ``backendai-cluster/admission-queue/*``
 too.
@@ -91,6 +92,8 @@ class AdmissionLock:
         #: this waiter's queue entry (path, lock ID, CreateIndex) while it queues or holds after queueing
         self._ticket: t.Optional[t.Tuple[str, str, int]] = None
         self._ticket_renewed = 0.0
+        #: queue entries ahead that changed without going away (leaving or dead waiters): skipped
+        self._passed: t.Set[str] = set()
         self.waited = 0.0
         #: lock-acquire requests made on the admission lock (reports, tests)
         self.attempts = 0
@@ -115,10 +118,9 @@ class AdmissionLock:
                 path, modify_index = ahead
                 var = self._wait_on(path, modify_index, start)
                 if var is not None and int(var.get("ModifyIndex") or 0) != modify_index:
-                    try:  # changed but still there: its waiter died (the entry's lock lapsed) or is leaving
-                        self.nomad.delete_variable(path, cas=int(var.get("ModifyIndex") or 0))
-                    except NomadError:
-                        pass
+                    # changed but still there: its waiter is leaving (released, deleting next) or died (the entry's
+                    # lock lapsed); passed over now, removed at our release if it is still there then
+                    self._passed.add(path)
         except BaseException:
             self._leave()
             raise
@@ -154,7 +156,7 @@ class AdmissionLock:
         path, _id, place = self._ticket
         entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
         ahead = [(int(e.get("CreateIndex") or 0), str(e.get("Path")), int(e.get("ModifyIndex") or 0)) for e in entries
-                 if (int(e.get("CreateIndex") or 0), str(e.get("Path"))) < (place, path)]
+                 if (int(e.get("CreateIndex") or 0), str(e.get("Path"))) < (place, path) and e.get("Path") not in self._passed]
         if not ahead:
             return None
         _place, ahead_path, modify_index = max(ahead)
@@ -208,9 +210,15 @@ class AdmissionLock:
             self._leave()  # after the release: the waiter behind this one wakes to a free lock
 
     def _others_queued(self) -> bool:
+        """Whether another waiter queues; entries passed over that are still there belong to dead waiters: deleted."""
         entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
         mine = self._ticket[0] if self._ticket else None
-        return any(e.get("Path") != mine for e in entries)
+        for dead in [e for e in entries if e.get("Path") in self._passed]:
+            try:
+                self.nomad.delete_variable(str(dead.get("Path")), cas=int(dead.get("ModifyIndex") or 0))
+            except NomadError:
+                pass
+        return any(e.get("Path") not in (mine, None) and e.get("Path") not in self._passed for e in entries)
 
     def _leave(self) -> None:
         """Leave the queue (release the entry's lock, delete it); errors are left to its TTL."""

@@ -220,9 +220,8 @@ class NomadBackend(Watching, Updating, Removing):
             refused: t.Optional[t.Tuple[str, str]] = None
             # the nodes' addresses do not depend on free capacity: read before the lock, which is held only for
             # what needs it (issue 24: plan from live capacity, write, register, follow the evaluation)
-            nodes = None
-            if agents is None:
-                nodes = self.node_catalogue.nodes(self.nomad) if self.node_catalogue else self.nomad.list_nodes()
+            # (with a node catalogue, the list read inside the lock for live capacity serves: no read here)
+            nodes = self.nomad.list_nodes() if agents is None and self.node_catalogue is None else None
             # Admission: plan on live data and register while no other create of this collection does.
             with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
                 rendered = self._plan_once(spec_raw, spec, agents, session_id, None)
@@ -272,6 +271,8 @@ class NomadBackend(Watching, Updating, Removing):
         evaluation (under the lock). Returns the signed session and None when every group was placed, else
         (Nomad's reason per group, what the rollback did): the new session was rolled back at once."""
         session_id = rendered.plan.session_id
+        if nodes is None and agents is None and self.node_catalogue is not None:
+            nodes = self.node_catalogue.last  # read for this placement, inside the lock
         network = self.network.job_network(self.nomad, rendered, agents, None, nodes)  # key and addresses: before any write
         claim: t.Optional[Claim] = None
         step = STEP_SECRET

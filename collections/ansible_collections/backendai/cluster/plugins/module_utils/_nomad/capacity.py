@@ -39,6 +39,12 @@ class NodeCatalogue:
 
     def __init__(self, directory: str) -> None:
         self.directory = os.path.abspath(os.path.expanduser(directory))
+        #: the list :meth:`nodes` gave last (this process), for reads that need no fresh check (node addresses)
+        self.last: t.Optional[t.List[t.Dict[str, t.Any]]] = None
+
+    def known(self, client: NomadClient) -> t.List[t.Dict[str, t.Any]]:
+        """The list read last by this process, else :meth:`nodes` (for node addresses: no index check needed)."""
+        return self.last if self.last is not None else self.nodes(client)
 
     def _file(self, client: NomadClient) -> str:
         conn = client.connection
@@ -53,11 +59,13 @@ class NodeCatalogue:
             with open(path, encoding="utf-8") as f:
                 kept = json.load(f)
             if index and kept.get("index") == index and isinstance(kept.get("nodes"), list):
-                return t.cast(t.List[t.Dict[str, t.Any]], kept["nodes"])
+                self.last = t.cast(t.List[t.Dict[str, t.Any]], kept["nodes"])
+                return self.last
         except (OSError, ValueError, AttributeError):
             pass
         stubs, index = client.list_nodes_at(resources=True)
         self._write(path, {"index": index, "nodes": stubs})
+        self.last = stubs
         return stubs
 
     def _write(self, path: str, content: t.Mapping[str, t.Any]) -> None:

@@ -136,10 +136,21 @@ def test_http_errors_map_to_nomad_error_with_status_and_body(nomad: NomadAPIDoub
 
 
 def test_timeout_maps_to_nomad_timeout(nomad: NomadAPIDouble) -> None:
-    nomad.timeout_next("GET", "^/v1/jobs$", seconds=3)
+    nomad.timeout_next("GET", "^/v1/jobs$", seconds=3, times=3)  # a read is tried 3 times (issue 24)
     with pytest.raises(na.NomadTimeout) as err:
         client_for(nomad, timeout=0.3).list_jobs()
-    assert err.value.status is None and "timeout" in str(err.value)
+    assert err.value.status is None and "timeout" in str(err.value) and "(gave up after 3 attempts)" in str(err.value)
+
+
+def test_a_transient_failure_of_a_read_is_retried_a_write_is_not(nomad: NomadAPIDouble) -> None:
+    nomad.timeout_next("GET", "^/v1/jobs$", seconds=3)
+    nomad.fail_next("GET", "^/v1/jobs$", status=500, body="rpc error: No cluster leader")
+    client = client_for(nomad, timeout=0.3)
+    assert client.list_jobs() == [] and len(client.retried) == 2
+    nomad.fail_next("POST", "^/v1/jobs$", status=503, body="")
+    with pytest.raises(na.NomadError) as err:
+        client.register_job({"Job": simple_job()})
+    assert err.value.status == 503 and "attempts" not in str(err.value) and len(nomad.find("POST", "^/v1/jobs$")) == 1
 
 
 def test_connection_refused_is_a_nomad_error() -> None:

@@ -98,6 +98,73 @@ def test_second_run_is_unchanged_and_keeps_the_keys(nomad: NomadAPIDouble, run: 
     assert_no_secret(second, var_before["Items"]["ssh_private_key"])
 
 
+def hold_admission_lock(double: NomadAPIDouble) -> str:
+    """Another client takes the cluster's admission lock (and keeps it for the test); its lock ID."""
+    import requests
+    body = {"Path": "backendai-cluster/admission", "Items": {"holder": "someone else"}, "Lock": {"TTL": "60s", "LockDelay": "1s"}}
+    answer = requests.put(double.url + "/v1/var/backendai-cluster/admission?lock-acquire", json=body,
+                          headers={"X-Nomad-Token": NOMAD_TOKEN}, timeout=5)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["Lock"]["ID"]
+
+
+def test_unchanged_present_writes_nothing_even_while_another_client_holds_the_lock(
+        nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    """Issue 20: an idempotent re-run plans first (read-only) and takes the admission lock only to register."""
+    run(session_module, args(nomad))
+    held = hold_admission_lock(nomad)
+    nomad.clear_requests()
+    started = time.monotonic()
+    second = run(session_module, args(nomad))
+    assert second["changed"] is False and not second.get("failed"), second.get("msg")
+    assert time.monotonic() - started < 5, "the unchanged run waited for the admission lock"
+    methods = {(r.method, r.path) for r in nomad.requests if r.method != "GET"}
+    assert methods == {("POST", "/v1/job/s1/plan")}, methods  # Nomad's read-only dry run, nothing else
+    assert writes(nomad, admission=True) == [("POST", "/v1/job/s1/plan")]
+    assert nomad.lock_of("backendai-cluster/admission")["ID"] == held  # untouched
+
+
+def test_changed_spec_takes_the_lock_before_registering(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    run(session_module, args(nomad))
+    nomad.clear_requests()
+    result = run(session_module, args(nomad, spec=spec(env={"FOO": "bar"})))
+    assert result["changed"] is True, result.get("msg")
+    order = [(r.method, r.path, "lock-acquire" in r.query, "lock-release" in r.query) for r in nomad.requests
+             if r.method != "GET"]
+    acquire = next(i for i, w in enumerate(order) if w[2])
+    register = order.index(("POST", "/v1/jobs", False, False))
+    release = next(i for i, w in enumerate(order) if w[3])
+    assert order[0] == ("POST", "/v1/job/s1/plan", False, False), order  # the read-only plan first, unlocked
+    assert acquire < register < release, order
+    assert nomad.stored_variable("backendai-cluster/admission") is None
+
+
+def test_changed_spec_waits_for_a_held_lock(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    run(session_module, args(nomad))
+    held = hold_admission_lock(nomad)
+    release_at: t.List[float] = []
+
+    def release_soon() -> None:
+        import requests
+        time.sleep(1.0)
+        release_at.append(time.monotonic())
+        requests.put(nomad.url + "/v1/var/backendai-cluster/admission?lock-release",
+                     json={"Path": "backendai-cluster/admission", "Lock": {"ID": held}},
+                     headers={"X-Nomad-Token": NOMAD_TOKEN}, timeout=5)
+
+    registered_at: t.List[float] = []
+    nomad.before_request.append(lambda req: registered_at.append(time.monotonic()) if req.path == "/v1/jobs" else None)
+    releaser = threading.Thread(target=release_soon)
+    releaser.start()
+    try:
+        result = run(session_module, args(nomad, spec=spec(env={"FOO": "baz"})))
+    finally:
+        releaser.join()
+    assert result["changed"] is True, result.get("msg")
+    assert registered_at and release_at and registered_at[0] > release_at[0], (registered_at, release_at)
+    assert nomad.stored_job("s1")["TaskGroups"][0]["Tasks"][0]["Env"]["FOO"] == "baz"
+
+
 def test_changed_spec_updates_the_job_and_diff_shows_it_without_secrets(nomad: NomadAPIDouble, run: ModuleRun) -> None:
     run(session_module, args(nomad))
     var_before = nomad.stored_variable("nomad/jobs/s1")

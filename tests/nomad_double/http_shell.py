@@ -5,9 +5,13 @@ with the test PKI, optionally requiring a client certificate), request parsing, 
 recording. It knows no Nomad or Vault behaviour: a double subclasses :class:`HTTPDouble` and answers
 :meth:`HTTPDouble._route`.
 
+Concurrency: one thread per connection (``ThreadingMixIn``) and a listen backlog of
+:data:`LISTEN_BACKLOG` (``socketserver``'s default of 5 reset connections beyond a few dozen concurrent
+clients), so hundreds of clients may connect at once; a handler may block (the Nomad layer's blocking
+queries) without holding up the others.
+
 What it does not model: HTTP keep-alive (one request per connection, so no idle thread outlives a test),
-HTTP/2, chunked request bodies (``Content-Length`` only), and blocking queries (a double answers at once;
-``index``/``wait`` are the Nomad layer's to ignore).
+HTTP/2, chunked request bodies (``Content-Length`` only).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import re
 import socket
 import socketserver
 import ssl
+import struct
 import threading
 import time
 import typing as t
@@ -26,6 +31,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from .pki import TestPKI, make_test_pki
 
+#: The listen backlog: connections the kernel queues before the accept loop takes them.
+LISTEN_BACKLOG = 1024
 #: Credential headers: never recorded (``RecordedRequest.token_present`` says whether one came).
 TOKEN_HEADERS = ("x-nomad-token", "x-vault-token", "authorization")
 
@@ -65,6 +72,11 @@ class RecordedRequest:
     token_present: bool
     status: t.Optional[int] = None
     fault: bool = False
+    #: time.monotonic() when the request arrived and when its answer was ready (benchmarks: hold times)
+    started: float = 0.0
+    finished: float = 0.0
+    #: bytes of the answer's body (benchmarks: bytes read per create)
+    response_bytes: int = 0
 
     @property
     def text(self) -> str:
@@ -88,7 +100,9 @@ class Fault:
 
     ``status`` set: answer it with ``body`` (after ``delay``). ``drop``: close the connection without
     answering (after ``delay``) -- a timeout when ``delay`` exceeds the client timeout. Neither: the
-    request is handled normally after ``delay`` (a slow server).
+    request is handled normally after ``delay`` (a slow server). ``reset``: like ``drop`` but the
+    connection is reset (TCP RST: the client sees "Connection reset by peer"); with ``handled`` the
+    request is handled first and only its answer is lost (a write that took effect, its response gone).
     """
 
     method: str
@@ -100,9 +114,14 @@ class Fault:
     delay: float = 0.0
     drop: bool = False
     hits: int = 0
+    reset: bool = False
+    handled: bool = False
 
-    def matches(self, method: str, path: str) -> bool:
-        return (self.method in ("*", method)) and re.search(self.path, path) is not None
+    query: t.Optional[str] = None
+
+    def matches(self, method: str, path: str, query: t.Mapping[str, t.Any]) -> bool:
+        return ((self.method in ("*", method)) and re.search(self.path, path) is not None
+                and (self.query is None or self.query in query))
 
 
 Response = t.Tuple[int, t.Dict[str, str], bytes]
@@ -124,6 +143,7 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = False  # server_close() joins every request thread: nothing is left behind
     block_on_close = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
     ssl_context: t.Optional[ssl.SSLContext] = None
 
     def get_request(self) -> t.Tuple[socket.socket, t.Any]:
@@ -160,8 +180,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         req = Request(self.command, unquote(parts.path), parse_qs(parts.query, keep_blank_values=True),
                       {k.lower(): v for k, v in self.headers.items()}, body)
         answer = self.double._serve(req)
-        if answer is None:  # dropped connection
+        if answer is None or answer[0] < 0:  # dropped connection (status -1: reset it)
             self.close_connection = True
+            if answer is not None:  # linger 0 and close now (no FIN from shutdown_request): the peer gets a RST
+                self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.request.close()
             return
         status, headers, payload = answer
         self.send_response(status)
@@ -190,6 +213,8 @@ class HTTPDouble:
         self._recorded: t.List[RecordedRequest] = []
         #: seconds spent handling requests (for benchmarks: the double's own share of a measured time)
         self.busy_seconds = 0.0
+        #: per request thread: seconds it spent blocked (a blocking query), not counted in busy_seconds
+        self._blocked = threading.local()
         self._stop = threading.Event()
         self._server: t.Optional[_Server] = None
         self._thread: t.Optional[threading.Thread] = None
@@ -243,8 +268,9 @@ class HTTPDouble:
     # Faults -------------------------------------------------------------------------------------
     def inject(self, method: str = "*", path: str = ".*", status: t.Optional[int] = None, body: str = "",
                times: t.Optional[int] = 1, delay: float = 0.0, drop: bool = False,
-               content_type: str = "text/plain; charset=utf-8") -> Fault:
-        fault = Fault(method.upper() if method != "*" else "*", path, status, body, content_type, times, delay, drop)
+               content_type: str = "text/plain; charset=utf-8", query: t.Optional[str] = None) -> Fault:
+        fault = Fault(method.upper() if method != "*" else "*", path, status, body, content_type, times, delay, drop,
+                      query=query)
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -256,6 +282,14 @@ class HTTPDouble:
     def deny_next(self, method: str, path: str, times: t.Optional[int] = 1) -> Fault:
         return self.inject(method, path, status=403, body="Permission denied", times=times)
 
+    def reset_next(self, method: str, path: str, times: t.Optional[int] = 1, handled: bool = False,
+                   query: t.Optional[str] = None) -> Fault:
+        """Reset the connection of the next matching requests (TCP RST); ``handled``: after handling the request
+        (its effect stays, its answer is lost). ``query``: only requests carrying this query parameter."""
+        fault = self.inject(method, path, drop=True, times=times, query=query)
+        fault.reset, fault.handled = True, handled
+        return fault
+
     def timeout_next(self, method: str, path: str, seconds: float, times: t.Optional[int] = 1) -> Fault:
         """The next matching requests get no answer for ``seconds`` (then the connection is closed)."""
         return self.inject(method, path, delay=seconds, drop=True, times=times)
@@ -264,10 +298,10 @@ class HTTPDouble:
         with self._lock:
             self._faults.clear()
 
-    def _take_fault(self, method: str, path: str) -> t.Optional[Fault]:
+    def _take_fault(self, method: str, path: str, query: t.Mapping[str, t.Any]) -> t.Optional[Fault]:
         with self._lock:
             for fault in self._faults:
-                if fault.matches(method, path):
+                if fault.matches(method, path, query):
                     fault.hits += 1
                     if fault.times is not None:
                         fault.times -= 1
@@ -308,18 +342,18 @@ class HTTPDouble:
     def _serve(self, req: Request) -> t.Optional[Response]:
         record = RecordedRequest(req.method, req.path, req.query,
                                  {k: v for k, v in req.headers.items() if k not in TOKEN_HEADERS},
-                                 req.body, any(req.headers.get(h) for h in TOKEN_HEADERS))
+                                 req.body, any(req.headers.get(h) for h in TOKEN_HEADERS), started=time.monotonic())
         with self._lock:
             self._recorded.append(record)
         for hook in list(getattr(self, "before_request", ())):
             hook(req)
-        fault = self._take_fault(req.method, req.path)
+        fault = self._take_fault(req.method, req.path, req.query)
         if fault is not None:
             record.fault = True
             if fault.delay:
                 self._stop.wait(fault.delay)
-            if fault.drop:
-                return None
+            if fault.drop and not fault.handled:
+                return (-1, {}, b"") if fault.reset else None
             if fault.status is not None:
                 record.status = fault.status
                 return fault.status, {"Content-Type": fault.content_type}, fault.body.encode("utf-8")
@@ -331,8 +365,11 @@ class HTTPDouble:
         except Exception as err:  # a bug in the double: make it visible to the test
             answer = text_response(500, "%s internal error: %r" % (self.name, err))
         with self._lock:
-            self.busy_seconds += time.perf_counter() - started
-        record.status = answer[0]
+            self.busy_seconds += time.perf_counter() - started - getattr(self._blocked, "seconds", 0.0)
+        self._blocked.seconds = 0.0
+        record.status, record.finished, record.response_bytes = answer[0], time.monotonic(), len(answer[2])
+        if fault is not None and fault.handled:  # handled, then the answer is lost
+            return (-1, {}, b"") if fault.reset else None
         return answer
 
     def _error(self, status: int, message: str) -> Response:

@@ -21,11 +21,21 @@ Request handling here:
   region (``No path to region``), the ACL token (``X-Nomad-Token`` or ``Authorization: Bearer``);
 * ``X-Nomad-Index``/``X-Nomad-KnownLeader``/``X-Nomad-LastContact`` on reads, ``X-Nomad-NextToken`` on
   every page of ``GET /v1/allocations`` but the last (``per_page``/``next_token``, ordered by CreateIndex
-  then ID, ``CreateIndexAndIDTokenizer``), the ``filter`` expression and boolean options (``query.py``);
+  then ID, ``CreateIndexAndIDTokenizer``), the ``filter`` expression and boolean options (``query.py``; the
+  double evaluates ``filter`` on the allocation stub it returns, Nomad on the full Allocation before it
+  builds the stub, ``nomad/state/paginator/paginator.go``: a filter on a field only the stub or only the
+  Allocation has behaves differently here);
 * variable locks: ``PUT /v1/var/:path?lock-acquire|lock-renew|lock-release`` (Nomad 1.7+).
 
-What it does not model: blocking queries (``index``/``wait`` are ignored: every read answers at once),
-``stale`` reads, gzip, the event stream, ``follow=true`` log streaming, and every endpoint the collection
+Blocking queries (``index``/``wait``, ``X-Nomad-Index``) on the variable endpoints, the only ones of Nomad's
+variable API that block: ``GET /v1/var/:path`` (``Variables.Read``: the variable's ModifyIndex, or the
+variables table's index on a 404) and ``GET /v1/vars`` (``Variables.List``: the table's index), both through
+``blockingRPC`` (``nomad/variables_endpoint.go``, ``nomad/rpc.go``; ``parseWait`` in ``command/agent/http.go``
+answers ``Invalid wait time`` / ``Invalid index``). Variable writes and lock operations are raft applies that
+never block. See ``model/variables.py`` for the wake-ups.
+
+What it does not model: blocking queries on every other endpoint (``index``/``wait`` are ignored there:
+those reads answer at once), ``stale`` reads, gzip, the event stream, ``follow=true`` log streaming, and every endpoint the collection
 does not call (a 404 ``404 page not found``, as Nomad's mux answers an unknown path). See
 :class:`~nomad_double.http_shell.HTTPDouble` for faults and recordings, ``fixtures.py`` for the pytest
 fixtures, ``model/`` for what each part of Nomad's behaviour leaves out.
@@ -35,10 +45,12 @@ from __future__ import annotations
 
 import bisect
 import json
+import time
 import typing as t
 
 from .http_shell import BadRequest, Fault, HTTPDouble, RecordedRequest, Request, Response, json_response, text_response
 from .model import CodedError, Conflict, NomadModel
+from .model.variables import go_duration
 from .pki import TestPKI, make_test_pki
 from .query import go_parse_bool, parse_filter, token_key
 from .schema import SCHEMA_PATH, SchemaChecker
@@ -323,8 +335,22 @@ class NomadAPIDouble(HTTPDouble):
             return text_response(405, "Invalid method")
         resources = bool(go_parse_bool("resources", req.q("resources")))
         with_os = bool(go_parse_bool("os", req.q("os")))
+        try:
+            per_page = int(req.q("per_page") or 0)
+        except ValueError:
+            return text_response(400, "Expect a number for `per_page` query string parameter")
         matcher = parse_filter(req.q("filter") or "")  # on the whole node, as Nomad's paginator does
-        return self._ok(self.model.node_stubs(req.q("prefix") or "", resources, with_os, matcher))
+        stubs = sorted(self.model.node_stubs(req.q("prefix") or "", resources, with_os, matcher), key=lambda n: n["ID"])
+        token = req.q("next_token") or ""
+        stubs = [n for n in stubs if n["ID"] >= token]  # IDTokenizer: the next page starts at the token's ID
+        # Node.List answers the nodes table's index (state.Index("nodes")): here the last node change, as nodes are
+        # never removed from the model
+        headers = dict(self._meta_headers(), **{"X-Nomad-Index": str(max([n["ModifyIndex"] for n in
+                                                                          self.model.nodes.values()] or [1]))})
+        if per_page and len(stubs) > per_page:
+            headers["X-Nomad-NextToken"] = stubs[per_page]["ID"]
+            stubs = stubs[:per_page]
+        return json_response(200, stubs, headers)
 
     def _node_specific(self, req: Request, rest: str) -> Response:
         if req.method != "GET":
@@ -334,11 +360,50 @@ class NomadAPIDouble(HTTPDouble):
         return self._ok(self.model.node(rest))
 
     # Variables (variable_endpoint.go) -----------------------------------------------------------
+    def _blocking(self, req: Request, read: t.Callable[[], t.Tuple[t.Any, int]]) -> t.Tuple[t.Any, t.Dict[str, str]]:
+        """A read through ``blockingRPC`` (``index``, ``wait``): its answer and Nomad's query meta headers."""
+        wait = 0.0
+        if req.q("wait"):
+            try:
+                wait = go_duration(req.q("wait"))
+            except ValueError:
+                raise BadRequest(400, "Invalid wait time") from None
+        try:
+            index = int(req.q("index") or 0)
+            if index < 0:
+                raise ValueError
+        except ValueError:
+            raise BadRequest(400, "Invalid index") from None
+        started = time.perf_counter()
+        answer, at = self.model.wait_for_variables(index, wait, read, self._stop.is_set)
+        self._blocked.seconds = time.perf_counter() - started
+        return answer, dict(self._meta_headers(), **{"X-Nomad-Index": str(max(1, at))})
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.model.wake_blocked_reads()  # blocked reads answer now, so that their threads end
+        super().stop()
+
     def _list_vars(self, req: Request) -> Response:
         if req.method != "GET":
             return text_response(405, "Invalid method")
         ns = self._namespace(req, allow_wildcard=True)
-        return self._ok(self.model.list_variables(ns, req.q("prefix") or ""))
+        prefix = req.q("prefix") or ""
+        listed, headers = self._blocking(req, lambda: (self.model.list_variables(ns, prefix), self.model.variables_index))
+        return json_response(200, listed, headers)
+
+    def _read_var(self, req: Request, path: str) -> Response:
+        ns = self._namespace(req)
+
+        def read() -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
+            var = self.model.variables.get((ns, path))
+            self.model.expire_lock(var)
+            return (self.model.var_public(var), var["ModifyIndex"]) if var else (None, self.model.variables_index)
+
+        var, headers = self._blocking(req, read)
+        if var is None:
+            return text_response(404, "variable not found", headers)
+        return json_response(200, var, headers)
 
     @staticmethod
     def _var_response(var: t.Mapping[str, t.Any]) -> Response:
@@ -357,7 +422,7 @@ class NomadAPIDouble(HTTPDouble):
             except ValueError:
                 return text_response(400, 'can not parse cas: strconv.ParseUint: parsing "%s": invalid syntax' % cas_text)
         if req.method == "GET":
-            return self._var_response(self.model.variable(self._namespace(req), path))
+            return self._read_var(req, path)
         if req.method in ("PUT", "POST"):
             ops = [op for op in _LOCK_OPS if op in req.query]
             if len(ops) > 1:
@@ -387,6 +452,10 @@ class NomadAPIDouble(HTTPDouble):
             return self._var_response(self.model.lock_acquire(ns, path, body.get("Items") or {}, lock))
         if op == "lock-renew":
             return self._ok(self.model.lock_renew(ns, path, lock))
+        if not lock.get("ID"):
+            return text_response(400, "missing lock information")
+        if body.get("Items") is not None:  # canonicalizeAndValidate: a release does not update the variable
+            return text_response(400, "lock release operation doesn't take variable items")
         return self._var_response(self.model.lock_release(ns, path, lock))
 
 

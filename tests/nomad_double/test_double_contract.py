@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import socket
+import threading
 import time
 import typing as t
 
@@ -353,8 +354,13 @@ def test_variable_check_and_set(nomad: NomadAPIDouble) -> None:
 
 def test_variable_validation_and_namespaces(nomad: NomadAPIDouble) -> None:
     assert put(nomad, "/v1/var/app/x", {"Items": {}}).text == "variable missing required Items object"
-    assert put(nomad, "/v1/var/nomad/other", {"Items": {"k": "v"}}).status_code == 500
-    assert put(nomad, "/v1/var/app/x.y", {"Items": {"k": "v"}}).status_code == 500
+    # a bad path is a 400: canonicalizeAndValidate (nomad/variables_endpoint.go) wraps structs.ValidatePath's error
+    reserved = put(nomad, "/v1/var/nomad/other", {"Items": {"k": "v"}})
+    assert (reserved.status_code, reserved.text) == (400, 'only paths at "nomad/jobs" or "nomad/job-templates" and '
+                                                          'below are valid paths under the top-level "nomad" directory')
+    assert (put(nomad, "/v1/var/app/x.y", {"Items": {"k": "v"}}).status_code,) == (400,)
+    assert put(nomad, "/v1/var/app/x.y?lock-acquire", {"Items": {"k": "v"}}).text == 'invalid path "app/x.y"'
+    assert put(nomad, "/v1/var/nomad/jobs/j", {"Items": {"k": "v"}}).status_code == 200
     put(nomad, "/v1/var/app/x", {"Items": {"k": "a"}}, params={"namespace": "team-a"})
     assert get(nomad, "/v1/var/app/x").status_code == 404
     assert get(nomad, "/v1/var/app/x", params={"namespace": "team-a"}).json()["Namespace"] == "team-a"
@@ -501,23 +507,65 @@ def test_variable_lock_acquire_conflict_renew_release(nomad: NomadAPIDouble) -> 
     assert (cas.status_code, cas.text) == (400, "CAS can't be used with lock operations")
     released = requests.put(nomad.url + LOCK + "?lock-release", json={"Path": "locks/one", "Lock": {"ID": lock_id}},
                             timeout=TIMEOUT)
-    assert released.status_code == 200 and released.json()["Lock"] is None
+    # makeVariablesApplyResponse: a release's output is the metadata with the request's Items (none) and no Lock
+    assert released.status_code == 200 and "Lock" not in released.json() and "Items" not in released.json()
+    assert released.json()["ModifyIndex"] == int(released.headers["X-Nomad-Index"])
     assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
     short = dict(body, Lock={"TTL": "5s"})
     assert requests.put(nomad.url + "/v1/var/locks/two?lock-acquire", json=short, timeout=TIMEOUT).text == \
         "TTL must be between 10 seconds and 24 hours"
 
 
-def test_variable_lock_is_lost_after_its_ttl_then_free_after_the_lock_delay(nomad: NomadAPIDouble,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_variable_lock_timer_is_twice_the_ttl_then_the_lock_delay_as_in_nomad(nomad: NomadAPIDouble) -> None:
+    """nomad/locks.go, CreateVariableLockTTLTimer: ``lockTTL := variable.Lock.TTL * 2``; when that timer fires,
+    ``time.AfterFunc(variable.Lock.LockDelay, ...)`` calls invalidateVariableLock, which removes the lock. Until then
+    the variable holds it (every acquire gets 409); RenewLock (nomad/variables_endpoint.go) fails once the timer is
+    gone; VarLockRelease (nomad/state/state_store_variables.go) does not look at the timer."""
+    now = [1000.0]
+    nomad.model.clock = lambda: now[0]
     body = {"Path": "locks/one", "Items": {"holder": "a"}, "Lock": {"TTL": "10s", "LockDelay": "2s"}}
-    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
-    now = time.monotonic()
-    monkeypatch.setattr(time, "monotonic", lambda: now + 11)  # past the TTL, inside the lock delay
+    first = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)
+    lock_id = first.json()["Lock"]["ID"]
+    renew_body = {"Path": "locks/one", "Lock": {"ID": lock_id}}
+
+    def acquire() -> int:
+        return requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code
+
+    def renew() -> int:
+        return requests.put(nomad.url + LOCK + "?lock-renew", json=renew_body, timeout=TIMEOUT).status_code
+
+    now[0] += 11  # past the TTL: Nomad's timer has not fired yet (TTL x 2)
+    assert nomad.lock_of("locks/one") is not None and acquire() == 409
+    assert renew() == 200  # a renewal restarts the timer: 2 x TTL from now
+    now[0] += 19.9
+    assert acquire() == 409 and nomad.lock_of("locks/one")["ID"] == lock_id
+    now[0] += 0.2  # the timer fired: the lock delay (2 s) runs, the lock is still held and no longer renewable
+    assert nomad.lock_of("locks/one") is not None and acquire() == 409
+    assert renew() == 409
+    assert get(nomad, LOCK).json()["Lock"]["ID"] == lock_id
+    now[0] += 1.85  # 2 x TTL + 1.95 s after the renewal
+    assert acquire() == 409
+    before = get(nomad, LOCK).json()["ModifyIndex"]
+    now[0] += 0.1  # 2 x TTL + LockDelay: invalidateVariableLock removed it (a raft write: a new index)
     assert nomad.lock_of("locks/one") is None
-    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 409
-    monkeypatch.setattr(time, "monotonic", lambda: now + 12.5)
-    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200
+    after = get(nomad, LOCK).json()
+    assert after.get("Lock") is None and after["ModifyIndex"] > before and after["Items"] == {"holder": "a"}
+    assert acquire() == 200
+
+
+def test_variable_lock_released_in_its_delay_and_acquired_again_with_the_holders_id(nomad: NomadAPIDouble) -> None:
+    now = [1000.0]
+    nomad.model.clock = lambda: now[0]
+    body = {"Path": "locks/one", "Items": {"holder": "a"}, "Lock": {"TTL": "10s", "LockDelay": "5s", "ID": "my-id"}}
+    first = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)
+    assert first.json()["Lock"]["ID"] == "my-id"  # VariableLock.Canonicalize keeps a given ID
+    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT).status_code == 200  # isLocked: same ID
+    now[0] += 21  # in the delay
+    released = requests.put(nomad.url + LOCK + "?lock-release", json={"Path": "locks/one", "Lock": {"ID": "my-id"}},
+                            timeout=TIMEOUT)
+    assert released.status_code == 200 and nomad.lock_of("locks/one") is None
+    other = dict(body, Lock={"TTL": "10s"})
+    assert requests.put(nomad.url + LOCK + "?lock-acquire", json=other, timeout=TIMEOUT).status_code == 200  # no delay
 
 
 def test_register_creates_an_evaluation_with_failed_groups_and_a_blocked_eval(nomad: NomadAPIDouble) -> None:
@@ -568,3 +616,106 @@ def test_node_down_makes_its_allocations_lost(nomad: NomadAPIDouble) -> None:
     assert alloc["DesiredDescription"] == "alloc is lost since its node is down"
     nodes = {n["Name"]: n["Status"] for n in get(nomad, "/v1/nodes").json()}
     assert nodes == {"n1": "down", "n2": "ready"}
+
+
+# Blocking queries and concurrency (issue 24) ------------------------------------------------------
+
+def test_variable_reads_block_on_index_and_wait_as_nomads_blocking_rpc(nomad: NomadAPIDouble) -> None:
+    """Variables.Read (nomad/variables_endpoint.go) runs through blockingRPC (nomad/rpc.go): the index is the
+    variable's ModifyIndex (absent: the variables table's); with ``index`` the read waits for a higher one or ``wait``
+    (plus up to wait/16 of jitter). parseWait (command/agent/http.go) refuses a bad ``wait`` or ``index``."""
+    path = "/v1/var/app/block"
+    assert put(nomad, path, {"Items": {"k": "1"}}).status_code == 200
+    first = get(nomad, path)
+    index = int(first.headers["X-Nomad-Index"])
+    assert index == first.json()["ModifyIndex"]
+    started = time.monotonic()
+    same = get(nomad, path, params={"index": str(index), "wait": "300ms"})
+    took = time.monotonic() - started
+    assert same.status_code == 200 and int(same.headers["X-Nomad-Index"]) == index
+    assert 0.3 <= took < 0.3 * (1 + 1 / 16) + 0.5, took
+    assert get(nomad, path, params={"index": str(index - 1), "wait": "10s"}).status_code == 200  # older: at once
+
+    answers: t.List[requests.Response] = []
+    waiter = threading.Thread(target=lambda: answers.append(get(nomad, path, params={"index": str(index), "wait": "4s"})))
+    waiter.start()
+    time.sleep(0.3)
+    assert not answers, "the read did not block"
+    put(nomad, path, {"Items": {"k": "2"}})
+    waiter.join(3)
+    assert answers and answers[0].json()["Items"] == {"k": "2"} and int(answers[0].headers["X-Nomad-Index"]) > index
+
+    gone = get(nomad, "/v1/var/app/absent")
+    assert gone.status_code == 404 and int(gone.headers["X-Nomad-Index"]) >= int(answers[0].headers["X-Nomad-Index"])
+    absent: t.List[requests.Response] = []
+    waiter = threading.Thread(target=lambda: absent.append(
+        get(nomad, "/v1/var/app/absent", params={"index": gone.headers["X-Nomad-Index"], "wait": "4s"})))
+    waiter.start()
+    time.sleep(0.3)
+    assert not absent
+    put(nomad, "/v1/var/app/absent", {"Items": {"k": "v"}})
+    waiter.join(3)
+    assert absent and absent[0].status_code == 200
+    listed = get(nomad, "/v1/vars", params={"prefix": "app/"})
+    assert int(listed.headers["X-Nomad-Index"]) == absent[0].json()["ModifyIndex"]
+    assert (get(nomad, path, params={"wait": "soon"}).status_code, get(nomad, path, params={"wait": "soon"}).text) == \
+        (400, "Invalid wait time")
+    assert get(nomad, path, params={"index": "x"}).text == "Invalid index"
+
+
+def test_lock_conflicts_carry_their_raft_index_and_a_release_wakes_blocked_readers(nomad: NomadAPIDouble) -> None:
+    body = {"Path": "locks/one", "Items": {"holder": "a"}, "Lock": {"TTL": "10s", "LockDelay": "1s"}}
+    held = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)
+    lost = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)
+    assert lost.status_code == 409 and int(lost.headers["X-Nomad-Index"]) > held.json()["ModifyIndex"]
+    readers: t.List[requests.Response] = []
+    threads = [threading.Thread(target=lambda: readers.append(
+        get(nomad, LOCK, params={"index": lost.headers["X-Nomad-Index"], "wait": "5s"}))) for _ in range(5)]
+    for th in threads:
+        th.start()
+    time.sleep(0.3)
+    assert not readers
+    requests.put(nomad.url + LOCK + "?lock-release", json={"Path": "locks/one", "Lock": {"ID": held.json()["Lock"]["ID"]}},
+                 timeout=TIMEOUT)
+    for th in threads:
+        th.join(3)
+    assert len(readers) == 5 and all(r.json().get("Lock") is None for r in readers)
+
+
+def test_the_double_serves_hundreds_of_concurrent_connections(nomad: NomadAPIDouble) -> None:
+    """200 clients block on one variable at once (each holds a connection and a server thread), then one write
+    answers them all: nothing is reset or refused, no request waits for another. (The listen backlog's effect, SYNs
+    dropped and sent again a second later in a burst, is a speed figure: ``benchmarks/admission.py`` prints it.)"""
+    put(nomad, "/v1/var/app/many", {"Items": {"k": "1"}})
+    index = get(nomad, "/v1/var/app/many").headers["X-Nomad-Index"]
+    answers: t.List[t.Any] = []
+
+    def one() -> None:
+        try:
+            answers.append(get(nomad, "/v1/var/app/many", params={"index": index, "wait": "20s"}).status_code)
+        except requests.RequestException as err:
+            answers.append(repr(err))
+
+    threads = [threading.Thread(target=one) for _ in range(200)]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + 15
+    while len(nomad.find("GET", "^/v1/var/app/many$")) < 201 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not answers, answers[:3]
+    put(nomad, "/v1/var/app/many", {"Items": {"k": "2"}})
+    for th in threads:
+        th.join(10)
+    assert answers == [200] * 200, [a for a in answers if a != 200][:3]
+
+
+def test_a_reset_connection_after_handling_keeps_the_effect(nomad: NomadAPIDouble) -> None:
+    nomad.reset_next("PUT", "^/v1/var/app/reset$", handled=True)
+    with pytest.raises(requests.ConnectionError) as err:
+        put(nomad, "/v1/var/app/reset", {"Items": {"k": "v"}})
+    assert "reset" in str(err.value).lower() or "aborted" in str(err.value).lower(), err.value
+    assert nomad.stored_variable("app/reset")["Items"] == {"k": "v"}
+    nomad.reset_next("PUT", "^/v1/var/app/other$")
+    with pytest.raises(requests.ConnectionError):
+        put(nomad, "/v1/var/app/other", {"Items": {"k": "v"}})
+    assert nomad.stored_variable("app/other") is None

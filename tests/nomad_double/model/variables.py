@@ -1,24 +1,48 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Variables and their locks, after ``nomad/variables_endpoint.go``, ``nomad/state/state_store_variables.go``
-(``VarSet`` with check-and-set, ``VarLockAcquire``, ``VarLockRelease``, ``isLocked``) and
-``nomad/structs/variables.go`` (path rules, the reserved ``nomad/`` prefix, lock TTL 10 s to 24 h, default
-TTL and lock delay 15 s).
+(``VarSet`` with check-and-set, ``VarLockAcquire``, ``VarLockRelease``, ``isLocked``), ``nomad/locks.go`` (the
+lock's TTL timer) and ``nomad/structs/variables.go`` (``ValidatePath``, the reserved ``nomad/`` prefix, lock TTL
+10 s to 24 h, default TTL and lock delay 15 s, ``VariableLock.Canonicalize``).
 
 A check-and-set that does not match, or a write/delete of a locked variable without its lock ID, raises
-:class:`Conflict` (409 with the current variable, or its zero value). A held lock answers an acquire with
-409 and the variable's metadata only; the lock is lost ``TTL`` after its last renewal and cannot be taken
-again for ``LockDelay`` more.
+:class:`Conflict` (409 with the current variable, or its zero value). A bad path is a 400 (Nomad's
+``canonicalizeAndValidate`` wraps ``ValidatePath`` in a 400 ``CodedError``). A held lock answers an acquire with
+409 and the variable's zero value; an acquire that carries the holder's own lock ID succeeds again
+(``isLocked`` compares IDs; ``Canonicalize`` keeps a given ID and makes one only when it is empty).
+
+The lock's lifetime follows ``CreateVariableLockTTLTimer`` (``nomad/locks.go``): the server's timer runs
+``TTL × 2`` from the acquire or the last renewal (``RenewTTLTimer``), then ``LockDelay`` passes, then
+``invalidateVariableLock`` removes the lock from the variable (a raft write: a new ModifyIndex). Until then the
+variable holds the lock: reads show it, acquires get 409. After the timer fired a renewal is refused (409,
+``errVarIsLocked``: the timer is gone) but the holder may still release it. A released lock can be taken again
+at once (``LockDelay`` applies only after a lost TTL). A lock release answers the variable's metadata without
+Items (``makeVariablesApplyResponse`` copies the request's Items, which a release must not carry).
+
+Time is :attr:`VariablesModel.clock` (``time.monotonic``; tests may replace it on the model).
+
+Blocking reads (:meth:`VariablesModel.wait_for_variables`), after ``Variables.Read`` and ``Variables.List``
+(both run through ``blockingRPC``, ``nomad/rpc.go``): the index a read answers is the variable's ModifyIndex,
+or, when it is absent (and for a list), the variables table's index (``setReplyQueryMeta(s,
+state.TableVariables, ...)``). With ``index`` > 0 the read waits until that index is above ``index``, or
+``wait`` passes (default and limit 300 s, plus up to ``wait / 16`` of jitter: ``TimeToBlock``,
+``helper.RandomStagger``), then answers what it has. Here every variable write (any change of the table)
+wakes the waiting reads, which look again: Nomad wakes a read on its own variable's radix node (an absent
+variable's watch is a broader one), so both may wake more often than they answer, never less.
 
 What it does not model: encryption and keyrings (Items are stored as given), variable ACL policies (the one
-token may read and write everything), ``LockDelay`` after a release (it applies only after a TTL expiry, as
-in Nomad), the size quota, and variable events.
+token may read and write everything, and sees ``Lock`` as a management token does), Nomad's late invalidation
+releasing whatever lock the variable holds by then (``invalidateVariableLock`` sends no lock ID: a lock released
+by its holder in the delay window and taken by another would lose the new lock too; here the timer belongs to
+its lock), the size quota, and variable events.
 """
 
 from __future__ import annotations
 
 import copy
+import random
 import re
+import threading
 import time
 import typing as t
 import uuid
@@ -26,6 +50,8 @@ import uuid
 from .state import CodedError, Conflict, ModelState
 
 _VAR_PATH = re.compile(r"^[a-zA-Z0-9-_~/]{1,128}$")
+#: Nomad's TTL timer runs this many TTLs before the lock delay starts (``CreateVariableLockTTLTimer``).
+TTL_TIMER_FACTOR = 2
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
 
@@ -47,9 +73,73 @@ def go_duration_text(seconds: float) -> str:
     return ("%gs" % seconds) if seconds < 60 else ("%dm%gs" % divmod(seconds, 60)).replace("m0s", "m")
 
 
+def validate_path(path: str) -> None:
+    """``structs.ValidatePath``, as the 400 that ``canonicalizeAndValidate`` makes of it."""
+    if not path:
+        raise CodedError(400, "variable requires path")
+    if not _VAR_PATH.match(path):
+        raise CodedError(400, 'invalid path "%s"' % path)
+    parts = path.split("/")
+    if parts[0] != "nomad":
+        return
+    if len(parts) == 1:
+        raise CodedError(400, '"nomad" is a reserved top-level directory path, but you may write variables to '
+                              '"nomad/jobs", "nomad/job-templates", "nomad/sentinel", or below')
+    if parts[1] in ("jobs", "sentinel") or (parts[1] == "job-templates" and len(parts) == 3):
+        return
+    if parts[1] == "job-templates":
+        raise CodedError(400, '"nomad/job-templates" is a reserved directory path, but you may write variables at the '
+                              'level below it, for example, "nomad/job-templates/template-name"')
+    raise CodedError(400, 'only paths at "nomad/jobs" or "nomad/job-templates" and below are valid paths under the '
+                          'top-level "nomad" directory')
+
 
 class VariablesModel(ModelState):
     """Variables per (namespace, path): the public fields, plus ``lock_*`` bookkeeping never shown."""
+
+    #: the model's clock for lock timers (a test may set a fake one on the model)
+    clock: t.Callable[[], float] = staticmethod(time.monotonic)
+    #: the variables table's index (``tableIndex`` of ``state.TableVariables``): the last index a variable changed at
+    variables_index = 0
+    _variables_changed: t.Optional[threading.Condition] = None
+
+    def _changed(self) -> threading.Condition:
+        with self.lock:
+            if self._variables_changed is None:
+                self._variables_changed = threading.Condition(self.lock)
+            return self._variables_changed
+
+    def variable_written(self, index: int) -> int:
+        """A variable changed at ``index``: the table's index moves, blocked reads look again."""
+        with self.lock:
+            self.variables_index = max(self.variables_index, index)
+            self._changed().notify_all()
+        return index
+
+    def wake_blocked_reads(self) -> None:
+        """Every blocked read looks again now (the double is stopping)."""
+        with self.lock:
+            self._changed().notify_all()
+
+    def wait_for_variables(self, index: int, wait: float, read: t.Callable[[], t.Tuple[t.Any, int]],
+                           stopping: t.Callable[[], bool]) -> t.Tuple[t.Any, int]:
+        """``blockingRPC``: ``read()`` gives (answer, its index); with ``index`` > 0, wait until that index is above
+        ``index``, or ``wait`` seconds (with Nomad's jitter) passed. Call with :attr:`lock` held."""
+        answer, at = read()
+        if index <= 0 or at > index:
+            return answer, at
+        wait = wait if 0 < wait <= 300.0 else 300.0
+        deadline = time.monotonic() + wait + random.uniform(0, wait / 16)
+        while at <= index and not stopping():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            due = self.lock_invalidation_due()  # a lock removed by its timer is a write nobody makes
+            if due is not None and self.clock is VariablesModel.clock:
+                remaining = min(remaining, max(0.005, due - self.clock()))
+            self._changed().wait(remaining)
+            answer, at = read()
+        return answer, at
 
     @staticmethod
     def var_meta(var: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
@@ -60,11 +150,17 @@ class VariablesModel(ModelState):
         return {k: copy.deepcopy(v) for k, v in var.items() if not k.startswith("lock_")}
 
     def expire_lock(self, var: t.Optional[t.Dict[str, t.Any]]) -> None:
-        """A lock not renewed within its TTL is lost (Nomad's TTL timer); the lock delay then starts."""
+        """``invalidateVariableLock``: ``TTL × 2`` after the last renewal the timer fires, ``LockDelay`` later the
+        lock is removed from the variable (a raft write: a new ModifyIndex)."""
         lock = (var or {}).get("Lock")
-        if var is not None and lock and time.monotonic() >= var["lock_expires"]:
+        if var is not None and lock and self.clock() >= var["lock_timer_fires"] + var["lock_delay"]:
             var["Lock"] = None
-            var["lock_free_at"] = var["lock_expires"] + var["lock_delay"]
+            var["ModifyIndex"] = self.variable_written(self.next_index())
+
+    def lock_invalidation_due(self) -> t.Optional[float]:
+        """When (on :attr:`clock`) the next held lock will be removed, if any lock is held."""
+        due = [v["lock_timer_fires"] + v["lock_delay"] for v in self.variables.values() if v.get("Lock")]
+        return min(due) if due else None
 
     def locked_against(self, var: t.Optional[t.Dict[str, t.Any]], lock_id: t.Optional[str]) -> bool:
         """``isLocked``: the variable holds a lock and the request does not carry its ID."""
@@ -106,18 +202,13 @@ class VariablesModel(ModelState):
 
     def put_variable(self, ns: str, path: str, items: t.Mapping[str, t.Any], cas: t.Optional[int],
                      lock_id: t.Optional[str]) -> t.Dict[str, t.Any]:
-        if not _VAR_PATH.match(path):
-            raise CodedError(500, 'invalid path "%s"' % path)
-        parts = path.split("/")
-        if parts[0] == "nomad" and (len(parts) == 1 or parts[1] not in ("jobs", "job-templates")):
-            raise CodedError(500, '"nomad" is a reserved top-level directory path, but you may write variables '
-                                  'to "nomad/jobs", "nomad/job-templates", or below')
+        validate_path(path)
         current = self.variables.get((ns, path))
         if cas is not None and (current["ModifyIndex"] if current else 0) != cas:
             raise self._conflict(ns, path, current)
         if self.locked_against(current, lock_id):
             raise self._conflict(ns, path, None)
-        index = self.next_index()
+        index = self.variable_written(self.next_index())
         now = time.time_ns()
         var = {"Namespace": ns, "Path": path, "CreateIndex": current["CreateIndex"] if current else index,
                "ModifyIndex": index, "CreateTime": current["CreateTime"] if current else now, "ModifyTime": now,
@@ -134,14 +225,14 @@ class VariablesModel(ModelState):
             raise self._conflict(ns, path, current)
         if self.locked_against(current, lock_id):
             raise self._conflict(ns, path, None)
-        self.variables.pop((ns, path), None)
-        return self.next_index()
+        if self.variables.pop((ns, path), None) is None:
+            return self.next_index()
+        return self.variable_written(self.next_index())
 
     def lock_acquire(self, ns: str, path: str, items: t.Mapping[str, t.Any], lock: t.Mapping[str, t.Any]
                      ) -> t.Dict[str, t.Any]:
         current = self.variables.get((ns, path))
         self.expire_lock(current)
-        now = time.monotonic()
         try:
             ttl = go_duration(lock.get("TTL")) or 15.0
             delay = go_duration(lock.get("LockDelay")) or 15.0
@@ -149,15 +240,23 @@ class VariablesModel(ModelState):
             raise CodedError(400, str(err)) from None
         if not 10.0 <= ttl <= 86400.0:
             raise CodedError(400, "TTL must be between 10 seconds and 24 hours")
-        if self.locked_against(current, lock.get("ID")) or (current is not None and now < current.get("lock_free_at", 0.0)):
-            raise self._conflict(ns, path, None)
-        index = self.next_index()
+        validate_path(path)
+        if self.locked_against(current, lock.get("ID")):
+            # the attempt went through raft all the same: the 409 carries its index (variableLockOperation's
+            # setIndex(resp, out.WriteMeta.Index)), above the variable's ModifyIndex
+            raise Conflict(self._conflict(ns, path, None).body, self.next_index())
+        index = self.variable_written(self.next_index())
         wall = time.time_ns()
         var = {"Namespace": ns, "Path": path, "CreateIndex": current["CreateIndex"] if current else index,
                "ModifyIndex": index, "CreateTime": current["CreateTime"] if current else wall, "ModifyTime": wall,
                "Items": dict(items),
-               "Lock": {"ID": str(uuid.uuid4()), "TTL": go_duration_text(ttl), "LockDelay": go_duration_text(delay)},
-               "lock_expires": now + ttl, "lock_delay": delay, "lock_ttl": ttl}
+               "Lock": {"ID": str(lock.get("ID") or uuid.uuid4()), "TTL": go_duration_text(ttl),
+                        "LockDelay": go_duration_text(delay)},
+               "lock_delay": delay, "lock_ttl": ttl}
+        if current is not None and current.get("Lock"):  # the holder again: Nomad keeps the running timer
+            var["lock_timer_fires"] = current["lock_timer_fires"]
+        else:
+            var["lock_timer_fires"] = self.clock() + TTL_TIMER_FACTOR * ttl
         self.variables[(ns, path)] = var
         return self.var_public(var)
 
@@ -176,13 +275,19 @@ class VariablesModel(ModelState):
         return current
 
     def lock_renew(self, ns: str, path: str, lock: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-        """The TTL starts again; the variable's metadata."""
+        """The timer starts again (``TTL × 2``); the variable's metadata with its lock. Once the timer fired the lock
+        cannot be renewed (``RenewTTLTimer`` finds no timer: 409)."""
         current = self._held(ns, path, lock)
-        current["lock_expires"] = time.monotonic() + current["lock_ttl"]
-        return self.var_meta(current)
+        if self.clock() >= current["lock_timer_fires"]:
+            raise CodedError(409, "attempting to modify locked variable")
+        current["lock_timer_fires"] = self.clock() + TTL_TIMER_FACTOR * current["lock_ttl"]
+        return dict(self.var_meta(current), Lock=copy.deepcopy(current["Lock"]))
 
     def lock_release(self, ns: str, path: str, lock: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        """The lock is removed (also in the lock delay: ``VarLockRelease`` does not look at the timer); the variable's
+        metadata, no Items, no Lock."""
+        validate_path(path)
         current = self._held(ns, path, lock)
         current["Lock"] = None
-        current["ModifyIndex"] = self.next_index()
-        return self.var_public(current)
+        current["ModifyIndex"] = self.variable_written(self.next_index())
+        return self.var_meta(current)

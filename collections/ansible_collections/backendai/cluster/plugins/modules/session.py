@@ -24,13 +24,16 @@ description:
     the job is deregistered and purged, the network slot released and the secret deleted - and the error names the
     failed step. O(state=absent) removes the same three.
   - "All or nothing: placing and registering happen under a cluster-wide admission lock (a Nomad variable lock on
-    C(backendai-cluster/admission) in the C(default) namespace, TTL 15 s), and the job's evaluation is followed; if
+    C(backendai-cluster/admission) in the C(default) namespace, TTL 15 s; a killed holder keeps it 2 x TTL + 1 s, about
+    31 s; waiters queue under C(backendai-cluster/admission-queue/) and block on Nomad, so the token needs write and
+    destroy there too), and the job's evaluation is followed; if
     Nomad cannot place some container (capacity taken by another job), the new session is rolled back at once and,
     with O(wait_for_resources), placed again on fresh capacity, else the error gives Nomad's reason per container."
   - A session with a failed or lost container (C(DEGRADED), C(ERROR)) is brought back by O(state=present) with the
     same keys and session ID (on Nomad each broken container gets a new allocation; locally the session is recreated).
   - Idempotent. For an existing session the keys are never regenerated; the job is re-rendered with the stored
-    public key's session ID and Nomad's job plan decides whether anything changed.
+    public key's session ID and Nomad's job plan decides whether anything changed. That plan is read-only and takes no
+    lock - an unchanged session writes nothing to Nomad and does not wait for the admission lock.
   - With O(backend=local), the session runs on this machine (see the local runtime); the result has the same shape.
   - The private key, the cluster network key and tokens never appear in results, diffs or logs.
 author:

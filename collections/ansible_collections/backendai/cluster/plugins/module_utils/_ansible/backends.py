@@ -38,4 +38,7 @@ def session_backend(module: ClusterModule, changes: bool = False) -> SessionBack
         if isinstance(secrets, dict) and secrets.get("backend") == "vault":
             module.vault()  # library and options checked before anything is written
         network = NetworkControl(p["network_key_file"], p["network_claims_namespace"], module.hide)
-    return NomadBackend(module.nomad(), module.vault, module.hide, module.warn, network=network)
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import catalogue_from_env
+
+    return NomadBackend(module.nomad(), module.vault, module.hide, module.warn, network=network,
+                        node_catalogue=catalogue_from_env() if changes else None)

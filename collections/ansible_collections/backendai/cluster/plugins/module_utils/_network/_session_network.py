@@ -332,6 +332,9 @@ def parse_key(text: str, where: str = "the network key") -> bytes:
 
 
 def read_key(path: str) -> bytes:
+    """The key in file ``path``; a leading ``~`` is the user's home (the default path is written so, and only
+    Ansible's ``path`` options expand it: the CLI, scripts and benchmarks pass it as written)."""
+    path = os.path.expanduser(path)
     try:
         with open(path, encoding="ascii") as f:
             text = f.read()

@@ -22,15 +22,32 @@ What python-nomad 2.1.0 gets wrong, and how this module works around it:
 * Its ``User-Agent`` handling crashes when no token is set; the user agent is set on the session.
 
 No secret (ACL token, variable items) ever appears in an exception message or a ``repr``.
+
+Transient failures are retried where that is safe: every read (GET, and the plan endpoint, a dry run)
+and the variable lock operations (an acquire carries a lock ID made here, so that Nomad grants the
+same holder again: ``isLocked`` in ``nomad/state/state_store_variables.go`` compares IDs and
+``VariableLock.Canonicalize`` keeps a given one; a lost acquire answer is retried, never waited out
+for the lock's TTL). Transient means no HTTP answer (refused, reset, closed: :class:`NomadUnreachable`;
+a timeout) or 502/503/504 or Nomad's leaderless 500 (``No cluster leader``). At most
+:data:`ATTEMPTS` tries, :data:`RETRY_DELAY` × 4^n apart; the error then says how many were made.
+Other writes (register, variable writes) are not retried: they are not idempotent.
 """
 
 from __future__ import annotations
 
+import time
 import typing as t
+import uuid
 from urllib.parse import quote
 
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.connection import CASConflict, NomadConnection, NomadError, NomadTimeout
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.connection import (
+    CASConflict,
+    NomadConnection,
+    NomadError,
+    NomadTimeout,
+    NomadUnreachable,
+)
 
 try:
     import requests
@@ -59,12 +76,24 @@ USER_AGENT = "backendai.cluster (python-nomad)"
 MAX_ERROR_BODY = 2000
 #: How many bytes of a log :meth:`NomadClient.read_logs` fetches from the end by default.
 DEFAULT_LOG_BYTES = 64 * 1024
-#: Nomad's filter expression (go-bexpr, over AllocListStub fields) for allocations that hold
-#: resources on their node: not terminal in the sense of ``Allocation.TerminalStatus``.
+#: Nomad's filter expression for allocations that hold resources on their node: not terminal in the
+#: sense of ``Allocation.TerminalStatus``. Nomad evaluates ``filter`` (go-bexpr) on the full
+#: ``structs.Allocation`` *before* it builds the ``AllocListStub`` it returns (``Paginator.next`` in
+#: ``nomad/state/paginator/paginator.go`` runs ``bexpr.Evaluate(raw)`` on the table's object, then
+#: ``stubFn``): write a filter against Allocation's fields, not the stub's.
 LIVE_ALLOCATIONS_FILTER = ('DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
                            'and ClientStatus != "lost"')
 #: Page size of the allocation list (Nomad's ``per_page``).
 DEFAULT_PAGE_SIZE = 1000
+#: Tries of a retried call (a read, a lock operation) before its transient failure is reported.
+ATTEMPTS = 3
+#: Seconds before the first retry (then × 4).
+RETRY_DELAY = 0.1
+#: HTTP answers worth another try: a proxy or Nomad without a leader (``structs.ErrNoLeader``).
+TRANSIENT_STATUS = (502, 503, 504)
+NO_LEADER = "No cluster leader"
+#: Nomad's longest blocking query (``structs.MaxBlockingRPCQueryTime``); it adds up to 1/16 of jitter.
+MAX_BLOCKING_WAIT = 300.0
 
 
 def _quote_id(value: str) -> str:
@@ -89,10 +118,14 @@ def _json_or_text(response: t.Any) -> t.Any:
 class NomadClient:
     """Nomad HTTP API calls the collection needs, each mapped to :class:`NomadError` on failure."""
 
-    def __init__(self, connection: NomadConnection, session: t.Optional[t.Any] = None) -> None:
+    def __init__(self, connection: NomadConnection, session: t.Optional[t.Any] = None,
+                 sleep: t.Callable[[float], None] = time.sleep) -> None:
         if not HAS_PYTHON_NOMAD or not HAS_REQUESTS:
             raise NomadError("the python-nomad Python library is required (pip install python-nomad)")
         self.connection = connection
+        self._sleep = sleep
+        #: transient failures retried so far (each one also a warning-worthy event for a caller that reports them)
+        self.retried: t.List[str] = []
         self._own_session = session is None
         self._session = session if session is not None else requests.Session()
         if str(self._session.headers.get("User-Agent", "")).startswith("python-requests"):
@@ -126,8 +159,10 @@ class NomadClient:
         return "NomadClient(%r)" % (self.connection,)
 
     def in_namespace(self, namespace: str) -> "NomadClient":
-        """A client of the same cluster for another namespace (sharing this one's HTTP session)."""
-        return NomadClient(self.connection.with_options(namespace=namespace), session=self._session)
+        """A client of the same cluster for another namespace (sharing this one's HTTP session and retry record)."""
+        other = NomadClient(self.connection.with_options(namespace=namespace), session=self._session, sleep=self._sleep)
+        other.retried = self.retried
+        return other
 
     def close(self) -> None:
         if self._own_session:
@@ -158,7 +193,7 @@ class NomadClient:
                 index = current.get("ModifyIndex") if isinstance(current, dict) else None
                 return CASConflict("%s: check-and-set conflict (HTTP 409 on %s %s): the variable's current "
                                    "ModifyIndex is %s" % (what, method, path, index), current if isinstance(current, dict) else None,
-                                   method, path)
+                                   method, path, index=_header_index(payload))
             shown = body if len(body) <= MAX_ERROR_BODY else body[:MAX_ERROR_BODY] + "..."
             message = "%s: HTTP %d %s on %s %s: %s" % (
                 what, status, payload.reason or "", method, path, shown or "(empty body)")
@@ -173,25 +208,41 @@ class NomadClient:
                               "certificate, or validate_certs=false to skip verification)" % (
                                   what, self.connection.base_url, self._scrub(_short(payload))))
         if HAS_REQUESTS and isinstance(payload, requests.ConnectionError):
-            return NomadError("%s: cannot connect to %s: %s" % (what, self.connection.base_url, self._scrub(_short(payload))))
+            return NomadUnreachable("%s: cannot connect to %s: %s"
+                                    % (what, self.connection.base_url, self._scrub(_short(payload))))
         return NomadError("%s: %s" % (what, self._scrub(_short(payload))))
 
-    def _call(self, what: str, fn: t.Callable[..., t.Any], *args: t.Any, **kwargs: t.Any) -> t.Any:
-        # The mapped error is raised outside the except block so that it carries no __context__
-        # (python-nomad's exception holds the response, whose request holds the token header).
-        error: t.Optional[NomadError] = None
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # python-nomad raises BaseNomadException and requests exceptions
-            if not _is_transport_error(exc):
-                raise
-            error = self._error_from(exc, what)
-        raise error
+    def _call(self, what: str, fn: t.Callable[[], t.Any], retry: bool = False) -> t.Any:
+        """``fn()``, its failure mapped to :class:`NomadError`; with ``retry``, transient failures are tried again."""
+        attempts = ATTEMPTS if retry else 1
+        for attempt in range(1, attempts + 1):
+            # The mapped error is raised outside the except block so that it carries no __context__
+            # (python-nomad's exception holds the response, whose request holds the token header).
+            error: t.Optional[NomadError] = None
+            try:
+                return fn()
+            except Exception as exc:  # python-nomad raises BaseNomadException and requests exceptions
+                if not _is_transport_error(exc):
+                    raise
+                error = self._error_from(exc, what)
+            if not is_transient(error):
+                raise error
+            if attempt == attempts:
+                if attempts > 1:
+                    error.message += " (gave up after %d attempts)" % attempts
+                raise error
+            self.retried.append(str(error))
+            self._sleep(RETRY_DELAY * 4 ** (attempt - 1))
+        raise AssertionError("unreachable")
 
-    def _call_or_none(self, what: str, fn: t.Callable[..., t.Any], *args: t.Any, **kwargs: t.Any) -> t.Any:
-        """Like :meth:`_call`, but a 404 means "absent" and gives None."""
+    def _read(self, what: str, fn: t.Callable[[], t.Any]) -> t.Any:
+        """A read: :meth:`_call` with retries."""
+        return self._call(what, fn, retry=True)
+
+    def _call_or_none(self, what: str, fn: t.Callable[[], t.Any]) -> t.Any:
+        """A read where a 404 means "absent" and gives None."""
         try:
-            return self._call(what, fn, *args, **kwargs)
+            return self._read(what, fn)
         except NomadError as err:
             if err.status == 404:
                 return None
@@ -216,21 +267,21 @@ class NomadClient:
         job_id = job.get("ID")
         if not job_id:
             raise ValueError("the job has no ID")
-        return self._call("planning job %r" % job_id,
+        return self._read("planning job %r" % job_id,
                           lambda: self._job.plan_job(_quote_id(job_id), {"Job": dict(job)}, diff=bool(diff)))
 
     def deregister_job(self, job_id: str, purge: bool = True) -> t.Dict[str, t.Any]:
         """``DELETE /v1/job/:id?purge=``: stops (and purges) the job. Nomad answers 200 for an absent job."""
-        return self._call("deregistering job %r" % job_id,
+        return self._read("deregistering job %r" % job_id,
                           lambda: self._job.deregister_job(_quote_id(job_id), purge=bool(purge)))
 
     def list_jobs(self, prefix: t.Optional[str] = None, meta: bool = False) -> t.List[t.Dict[str, t.Any]]:
         """``GET /v1/jobs``: job stubs (with ``Meta`` when ``meta``), optionally filtered by ID prefix."""
-        return self._call("listing jobs", lambda: self._jobs.get_jobs(prefix=prefix or None, meta=True if meta else None))
+        return self._read("listing jobs", lambda: self._jobs.get_jobs(prefix=prefix or None, meta=True if meta else None))
 
     def job_allocations(self, job_id: str, all_versions: bool = False) -> t.List[t.Dict[str, t.Any]]:
         """``GET /v1/job/:id/allocations``: allocation stubs (ClientStatus, TaskStates, NodeName, ...)."""
-        return self._call("listing allocations of job %r" % job_id,
+        return self._read("listing allocations of job %r" % job_id,
                           lambda: self._job.get_allocations(_quote_id(job_id), all_=True if all_versions else None))
 
     def allocation(self, alloc_id: str) -> t.Optional[t.Dict[str, t.Any]]:
@@ -245,7 +296,7 @@ class NomadClient:
             raise ValueError("type must be stdout or stderr")
         if lines < 0 or max_bytes <= 0:
             raise ValueError("lines must be >= 0 and max_bytes > 0")
-        text = self._call("reading %s of task %r in allocation %r" % (type, task, alloc_id),
+        text = self._read("reading %s of task %r in allocation %r" % (type, task, alloc_id),
                           lambda: self._logs.stream(_quote_id(alloc_id), task, type, follow=False,
                                                     offset=int(max_bytes), origin="end", plain=True))
         return tail_lines(text or "", lines)
@@ -256,9 +307,22 @@ class NomadClient:
         """``GET /v1/nodes``: node stubs (``NodeResources``/``ReservedResources`` only with ``resources``); with
         ``filter_expr``, only the nodes that Nomad's filter (go-bexpr over the whole node, not the stub:
         ``nomad/state/paginator``) lets through."""
-        return self._call("listing nodes", lambda: self._nodes.get_nodes(prefix=prefix or None,
+        return self._read("listing nodes", lambda: self._nodes.get_nodes(prefix=prefix or None,
                                                                          resources=True if resources else None,
                                                                          filter_=filter_expr or None))
+
+    def list_nodes_at(self, resources: bool = False, filter_expr: str = "") -> t.Tuple[t.List[t.Dict[str, t.Any]], int]:
+        """``GET /v1/nodes``: (node stubs, the nodes table's ``X-Nomad-Index``), filtered as :meth:`list_nodes`."""
+        params = {"resources": "true" if resources else None, "filter": filter_expr or None}
+        response = self._read("listing nodes", lambda: self._nodes.request(method="get", params=dict(params)))
+        return list(response.json() or []), _header_index(response)
+
+    def nodes_index(self) -> int:
+        """The nodes table's index, from a one-node page (``GET /v1/nodes?per_page=1``; ``Node.List`` answers
+        ``state.Index("nodes")`` whatever the page, ``nomad/node_endpoint.go``)."""
+        response = self._read("reading the nodes index",
+                              lambda: self._nodes.request(method="get", params={"per_page": 1}))
+        return _header_index(response)
 
     def node(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
         """``GET /v1/node/:id``: the full node (NodeResources, ReservedResources, Drivers, Attributes, ...)."""
@@ -266,7 +330,7 @@ class NomadClient:
 
     def node_allocations(self, node_id: str) -> t.List[t.Dict[str, t.Any]]:
         """``GET /v1/node/:id/allocations``: full allocations (with AllocatedResources) placed on the node."""
-        return self._call("listing allocations of node %r" % node_id,
+        return self._read("listing allocations of node %r" % node_id,
                           lambda: self._node.get_allocations(_quote_id(node_id)))
 
     def live_allocations(self, per_page: int = DEFAULT_PAGE_SIZE) -> t.List[t.Dict[str, t.Any]]:
@@ -282,7 +346,7 @@ class NomadClient:
         while True:
             params = {"namespace": "*", "resources": "true", "task_states": "false", "filter": LIVE_ALLOCATIONS_FILTER,
                       "per_page": int(per_page), "next_token": token}
-            response = self._call("listing live allocations",
+            response = self._read("listing live allocations",
                                   lambda: self._allocations.request(method="get", params=dict(params)))
             out.extend(response.json() or [])
             token = response.headers.get("X-Nomad-NextToken") or None
@@ -297,20 +361,45 @@ class NomadClient:
 
     # Variable locks ---------------------------------------------------------------------------
     def _lock_operation(self, operation: str, path: str, body: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        """A lock operation, retried on transient failures (each is safe to repeat: the lock ID names the holder)."""
         params = {operation: "", "namespace": self.connection.namespace or None}
         result = self._call("%s on variable %r" % (operation, path),
                             lambda: self._variable.request(_quote_path(path), method="put", params=dict(params),
-                                                           json=dict(body)).json())
+                                                           json=dict(body)).json(), retry=True)
         return result if isinstance(result, dict) else {}
 
-    def acquire_lock(self, path: str, ttl: float, lock_delay: float, items: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
+    def acquire_lock(self, path: str, ttl: float, lock_delay: float, items: t.Mapping[str, str],
+                     lock_id: t.Optional[str] = None) -> t.Dict[str, t.Any]:
         """``PUT /v1/var/:path?lock-acquire`` (Nomad 1.7+): the variable with ``Lock.ID``.
 
-        Raises :class:`CASConflict` (HTTP 409) while another holder has the lock or its lock delay runs.
+        The request carries ``lock_id`` (a new UUID when not given): Nomad keeps a given ID
+        (``VariableLock.Canonicalize``) and grants the holder of that ID again (``isLocked``), so an acquire
+        whose answer was lost is retried here and gets the lock it already took. Raises :class:`CASConflict`
+        (HTTP 409, ``index`` the attempt's raft index) while another holder has the lock.
         """
         body = {"Path": path.strip("/"), "Items": dict(items),
-                "Lock": {"TTL": "%gs" % float(ttl), "LockDelay": "%gs" % float(lock_delay)}}
+                "Lock": {"ID": lock_id or str(uuid.uuid4()), "TTL": "%gs" % float(ttl), "LockDelay": "%gs" % float(lock_delay)}}
         return self._lock_operation("lock-acquire", path, body)
+
+    def wait_variable(self, path: str, index: int, wait: float) -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
+        """A blocking read, ``GET /v1/var/:path?index=&wait=``: (the variable or None, its ``X-Nomad-Index``).
+
+        Nomad answers once the variable's ModifyIndex (absent: the variables table's index) is above ``index``,
+        or after ``wait`` seconds (at most 300, plus up to 1/16 of jitter) with what it has (``Variables.Read``
+        through ``blockingRPC``, ``nomad/variables_endpoint.go`` and ``nomad/rpc.go``). ``index`` 0: at once.
+        """
+        wait = min(max(wait, 0.001), MAX_BLOCKING_WAIT)
+        params = {"namespace": self.connection.namespace or None, "index": int(index), "wait": "%dms" % int(wait * 1000)}
+        timeout = max(float(self.connection.timeout or 0), wait * 17 / 16 + 5)
+
+        def read() -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
+            try:
+                response = self._variable.request(_quote_path(path), method="get", params=dict(params), timeout=timeout)
+            except nomad_exceptions.URLNotFoundNomadException as exc:
+                return None, _header_index(getattr(exc, "nomad_resp", None))
+            return response.json(), _header_index(response)
+
+        return t.cast(t.Tuple[t.Optional[t.Dict[str, t.Any]], int], self._read("waiting on variable %r" % path, read))
 
     def renew_lock(self, path: str, lock_id: str) -> t.Dict[str, t.Any]:
         """``PUT /v1/var/:path?lock-renew``: restart the lock's TTL (409 if the lock was lost)."""
@@ -340,15 +429,38 @@ class NomadClient:
         return _variable_metadata(result)
 
     def delete_variable(self, path: str, cas: t.Optional[int] = None) -> None:
-        """``DELETE /v1/var/:path[?cas=N]`` (absent is fine). Raises :class:`CASConflict` on a lost check-and-set."""
+        """``DELETE /v1/var/:path[?cas=N]`` (absent is fine). Raises :class:`CASConflict` on a lost check-and-set.
+
+        Retried without ``cas`` only (a repeated plain delete finds nothing: fine; a repeated check-and-set
+        delete would report the first one's success as a conflict)."""
         self._call("deleting variable %r" % path,
                    lambda: self._variable.delete_variable(_quote_path(path), namespace=self.connection.namespace,
-                                                          cas=None if cas is None else int(cas)))
+                                                          cas=None if cas is None else int(cas)), retry=cas is None)
+
+    def list_variables_at(self, prefix: str) -> t.Tuple[t.List[t.Dict[str, t.Any]], int]:
+        """``GET /v1/vars?prefix=``: (variable metadata, the variables table's ``X-Nomad-Index``)."""
+        params = {"prefix": prefix, "namespace": self.connection.namespace or None}
+        response = self._read("listing variables", lambda: self._variables.request(method="get", params=dict(params)))
+        return list(response.json() or []), _header_index(response)
 
     def list_variables(self, prefix: str = "") -> t.List[t.Dict[str, t.Any]]:
         """``GET /v1/vars?prefix=``: variable metadata (never Items)."""
-        return self._call("listing variables", lambda: self._variables.get_variables(prefix=prefix,
+        return self._read("listing variables", lambda: self._variables.get_variables(prefix=prefix,
                                                                                      namespace=self.connection.namespace))
+
+
+def is_transient(error: NomadError) -> bool:
+    """Worth another try: no answer (refused, reset, timeout), a proxy's 502/503/504, or Nomad without a leader."""
+    if isinstance(error, (NomadUnreachable, NomadTimeout)):
+        return True
+    return error.status in TRANSIENT_STATUS or (error.status == 500 and NO_LEADER in (error.body or ""))
+
+
+def _header_index(response: t.Any) -> int:
+    try:
+        return int(response.headers.get("X-Nomad-Index") or 0)
+    except (AttributeError, TypeError, ValueError):
+        return 0
 
 
 def _is_transport_error(exc: BaseException) -> bool:

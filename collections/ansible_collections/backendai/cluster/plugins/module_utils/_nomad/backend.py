@@ -28,8 +28,10 @@ is deleted if it holds this run's public key. The error names the failed step an
 Update (job exists): the keys are never regenerated. The session ID comes from the stored public
 key, the job is re-rendered with it (placement prefers the agents the session already uses, and
 counts the session's own allocations as free), keeping the network slot its job carries, and Nomad's
-plan decides: ``Diff.Type`` None means unchanged. A changed job is registered again; a failure then is reported, not rolled back (the
-session existed before this run). Check mode only reads (the plan endpoint is a dry run).
+plan decides: ``Diff.Type`` None means unchanged. That first plan is read-only and takes no lock: an
+unchanged session makes no write request at all. A changed job is placed and planned again under the
+admission lock and registered; a failure then is reported, not rolled back (the session existed
+before this run). Check mode only reads (the plan endpoint is a dry run).
 
 Absent: deregister (purge) the job, release its network slot, then delete the secret; nothing there
 means no change.
@@ -43,7 +45,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import admission
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, ModuleFailure
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue, live_capacity
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, dumps, register_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl, signed
@@ -94,8 +96,10 @@ class NomadBackend(Watching, Updating, Removing):
                  clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL,
                  lock_ttl: float = admission.DEFAULT_TTL, lock_delay: float = admission.DEFAULT_LOCK_DELAY,
                  lock_wait: float = admission.DEFAULT_LOCK_WAIT, eval_timeout: float = DEFAULT_EVAL_TIMEOUT,
-                 network: t.Optional[NetworkControl] = None) -> None:
+                 network: t.Optional[NetworkControl] = None, node_catalogue: t.Optional[NodeCatalogue] = None) -> None:
         self.nomad = nomad
+        #: the node list kept between creates (``_nomad.capacity``), or None: read whole every time
+        self.node_catalogue = node_catalogue
         self.network = network or NetworkControl(hide=hide)
         self.lock_options = {"ttl": lock_ttl, "lock_delay": lock_delay, "wait": lock_wait}
         self.eval_timeout = eval_timeout
@@ -131,8 +135,9 @@ class NomadBackend(Watching, Updating, Removing):
         """One rendering on the given agents or on the nodes' live free capacity (placed or PENDING)."""
         prefer = {(g.get("Meta") or {}).get("backendai_agent") for g in (existing or {}).get("TaskGroups") or []}
         prefer.discard(None)
-        pool = agents if agents is not None else live_agents(
-            self.nomad, exclude_job=spec.name if existing is not None else None, namespace=self.namespace or "default")
+        pool = agents if agents is not None else live_capacity(
+            self.nomad, self.node_catalogue, exclude_job=spec.name if existing is not None else None,
+            namespace=self.namespace or "default")
         return self._render(spec_raw, pool, session_id, t.cast(t.AbstractSet[str], prefer))
 
     def _place(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
@@ -213,12 +218,16 @@ class NomadBackend(Watching, Updating, Removing):
         while True:
             attempts += 1
             refused: t.Optional[t.Tuple[str, str]] = None
+            # the nodes' addresses do not depend on free capacity: read before the lock, which is held only for
+            # what needs it (issue 24: plan from live capacity, write, register, follow the evaluation)
+            # (with a node catalogue, the list read inside the lock for live capacity serves: no read here)
+            nodes = self.nomad.list_nodes() if agents is None and self.node_catalogue is None else None
             # Admission: plan on live data and register while no other create of this collection does.
             with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
                 rendered = self._plan_once(spec_raw, spec, agents, session_id, None)
                 if rendered.plan.placed:
                     store = self._store(location_of_plan(rendered.plan))
-                    rendered, refused = self._submit(spec, rendered, agents, store, keypair, lock)
+                    rendered, refused = self._submit(spec, rendered, agents, store, keypair, lock, nodes)
             if not rendered.plan.placed:
                 if agents is None and deadline - self._clock() > 0:
                     self._sleep(min(self.poll_interval, max(0.0, deadline - self._clock())))
@@ -256,13 +265,15 @@ class NomadBackend(Watching, Updating, Removing):
                             changes=["job %s: added" % spec.name], location=store.location)
 
     def _submit(self, spec: SessionSpec, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
-                store: SecretStore, keypair: t.Any,
-                lock: admission.AdmissionLock) -> t.Tuple[RenderedSession, t.Optional[t.Tuple[str, str]]]:
+                store: SecretStore, keypair: t.Any, lock: admission.AdmissionLock,
+                nodes: t.Optional[t.List[t.Dict[str, t.Any]]] = None) -> t.Tuple[RenderedSession, t.Optional[t.Tuple[str, str]]]:
         """Write the keypair, claim a network slot and sign the job's network args, register, follow the
         evaluation (under the lock). Returns the signed session and None when every group was placed, else
         (Nomad's reason per group, what the rollback did): the new session was rolled back at once."""
         session_id = rendered.plan.session_id
-        network = self.network.job_network(self.nomad, rendered, agents, None)  # key and addresses: before any write
+        if nodes is None and agents is None and self.node_catalogue is not None:
+            nodes = self.node_catalogue.last  # read for this placement, inside the lock
+        network = self.network.job_network(self.nomad, rendered, agents, None, nodes)  # key and addresses: before any write
         claim: t.Optional[Claim] = None
         step = STEP_SECRET
         try:

@@ -45,6 +45,10 @@ class NomadTimeout(NomadError):
     """The request did not complete within the client timeout (``status`` is None)."""
 
 
+class NomadUnreachable(NomadError):
+    """No HTTP answer: the connection was refused, reset or closed before the answer (``status`` is None)."""
+
+
 class CASConflict(NomadError):
     """A check-and-set variable write/delete lost: ``current`` is the variable Nomad holds now.
 
@@ -53,9 +57,11 @@ class CASConflict(NomadError):
     """
 
     def __init__(self, message: str, current: t.Optional[t.Dict[str, t.Any]], method: str = "",
-                 path: str = "") -> None:
+                 path: str = "", index: int = 0) -> None:
         super().__init__(message, 409, "", method, path)
         self.current = current or {}
+        #: the answer's ``X-Nomad-Index`` (a lost lock-acquire: the raft index of the attempt), 0 if none
+        self.index = index
 
     @property
     def modify_index(self) -> int:

@@ -12,6 +12,7 @@ again, signed (:func:`signed`). The key is read from ``network_key_file`` and re
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NETWORK_KEY_FILE
@@ -31,7 +32,7 @@ class NetworkControl:
 
     def __init__(self, key_file: t.Optional[str] = None, claims_namespace: t.Optional[str] = None,
                  hide: t.Callable[..., None] = lambda *secrets: None) -> None:
-        self.key_file = key_file or DEFAULT_NETWORK_KEY_FILE
+        self.key_file = os.path.expanduser(key_file or DEFAULT_NETWORK_KEY_FILE)  # the default starts with ~
         self.claims_namespace = claims_namespace or DEFAULT_CLAIMS_NAMESPACE
         self._hide = hide
         self._key: t.Optional[bytes] = None
@@ -46,7 +47,7 @@ class NetworkControl:
             except NetworkError as err:
                 raise BackendAIClusterError("%s. The overlay_agent role creates the cluster network key on the control "
                                             "node at %s and copies it to every agent; set network_key_file (or "
-                                            "BACKENDAI_NETWORK_KEY_FILE) if it is elsewhere" % (err, DEFAULT_NETWORK_KEY_FILE)) from None
+                                            "BACKENDAI_NETWORK_KEY_FILE) if it is elsewhere" % (err, os.path.expanduser(DEFAULT_NETWORK_KEY_FILE))) from None
             self._hide(key.hex())
             self._key = key
         return self._key
@@ -55,15 +56,36 @@ class NetworkControl:
         return NetworkClaims(nomad.in_namespace(self.claims_namespace))
 
     def job_network(self, nomad: NomadClient, rendered: RenderedSession,
-                    agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]], slot: t.Optional[int]) -> JobNetwork:
-        """The key and the plan's agents' underlay addresses (read now); ``slot`` None: the preferred one."""
+                    agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]], slot: t.Optional[int],
+                    nodes: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None) -> JobNetwork:
+        """The key and the plan's agents' underlay addresses (read now); ``slot`` None: the preferred one.
+
+        ``nodes``: the node list (``GET /v1/nodes``) read earlier, outside the admission lock (issue 24: the lock is
+        held only for what needs it); it is read again if an agent of the plan is not in it (a node that joined)."""
         key = self.key()
+        used = rendered.plan.agents_used
+        if nodes is not None and set(used) <= {n.get("Name") for n in nodes}:
+            nomad = t.cast(NomadClient, _NodesReadBefore(nomad, nodes))
         try:
-            found = underlay_addresses(nomad, rendered.plan.agents_used, agents)
+            found = underlay_addresses(nomad, used, agents)
         except ValueError as err:
             raise BackendAIClusterError(str(err)) from None
         return JobNetwork(slot=slot, underlay={a: ip for a, (ip, _mtu) in found.items()}, key=key,
                           underlay_mtu=min([mtu for _ip, mtu in found.values()] or [1500]))
+
+
+class _NodesReadBefore:
+    """The client for ``underlay_addresses`` with its one ``GET /v1/nodes`` answered by the list read before."""
+
+    def __init__(self, nomad: NomadClient, nodes: t.Sequence[t.Mapping[str, t.Any]]) -> None:
+        self._nomad = nomad
+        self._nodes = [dict(n) for n in nodes]
+
+    def list_nodes(self) -> t.List[t.Dict[str, t.Any]]:
+        return self._nodes
+
+    def node(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+        return self._nomad.node(node_id)
 
 
 def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "",

@@ -11,6 +11,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import B
 
 if t.TYPE_CHECKING:  # pragma: no cover
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
 
 DEFAULT_POLL_INTERVAL = 2.0
@@ -49,6 +50,7 @@ class BackendState:
 
     nomad: NomadClient
     network: NetworkControl
+    node_catalogue: t.Optional[NodeCatalogue]
     namespace: str
     region: str
     poll_interval: float

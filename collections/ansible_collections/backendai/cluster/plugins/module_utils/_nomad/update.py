@@ -2,7 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Updating an existing Nomad session: the keys are kept, the job is rendered again and Nomad's plan
 decides whether anything changed; broken containers get a new allocation. A part of
-:class:`_nomad.backend.NomadBackend`."""
+:class:`_nomad.backend.NomadBackend`.
+
+The plan comes first, read-only and without the cluster's admission lock: only a run that will register a
+changed job (or write a lost network claim again) takes the lock, so an unchanged re-run writes nothing to
+Nomad and never waits behind other creates."""
 
 from __future__ import annotations
 
@@ -42,25 +46,32 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps imp
 )
 
 
+class _Planned(t.NamedTuple):
+    """One pass of an update: the job to register, Nomad's dry-run plan of it, and what it would need written."""
+
+    rendered: RenderedSession
+    job: t.Dict[str, t.Any]
+    plan: t.Dict[str, t.Any]
+    changed: bool
+    new_claim: t.Optional[Claim]
+    old_block: t.Optional[t.Tuple[int, int]]
+    repaired: bool
+    broken: t.List[str]
+
+
 class Updating(BackendState):
     """The update part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
 
     def _update(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
                 agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
                 wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
-        lock = None if check_mode else self._admission("%s/%s" % (self.namespace or "default", spec.name))
-        try:
-            return self._update_locked(spec_raw, spec, existing, agents, check_mode, diff, wait, wait_timeout,
-                                       wait_for_resources, lock)
-        finally:
-            if lock is not None:
-                lock.release()
+        """Plan first, read-only and without the admission lock; lock and register only if the plan changes something.
 
-    def _update_locked(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
-                       agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
-                       wait_timeout: float, wait_for_resources: float,
-                       lock: t.Optional[admission.AdmissionLock]) -> t.Dict[str, t.Any]:
-        """``_update``; a changed or repaired session is placed again under the admission lock, as a create."""
+        An unchanged session (what an idempotent re-run from cron or CI finds) makes GET requests and Nomad's
+        read-only plan endpoint only: it never queues behind the creates of the cluster nor fails with
+        ``AdmissionBusy``. A changed or repaired session is placed again under the lock on live capacity, as a
+        create is, and planned again there (another run may have changed it meanwhile).
+        """
         name = spec.name
         stored_at = location_of_job(existing) or location_of_plan(plan_session(spec_raw, []))
         public_key = self._store(stored_at).read_public_key()
@@ -69,41 +80,73 @@ class Updating(BackendState):
                                 "state=absent and create it again" % (name, name, stored_at.describe()))
         session_id = derive_session_id(name, public_key)
         rendered = self._place(spec_raw, spec, agents, session_id, existing, wait_for_resources, check_mode)
-        if lock is not None:
-            # placed (waiting for resources if need be) without the lock; placed again inside it on live data
-            lock.acquire()
-            rendered = self._plan_once(spec_raw, spec, agents, session_id, existing)
-            if not rendered.plan.placed:
-                self._pending(spec, rendered, agents, 0.0, False, 1)
         wanted_at = location_of_plan(rendered.plan)
         if wanted_at != stored_at:
             raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
                                 "%s); remove the session with state=absent and create it again"
                                 % (name, stored_at.describe(), wanted_at.describe()))
-        rendered, new_claim, old_block, repaired = self._keep_slot(rendered, agents, existing, session_id, check_mode)
+        # read-only: a lost claim or a new block shows as "would be written", an unsigned job as a change
+        planned = self._plan_update(rendered, agents, existing, session_id, dry_run=True)
+        if check_mode or not (planned.changed or planned.repaired):
+            return self._unchanged_or_checked(planned, existing, diff, wait, wait_timeout, check_mode, stored_at)
+        lock = self._admission("%s/%s" % (self.namespace or "default", name))
+        lock.acquire()
+        try:
+            rendered = self._plan_once(spec_raw, spec, agents, session_id, existing)  # live data, inside the lock
+            if not rendered.plan.placed:
+                self._pending(spec, rendered, agents, 0.0, False, 1)
+            planned = self._plan_update(rendered, agents, existing, session_id, dry_run=False)
+            if not planned.changed:
+                lock.release()  # nothing is admitted (a lost claim was made again): waiting is not admission
+                return self._unchanged_or_checked(planned, existing, diff, wait, wait_timeout, False, stored_at)
+            return self._register_update(planned, existing, diff, wait, wait_timeout, stored_at, lock)
+        finally:
+            lock.release()
+
+    def _plan_update(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+                     existing: t.Mapping[str, t.Any], session_id: str, dry_run: bool) -> _Planned:
+        """The signed job for ``rendered`` (its slots kept; with ``dry_run`` nothing is written) and Nomad's plan of it."""
+        rendered, new_claim, old_block, repaired = self._keep_slot(rendered, agents, existing, session_id, dry_run)
         job = t.cast(t.Dict[str, t.Any], rendered.job)
         broken = self._mark_repairs(existing, job)
         plan = self.nomad.plan_job(job, diff=True)
-        found = job_changes(plan.get("Diff"))
         changed = ((plan.get("Diff") or {}).get("Type") or "None") != "None"
+        return _Planned(rendered, job, plan, changed, new_claim, old_block, repaired, broken)
+
+    def _unchanged_or_checked(self, planned: _Planned, existing: t.Mapping[str, t.Any], diff: bool, wait: bool,
+                              wait_timeout: float, check_mode: bool, stored_at: SecretLocation) -> t.Dict[str, t.Any]:
+        """The result of a run that registers nothing: unchanged (waiting for the containers if asked), or check mode."""
+        found = job_changes(planned.plan.get("Diff"))
+        before, after = diff_texts(found)
+        rendered = planned.rendered
+        if check_mode and planned.changed:
+            self._warn_unplaceable(planned.plan)
+            return self._result(True, rendered, diff, before, after, self.view(existing), [str(c) for c in found], stored_at)
+        if wait and not check_mode:
+            try:
+                self._wait(existing, wait_timeout)
+            except WaitFailed as err:
+                raise ModuleFailure("session %s is unchanged but not all of its containers run: %s"
+                                    % (rendered.plan.spec.name, err),
+                                    {"changed": False, "session": self.view(existing)}) from None
+        repairs = ["network slot %d: lost claim made again" % rendered.network["slot"]] \
+            if planned.repaired and rendered.network else []
+        return self._result(bool(repairs), rendered, diff, before, after, self.view(existing), repairs, stored_at)
+
+    def _warn_unplaceable(self, plan: t.Mapping[str, t.Any]) -> None:
         failed_groups = sorted((plan.get("FailedTGAllocs") or {}).keys())
-        if changed and failed_groups:
+        if failed_groups:
             self._warn("Nomad's scheduler reports it cannot place the updated task group(s) %s now"
                        % ", ".join(failed_groups))
+
+    def _register_update(self, planned: _Planned, existing: t.Mapping[str, t.Any], diff: bool, wait: bool,
+                         wait_timeout: float, stored_at: SecretLocation, lock: admission.AdmissionLock) -> t.Dict[str, t.Any]:
+        """Register the changed job (under ``lock``, released once Nomad's evaluation placed it) and wait for it."""
+        rendered, job, new_claim, old_block = planned.rendered, planned.job, planned.new_claim, planned.old_block
+        name = rendered.plan.spec.name
+        found = job_changes(planned.plan.get("Diff"))
         before, after = diff_texts(found)
-        if not changed:
-            if lock is not None:
-                lock.release()  # nothing is admitted: waiting for the containers is not admission
-            if wait and not check_mode:
-                try:
-                    self._wait(existing, wait_timeout)
-                except WaitFailed as err:
-                    raise ModuleFailure("session %s is unchanged but not all of its containers run: %s" % (name, err),
-                                        {"changed": False, "session": self.view(existing)}) from None
-            repairs = ["network slot %d: lost claim made again" % rendered.network["slot"]] if repaired and rendered.network else []
-            return self._result(bool(repairs), rendered, diff, before, after, self.view(existing), repairs, stored_at)
-        if check_mode:
-            return self._result(True, rendered, diff, before, after, self.view(existing), [str(c) for c in found], stored_at)
+        self._warn_unplaceable(planned.plan)
         try:
             answer = self.nomad.register_job(register_request(job))
         except NomadError as err:
@@ -114,15 +157,14 @@ class Updating(BackendState):
                                 "version stays registered and the keypair is unchanged" % (name, STEP_REGISTER, err),
                                 {"changed": False, "failed_step": STEP_REGISTER}) from None
         unplaced = self._follow_eval(str(answer.get("EvalID") or ""), lock)
-        if lock is not None:
-            lock.release()
+        lock.release()
         if old_block is not None:  # the session outgrew its block: the new one is in the registered job now
             self.network.claims(self.nomad).release(old_block[0], self.namespace, name, slots=old_block[1])
         current = self.nomad.get_job(name) or job
         if unplaced:
             raise ModuleFailure("%s session %s failed: Nomad cannot place %s. The new job version stays registered (an "
                                 "existing session is not rolled back; free capacity or remove it with state=absent)"
-                                % ("repairing" if broken else "updating", name, failed_placement_reason(unplaced)),
+                                % ("repairing" if planned.broken else "updating", name, failed_placement_reason(unplaced)),
                                 {"changed": True, "failed_step": STEP_REGISTER, "session": self.view(current)})
         if wait:
             try:

@@ -57,7 +57,8 @@ class Watching(BackendState):
         view = build_view(job, stubs, full, logs, location.public() if location else None)
         if any(c["node_id"] and not c["address"] for c in view["containers"]):
             # no address of its own reported (host networking, or an older Nomad): the node's address
-            nodes = {n.get("ID"): n.get("Address") or "" for n in self.nomad.list_nodes()}
+            listed = self.node_catalogue.known(self.nomad) if self.node_catalogue is not None else self.nomad.list_nodes()
+            nodes = {n.get("ID"): n.get("Address") or "" for n in listed}
             for c in view["containers"]:
                 if not c["address"]:
                     c["address"] = nodes.get(c["node_id"], "")

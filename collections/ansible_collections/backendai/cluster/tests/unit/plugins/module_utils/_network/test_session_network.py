@@ -217,6 +217,26 @@ def test_keys_are_checked_and_never_echoed(tmp_path):
     assert len(net.read_key(str(good))) == 32
 
 
+def test_the_default_key_path_is_read_from_the_home_directory(tmp_path, monkeypatch):
+    """Issue 20: ``~/.config/backendai-cluster/network.key`` (the default) is expanded for every caller, not only
+    where Ansible's ``path`` options expand it (the CLI, scripts and benchmarks pass it as written)."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NETWORK_KEY_FILE
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    key_file = tmp_path / ".config" / "backendai-cluster" / "network.key"
+    key_file.parent.mkdir(parents=True)
+    key_file.write_text(net.generate_key() + "\n")
+    assert DEFAULT_NETWORK_KEY_FILE.startswith("~/")
+    assert net.read_key(DEFAULT_NETWORK_KEY_FILE) == net.read_key(str(key_file))
+    control = NetworkControl()
+    assert control.key_file == str(key_file) and len(control.key()) == 32
+    key_file.unlink()
+    with pytest.raises(Exception) as err:
+        NetworkControl().key()
+    assert str(key_file) in str(err.value) and "~" not in str(err.value)
+
+
 def test_the_plugin_modules_import_nothing_slow():
     """The plugin starts for every container: typing, dataclasses, subprocess, json, re, collections or OpenSSL at
     import would cost more than its ADD (benchmarks/cni_add.py)."""

@@ -1,0 +1,112 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Live capacity read in proportion to what changed: the node catalogue kept on the control node.
+
+``_nomad.nodes.live_agents`` reads the whole node list with resources (``GET /v1/nodes?resources=true``,
+about 0.8 MB per 1,000 nodes) and the live allocations on every create. The allocations change with
+every session; the node list does not: its totals, reservations, status, drain and eligibility move
+only when a node registers or changes, and each such change moves the nodes table's index, which
+every node list answers as ``X-Nomad-Index`` (``Node.List`` in ``nomad/node_endpoint.go``:
+``state.Index("nodes")``; a heartbeat that changes nothing commits nothing, ``Node.UpdateStatus``).
+
+:class:`NodeCatalogue` keeps the last node list of a cluster in a file (mode 0600, one per address
+and region) with that index. A create asks Nomad for one node (``?per_page=1``: its answer carries
+the index) and reads the whole list again only when the index moved; the live allocations are read
+every time, as before. Several creates on one control node (Ansible forks, a CI sweep) share it.
+
+Off unless a cache directory is given (``BACKENDAI_NODE_CACHE_DIR``, read by the modules): the file
+holds node names, addresses and resources (no secret), written atomically; a file that cannot be read
+is read again from Nomad.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import PLUGIN_FILTER, live_agents
+
+#: Environment variable naming the directory of the node catalogue files (unset: no catalogue).
+NODE_CACHE_ENV = "BACKENDAI_NODE_CACHE_DIR"
+
+
+class NodeCatalogue:
+    """The node list with resources of each cluster, in ``directory``, valid while Nomad's nodes index stays."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = os.path.abspath(os.path.expanduser(directory))
+        #: the list :meth:`nodes` gave last (this process), for reads that need no fresh check (node addresses)
+        self.last: t.Optional[t.List[t.Dict[str, t.Any]]] = None
+
+    def known(self, client: NomadClient) -> t.List[t.Dict[str, t.Any]]:
+        """The list read last by this process, else :meth:`nodes` (for node addresses: no index check needed)."""
+        return self.last if self.last is not None else self.nodes(client)
+
+    def _file(self, client: NomadClient) -> str:
+        conn = client.connection
+        key = hashlib.sha256(("%s\n%s" % (conn.base_url, conn.region or "")).encode("utf-8")).hexdigest()[:32]
+        return os.path.join(self.directory, "nodes-%s.json" % key)
+
+    def nodes(self, client: NomadClient) -> t.List[t.Dict[str, t.Any]]:
+        """The node stubs with resources: from the file if Nomad's nodes index is the one it was read at."""
+        path = self._file(client)
+        index = client.nodes_index()
+        try:
+            with open(path, encoding="utf-8") as f:
+                kept = json.load(f)
+            if index and kept.get("index") == index and isinstance(kept.get("nodes"), list):
+                self.last = t.cast(t.List[t.Dict[str, t.Any]], kept["nodes"])
+                return self.last
+        except (OSError, ValueError, AttributeError):
+            pass
+        stubs, index = client.list_nodes_at(resources=True, filter_expr=PLUGIN_FILTER)
+        self._write(path, {"index": index, "nodes": stubs})
+        self.last = stubs
+        return stubs
+
+    def _write(self, path: str, content: t.Mapping[str, t.Any]) -> None:
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".nodes-")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(content, f)
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError:
+            pass  # no catalogue this time: the next create reads the list again
+
+
+class _CatalogueClient:
+    """The client for ``live_agents`` with its node list answered by the catalogue (allocations read live)."""
+
+    def __init__(self, nomad: NomadClient, nodes: t.List[t.Dict[str, t.Any]]) -> None:
+        self._nomad = nomad
+        self._nodes = nodes
+
+    def list_nodes(self, prefix: t.Optional[str] = None, resources: bool = False,
+                   filter_expr: str = "") -> t.List[t.Dict[str, t.Any]]:
+        return self._nodes  # read with live_agents' PLUGIN_FILTER
+
+    def live_allocations(self) -> t.List[t.Dict[str, t.Any]]:
+        return self._nomad.live_allocations()
+
+
+def catalogue_from_env() -> t.Optional[NodeCatalogue]:
+    directory = os.environ.get(NODE_CACHE_ENV)
+    return NodeCatalogue(directory) if directory else None
+
+
+def live_capacity(client: NomadClient, catalogue: t.Optional[NodeCatalogue], exclude_job: t.Optional[str] = None,
+                  namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
+    """``live_agents``, its node list from ``catalogue`` when there is one."""
+    if catalogue is None:
+        return live_agents(client, exclude_job=exclude_job, namespace=namespace)
+    source = t.cast(NomadClient, _CatalogueClient(client, catalogue.nodes(client)))
+    return live_agents(source, exclude_job=exclude_job, namespace=namespace)

@@ -123,6 +123,18 @@ def test_entrypoint_once_in_meta() -> None:
     assert dumps(job).count("sshd not found") == 1
 
 
+def test_the_user_is_in_job_meta_and_the_task_asks_for_no_privileges() -> None:
+    job = render_job(make_plan(cluster_size=2, user={"name": "alice", "uid": 4242, "gid": 4343}))
+    assert {k: job["Meta"][k] for k in ("BACKENDAI_USER", "BACKENDAI_UID", "BACKENDAI_GID")} == {
+        "BACKENDAI_USER": "alice", "BACKENDAI_UID": "4242", "BACKENDAI_GID": "4343"}
+    assert render_job(make_plan())["Meta"]["BACKENDAI_USER"] == "work"
+    for group in job["TaskGroups"]:
+        task = group["Tasks"][0]
+        # the entrypoint starts as the image's root with the driver's default capabilities, nothing more
+        assert "User" not in task and not {"privileged", "cap_add", "devices", "security_opt", "userns_mode",
+                                           "pid_mode", "ipc_mode", "network_mode"} & set(task["Config"])
+
+
 def test_job_type() -> None:
     assert render_job(make_plan())["Type"] == "batch"
     assert render_job(make_plan(command=None))["Type"] == "service"

@@ -405,3 +405,15 @@ def test_the_batch_command_runs_as_the_user_not_root(sessions: Any, state_root: 
             lines = f.read().splitlines()
         assert lines[:3] == ["1000", "1000", "work"], lines
         assert [line.split() for line in lines[3:]] == [["Uid:"] + ["1000"] * 4, ["Gid:"] + ["1000"] * 4, ["Groups:", "1000"]]  # initgroups: its own group only
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/mpirun"), reason="needs openmpi-bin (scripts/setup installs it)")
+def test_mpirun_over_ssh_starts_every_rank_as_the_user_across_containers(sessions: Any, helpers: Any) -> None:
+    """OpenMPI's launcher reaches the other containers with `ssh subN orted ...`, as the session user."""
+    r = sessions("mpi", size=3)
+    p = helpers.ssh(r, "main1", "printf 'main1 slots=1\\nsub1 slots=1\\nsub2 slots=1\\n' > ~/hostfile && "
+                    "mpirun --hostfile ~/hostfile -np 3 --mca btl self,tcp --mca btl_tcp_if_include eth0 "
+                    "--mca oob_tcp_if_include eth0 sh -c 'echo $(uname -n) $(id -un) $OMPI_COMM_WORLD_RANK'",
+                    timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(p.stdout.splitlines()) == ["main1 work 0", "sub1 work 1", "sub2 work 2"], p.stdout + p.stderr

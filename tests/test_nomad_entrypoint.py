@@ -96,7 +96,6 @@ def namespaces() -> t.Iterator[Namespaces]:
         assert made.tag not in left, "namespaces left behind: " + left
 
 
-
 def _busybox_root(root: t.Any) -> None:
     """A minimal image: busybox applets, sshd and ssh with the shared libraries they load, the account files
     of an image that installed OpenSSH (root and sshd), an empty sshd_config (sshd needs the file)."""
@@ -231,8 +230,8 @@ def image(request: pytest.FixtureRequest) -> str:
 
 
 def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespaces, tmp_path: t.Any, image: str) -> None:
-    s = Session(namespaces, tmp_path, image, {"name": "ep-test", "image": "unused", "cluster_size": 3,
-                                             "command": ["sleep", "300"]})
+    spec = {"name": "ep-test", "image": "unused", "cluster_size": 3, "command": ["sleep", "300"]}
+    s = Session(namespaces, tmp_path, image, spec)
     work = (1000, 1000)
     got = s.run("main1", *SSH, "sub1", "hostname", user=work)
     assert (got.returncode, got.stdout.strip()) == (0, "sub1"), got.stderr
@@ -251,8 +250,9 @@ def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespac
 
 def test_logins_and_the_command_run_as_the_user_and_root_is_refused(namespaces: Namespaces, tmp_path: t.Any,
                                                                     image: str) -> None:
-    s = Session(namespaces, tmp_path, image, {"name": "ep-user", "image": "unused", "cluster_size": 2,
-                                             "command": ["sleep", "300"], "user": {"name": "alice", "uid": 4242, "gid": 4343}})
+    spec = {"name": "ep-user", "image": "unused", "cluster_size": 2, "command": ["sleep", "300"],
+            "user": {"name": "alice", "uid": 4242, "gid": 4343}}
+    s = Session(namespaces, tmp_path, image, spec)
     alice = (4242, 4343)
     got = s.run("main1", *SSH, "sub1", "id -un; id -u; id -gn; id -g; echo $HOME; ls -ld ~/.ssh ~/.ssh/id_backendai",
                 user=alice)

@@ -176,8 +176,8 @@ def test_root_only_when_the_spec_says_so() -> None:
 
 
 def test_user_problems_name_field_value_and_what_is_allowed() -> None:
-    got = problems({"name": "s", "image": "i", "user": {"name": "Work", "uid": -1, "gid": 65534, "allow_root": "yes",
-                                                         "home": "/srv"}})
+    user = {"name": "Work", "uid": -1, "gid": 65534, "allow_root": "yes", "home": "/srv"}
+    got = problems({"name": "s", "image": "i", "user": user})
     assert got == [
         "session.user.home: unknown key; allowed keys: name, uid, gid, allow_root",
         "session.user.name: must be a user name: a lowercase letter or '_', then up to 31 lowercase letters, digits, "

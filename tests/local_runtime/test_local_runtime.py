@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -417,3 +419,26 @@ def test_mpirun_over_ssh_starts_every_rank_as_the_user_across_containers(session
                     timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(p.stdout.splitlines()) == ["main1 work 0", "sub1 work 1", "sub2 work 2"], p.stdout + p.stderr
+
+
+def test_a_session_user_cannot_read_another_sessions_keys_through_the_host_filesystem(keypair: Any, helpers: Any) -> None:
+    """Both sessions' users are work (1000): a container sees the host's filesystem, so B's home (in B's state
+    directory, owned by 1000) must be out of reach of A's user by the directories above it (the session's
+    directory is root's, 0700: with 0755 this test reads B's key)."""
+    root = tempfile.mkdtemp(prefix="bai-user-test-", dir="/var/tmp")  # not under a container's private /tmp or /root
+    os.chmod(root, 0o755)  # a state root anyone may traverse, as one under /var/lib or /srv would be
+    before = helpers.host_snapshot()
+    made = [helpers.make_session(name, keypair, size=1) for name in ("keys-a", "keys-b")]
+    try:
+        a, _b = [dict(rt.create_session(s, root), spec=s) for s in made]
+        key = os.path.join(root, "keys-b", "containers", "main1", "home", ".ssh", "id_cluster")
+        assert os.stat(key).st_uid == 1000  # B's user owns its key ...
+        p = helpers.ssh(a, "main1", "id -un; cat %s; ls %s" % (key, os.path.dirname(os.path.dirname(key))))
+        assert p.stdout.split() == ["work"] and "PRIVATE KEY" not in p.stdout, p.stdout  # ... A's user cannot reach it
+        assert p.stderr.count("Permission denied") == 2, p.stderr
+    finally:
+        before.record(root, [s["name"] for s in made])
+        for s in made:
+            rt.destroy_session(s["name"], root)
+        helpers.assert_clean(before, root, made)
+        shutil.rmtree(root)

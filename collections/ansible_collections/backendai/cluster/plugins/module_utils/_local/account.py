@@ -33,6 +33,11 @@ def user_record(user: UserSpec) -> t.Dict[str, t.Any]:
     return {"name": user.name, "uid": user.uid, "gid": user.gid, "home": user.home}
 
 
+def default_user() -> t.Dict[str, t.Any]:
+    """The record of the spec's default user (work, 1000:1000)."""
+    return user_record(UserSpec())
+
+
 def login_shell() -> str:
     return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
 

@@ -53,7 +53,7 @@ class ContainerSetup:
     command: t.List[str]
     mounts: t.List[t.Dict[str, object]] = field(default_factory=list)
     #: The session user (``_local.account``): name, uid, gid, home.
-    user: t.Dict[str, t.Any] = field(default_factory=lambda: account.user_record(account.UserSpec()))
+    user: t.Dict[str, t.Any] = field(default_factory=account.default_user)
 
 
 def netns_path(name: str) -> str:

@@ -96,7 +96,7 @@ def namespaces() -> t.Iterator[Namespaces]:
         assert made.tag not in left, "namespaces left behind: " + left
 
 
-def _busybox_root(root: t.Any) -> None:
+def _busybox_root(root: t.Any, accounts: str = "") -> None:
     """A minimal image: busybox applets, sshd and ssh with the shared libraries they load, the account files
     of an image that installed OpenSSH (root and sshd), an empty sshd_config (sshd needs the file)."""
     (root / "bin").mkdir(parents=True)
@@ -114,7 +114,7 @@ def _busybox_root(root: t.Any) -> None:
         shutil.copy2(os.path.realpath(lib), root / lib.lstrip("/"))
     for d in ("etc/ssh", "dev", "proc", "tmp", "run", "root"):
         (root / d).mkdir(parents=True, exist_ok=True)
-    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n")
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n" + accounts)
     (root / "etc/group").write_text("root:x:0:\nnogroup:x:65534:\n")
     (root / "etc/ssh/sshd_config").write_text("# the image's sshd_config\n")
     assert not (root / "bin/useradd").exists() and not (root / "usr/sbin/useradd").exists()
@@ -123,7 +123,8 @@ def _busybox_root(root: t.Any) -> None:
 class Session:
     """The containers of one rendered job, started by their entrypoint in the given kind of image."""
 
-    def __init__(self, namespaces: Namespaces, tmp_path: t.Any, image: str, spec: t.Dict[str, t.Any]) -> None:
+    def __init__(self, namespaces: Namespaces, tmp_path: t.Any, image: str, spec: t.Dict[str, t.Any],
+                 accounts: str = "") -> None:
         self.keys = generate_keypair()
         self.plan = plan_session(spec, [{"name": "agent-1", "cpu": 9000, "memory": 9000}], public_key=self.keys.public_key)
         self.job = render_job(self.plan)
@@ -150,7 +151,7 @@ class Session:
             top = tmp_path / host
             root = self.roots[host] = top / "rootfs" if image == "busybox" else top
             if image == "busybox":
-                _busybox_root(root)
+                _busybox_root(root, accounts)
             for sub in ("secrets/backendai", "local/backendai", "roothome", "etc-upper", "etc-work"):
                 (root / sub).mkdir(parents=True, exist_ok=True)
             (root / "secrets/backendai/id").write_text(self.keys.private_key)
@@ -271,3 +272,13 @@ def test_logins_and_the_command_run_as_the_user_and_root_is_refused(namespaces: 
     # ... and so is any account but the user (AllowUsers)
     other = s.run("main1", *SSH, "-l", "sshd", "sub1", "id -un", user=alice)
     assert other.returncode == 255 and "Permission denied" in other.stderr, other.stderr
+
+
+def test_an_image_that_has_the_user_keeps_its_account_and_home(namespaces: Namespaces, tmp_path: t.Any) -> None:
+    if not os.path.exists(BUSYBOX):
+        pytest.skip("needs busybox-static (scripts/setup installs it)")
+    spec = {"name": "ep-own", "image": "unused", "cluster_size": 2, "command": ["sleep", "300"]}
+    s = Session(namespaces, tmp_path, "busybox", spec, accounts="work:x:1000:1000:the image's:/workspace:/bin/sh\n")
+    got = s.run("main1", *SSH, "sub1", "id -un; echo $HOME; ls -a ~/.ssh | grep -c authorized_keys", user=(1000, 1000))
+    assert got.stdout.split() == ["work", "/workspace", "1"], got.stderr
+    assert (s.roots["sub1"] / "etc/passwd").read_text().count("work:") == 1

@@ -99,7 +99,8 @@ if [ "$U" != root ] && ! grep -q "^$U:[^:]*:$UI:$GI:" /etc/passwd; then
     useradd -M -d "$H" -s "$SH" -u "$UI" -g "$GI" "$U"
   else  # no useradd, or the name or uid is another account's (ubuntu's is 1000): the account files themselves
     { grep -v -e "^$U:" -e "^[^:]*:[^:]*:$UI:" /etc/passwd || true; echo "$U:x:$UI:$GI::$H:$SH"; } > /etc/passwd.bai
-    { grep -v "^$U:" /etc/group || true; grep -q "^[^:]*:[^:]*:$GI:" /etc/group || echo "$U:x:$GI:"; } > /etc/group.bai
+    grep -v "^$U:" /etc/group > /etc/group.bai || true
+    grep -q "^[^:]*:[^:]*:$GI:" /etc/group.bai || echo "$U:x:$GI:" >> /etc/group.bai
     cat /etc/passwd.bai > /etc/passwd; cat /etc/group.bai > /etc/group; rm -f /etc/passwd.bai /etc/group.bai
   fi
 fi
@@ -108,6 +109,7 @@ if [ "$U" != root ] && [ -f /etc/shadow ] && ! grep -q "^$U:[^!:]" /etc/shadow; 
   { grep -v "^$U:" /etc/shadow || true; echo "$U:*:19000:0:99999:7:::"; } > /etc/shadow.bai
   cat /etc/shadow.bai > /etc/shadow; rm -f /etc/shadow.bai
 fi
+[ "$U" = root ] || H=$(grep "^$U:" /etc/passwd | cut -d: -f6)  # the image's own user may have another home
 mkdir -p /run/sshd /run/backendai "$H/.ssh"  # (busybox's mkdir -p -m would give the mode to /home too)
 chmod 700 /run/backendai "$H" "$H/.ssh"
 (umask 077; cp $S/id /run/backendai/host_key; cp $S/id "$H/.ssh/id_backendai")  # (busybox may lack install)

@@ -1,23 +1,34 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The Nomad job's entrypoint, run for real with OpenSSH in network namespaces.
+"""The Nomad job's entrypoint, run for real with OpenSSH in network namespaces, in two kinds of image.
 
 No Nomad binary can run here, so this test plays the parts Nomad would: for each task group of a
 rendered job it makes a network + mount + UTS namespace, renders the task's files the way its
 templates would (the key pair into ``secrets/``, the peers file that ``nomadService`` would give
 into ``local/``, the entrypoint from job Meta), interpolates ``${NOMAD_META_...}`` into the
-group's Env, and starts the entrypoint. Then it checks the seeds' promises: ``ssh sub1 hostname``
-from main1 with no prompt, every pair, and each ssh shell carrying its container's variables. Last,
-a container moves to a new address (as a replaced allocation does): the peers file is rendered again
-and the peers template's change script runs in every task, as Nomad's ``change_mode = "script"``
-would, and ``ssh sub2`` works again from every peer.
-Everything it makes (namespaces, veths, bridge, processes) is removed at the end.
+group's Env, adds job Meta as ``NOMAD_META_<KEY>`` (client/taskenv/env.go, Builder.setAlloc) and
+starts the entrypoint as root. The "image" is either
+
+* ``debian``: the host's own root (Debian: util-linux setpriv, useradd, PAM) with a private,
+  writable /etc (overlayfs), /home, /root, /run, /var/log and /var/mail, so the host's files stay
+  as they were; or
+* ``busybox``: a chroot of busybox-static plus OpenSSH's sshd and ssh with their libraries, an
+  /etc/passwd of root and sshd only: no useradd, no util-linux (busybox's setpriv cannot change ids,
+  so the command switches with busybox su).
+
+Then it checks the seeds' promises (``ssh sub1 hostname`` from main1 with no prompt, every pair, each
+ssh shell carrying its container's variables) and the session user's: logins and the command run as
+the user, never root. Last, a container moves to a new address (as a replaced allocation does): the
+peers file is rendered again and the peers template's change script runs in every task, as Nomad's
+``change_mode = "script"`` would, and ``ssh sub2`` works again from every peer. Everything it makes (namespaces, veths, bridge, processes, mounts: they live in
+the containers' mount namespaces) is gone at the end.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -37,7 +48,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render im
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
 
 META_REF = re.compile(r"\$\{NOMAD_META_([A-Za-z0-9_]+)\}")
-TOOLS = ("ip", "unshare", "nsenter", "ssh")
+TOOLS = ("ip", "unshare", "nsenter", "ssh", "chroot", "ldd")
+BUSYBOX = "/bin/busybox"  # Debian's busybox-static (scripts/setup installs it)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/usr/sbin/sshd") or not all(shutil.which(x) for x in TOOLS),
@@ -90,103 +102,214 @@ def namespaces() -> t.Iterator[Namespaces]:
         assert made.tag not in left, "namespaces left behind: " + left
 
 
-def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespaces, tmp_path: t.Any) -> None:
-    keys = generate_keypair()
-    plan = plan_session({"name": "ep-test", "image": "unused", "cluster_size": 3, "command": ["sleep", "300"]},
-                        [{"name": "agent-1", "cpu": 9000, "memory": 9000}], public_key=keys.public_key)
-    job = render_job(plan)
-    meta = job["Meta"]
-    hub = namespaces.add(namespaces.hub)
-    sh("ip", "netns", "exec", hub, "ip", "link", "add", "br0", "type", "bridge")
-    sh("ip", "netns", "exec", hub, "ip", "link", "set", "br0", "up")
-    addresses = {c.hostname: "10.250.%d.%d" % (int(namespaces.tag[:2], 16), 10 + c.rank) for c in plan.containers}
-    peers = "".join("%s %s\n" % (addresses[h], h) for h in plan.hostnames)  # what nomadService renders
-    pids: t.Dict[str, int] = {}
-    task_env: t.Dict[str, t.Dict[str, str]] = {}
-    for group, container in zip(job["TaskGroups"], plan.containers):
-        host = container.hostname
-        ns = namespaces.add("baiep%s-%s" % (namespaces.tag, host))
-        inner, outer = "eth0", "v%s%d" % (namespaces.tag, container.rank)
-        sh("ip", "link", "add", outer, "netns", hub, "type", "veth", "peer", "name", inner, "netns", ns)
-        sh("ip", "netns", "exec", hub, "ip", "link", "set", outer, "master", "br0", "up")
-        sh("ip", "netns", "exec", ns, "ip", "addr", "add", addresses[host] + "/24", "dev", inner)
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        root = tmp_path / host
-        for sub in ("secrets/backendai", "local/backendai", "home"):
-            (root / sub).mkdir(parents=True)
-        (root / "secrets/backendai/id").write_text(keys.private_key)
-        os.chmod(root / "secrets/backendai/id", 0o600)
-        (root / "secrets/backendai/id.pub").write_text(keys.public_key + "\n")
-        (root / "local/backendai/peers").write_text(peers)
-        (root / "local/backendai/entrypoint.sh").write_text(meta[ENTRYPOINT_META_KEY])
-        (root / "hosts").write_text("127.0.0.1 localhost\n")
-        os.chmod(root / "home", 0o700)
-        task = group["Tasks"][0]
-        env = {k: META_REF.sub(lambda m: meta[m.group(1)], v) for k, v in task["Env"].items()}
-        env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", NOMAD_SECRETS_DIR=str(root / "secrets"),
-                   NOMAD_TASK_DIR=str(root / "local"))
-        env.update({"NOMAD_META_" + k: v for k, v in meta.items()})  # Nomad puts every Meta key in the task's env
-        # The container: its own hostname, /etc/hosts, /root and /run; then the entrypoint, as Nomad would start it.
-        script = ("hostname %s && mount --bind %s /etc/hosts && mount --bind %s /root && mount -t tmpfs tmpfs /run "
-                  "&& exec sh %s %s" % (host, root / "hosts", root / "home", root / "local/backendai/entrypoint.sh",
-                                         " ".join(task["Config"]["args"])))
-        task_env[host] = env
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private",
-                                 "sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        namespaces.procs.append(proc)
-        pids[host] = proc.pid
+def _busybox_root(root: t.Any, accounts: str = "") -> None:
+    """A minimal image: busybox applets, sshd and ssh with the shared libraries they load, the account files
+    of an image that installed OpenSSH (root and sshd), an empty sshd_config (sshd needs the file)."""
+    (root / "bin").mkdir(parents=True)
+    shutil.copy2(BUSYBOX, root / "bin" / "busybox")
+    for applet in sh(BUSYBOX, "--list").stdout.split():
+        if applet != "busybox":
+            os.symlink("busybox", root / "bin" / applet)
+    libs = set()
+    for binary in ("/usr/sbin/sshd", "/usr/bin/ssh"):
+        (root / binary.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(binary, root / binary.lstrip("/"))
+        libs |= {w for w in sh("ldd", binary).stdout.split() if w.startswith("/")}
+    for lib in libs:
+        (root / lib.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.realpath(lib), root / lib.lstrip("/"))
+    for d in ("etc/ssh", "dev", "proc", "tmp", "run", "root"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n" + accounts)
+    (root / "etc/group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    (root / "etc/ssh/sshd_config").write_text("# the image's sshd_config\n")
+    assert not (root / "bin/useradd").exists() and not (root / "usr/sbin/useradd").exists()
 
-    def in_container(host: str, *cmd: str) -> subprocess.CompletedProcess:
-        return sh("nsenter", "-t", str(pids[host]), "-m", "-u", "-n", *cmd, check=False)
 
-    deadline = time.monotonic() + 20
-    for host, addr in addresses.items():
-        while True:
-            probe = sh("ip", "netns", "exec", "baiep%s-main1" % namespaces.tag, "bash", "-c",
-                       "exec 3<>/dev/tcp/%s/2200" % addr, check=False)
-            if probe.returncode == 0:
-                break
-            for proc in namespaces.procs:
-                assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            assert time.monotonic() < deadline, "sshd of %s never listened" % host
-            time.sleep(0.1)
+class Session:
+    """The containers of one rendered job, started by their entrypoint in the given kind of image."""
 
-    ssh = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
-    got = in_container("main1", *ssh, "sub1", "hostname")
+    def __init__(self, namespaces: Namespaces, tmp_path: t.Any, image: str, spec: t.Dict[str, t.Any],
+                 accounts: str = "") -> None:
+        self.keys = generate_keypair()
+        self.plan = plan_session(spec, [{"name": "agent-1", "cpu": 9000, "memory": 9000}], public_key=self.keys.public_key)
+        self.job = render_job(self.plan)
+        self.namespaces, self.image = namespaces, image
+        self.pids: t.Dict[str, int] = {}
+        self.ns: t.Dict[str, str] = {}
+        self.roots: t.Dict[str, t.Any] = {}
+        self.task_env: t.Dict[str, t.Dict[str, str]] = {}
+        tag = namespaces.tag
+        hub = namespaces.add(namespaces.hub) if namespaces.hub not in namespaces.netns else namespaces.hub
+        sh("ip", "netns", "exec", hub, "ip", "link", "add", "br0", "type", "bridge")
+        sh("ip", "netns", "exec", hub, "ip", "link", "set", "br0", "up")
+        self.addresses = {c.hostname: "10.250.%d.%d" % (int(tag[:2], 16), 10 + c.rank) for c in self.plan.containers}
+        peers = "".join("%s %s\n" % (self.addresses[h], h) for h in self.plan.hostnames)  # what nomadService renders
+        meta = self.job["Meta"]
+        for group, container in zip(self.job["TaskGroups"], self.plan.containers):
+            host = container.hostname
+            ns = self.ns[host] = namespaces.add("baiep%s-%s" % (tag, host))
+            inner, outer = "eth0", "v%s%d" % (tag, container.rank)
+            sh("ip", "link", "add", outer, "netns", hub, "type", "veth", "peer", "name", inner, "netns", ns)
+            sh("ip", "netns", "exec", hub, "ip", "link", "set", outer, "master", "br0", "up")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", self.addresses[host] + "/24", "dev", inner)
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            top = tmp_path / host
+            root = self.roots[host] = top / "rootfs" if image == "busybox" else top
+            if image == "busybox":
+                _busybox_root(root, accounts)
+            for sub in ("secrets/backendai", "local/backendai", "roothome", "etc-upper", "etc-work"):
+                (root / sub).mkdir(parents=True, exist_ok=True)
+            (root / "secrets/backendai/id").write_text(self.keys.private_key)
+            os.chmod(root / "secrets/backendai/id", 0o600)
+            (root / "secrets/backendai/id.pub").write_text(self.keys.public_key + "\n")
+            (root / "local/backendai/peers").write_text(peers)
+            (root / "local/backendai/entrypoint.sh").write_text(meta[ENTRYPOINT_META_KEY])
+            (root / "hosts").write_text("127.0.0.1 localhost\n")
+            os.chmod(root / "roothome", 0o700)
+            task = group["Tasks"][0]
+            env = {k: META_REF.sub(lambda m: meta[m.group(1)], v) for k, v in task["Env"].items()}
+            env.update({"NOMAD_META_" + k.upper(): v for k, v in meta.items()})
+            env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root")
+            args = " ".join(shlex.quote(a) for a in task["Config"].get("args", []))
+            if image == "busybox":
+                env.update(NOMAD_SECRETS_DIR="/secrets", NOMAD_TASK_DIR="/local")
+                script = ("hostname {h} && mount --bind {r}/hosts {r}/etc/hosts 2>/dev/null || cp {r}/hosts {r}/etc/hosts; "
+                          "mount --rbind /dev {r}/dev && mount -t proc proc {r}/proc && mount -t tmpfs tmpfs {r}/run && "
+                          "exec chroot {r} /bin/sh /local/backendai/entrypoint.sh {a}")
+            else:
+                env.update(NOMAD_SECRETS_DIR=str(root / "secrets"), NOMAD_TASK_DIR=str(root / "local"))
+                # The container: its own hostname, a writable /etc over the host's, its own /etc/hosts, /root,
+                # /home, /run, /var/log and /var/mail (useradd writes lastlog/faillog and may make a mail spool).
+                script = ("hostname {h} && mount -t overlay overlay -o lowerdir=/etc,upperdir={r}/etc-upper,"
+                          "workdir={r}/etc-work /etc && mount --bind {r}/hosts /etc/hosts && mount --bind {r}/roothome /root "
+                          "&& for d in /home /run /var/log /var/mail; do mount -t tmpfs tmpfs $d || exit 1; done "
+                          "&& exec sh {r}/local/backendai/entrypoint.sh {a}")
+            script = script.format(h=host, r=shlex.quote(str(root)), a=args)
+            self.task_env[host] = env
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private",
+                                     "sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            namespaces.procs.append(proc)
+            self.pids[host] = proc.pid
+        self.wait_for_sshd()
+
+    def wait_for_sshd(self) -> None:
+        deadline = time.monotonic() + 30
+        for host, addr in self.addresses.items():
+            while True:
+                probe = sh("ip", "netns", "exec", self.ns["main1"], "bash", "-c", "exec 3<>/dev/tcp/%s/2200" % addr,
+                           check=False)
+                if probe.returncode == 0:
+                    break
+                for proc in self.namespaces.procs:
+                    assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+                assert time.monotonic() < deadline, "sshd of %s never listened" % host
+                time.sleep(0.1)
+
+    def run(self, host: str, *cmd: str, user: t.Optional[t.Tuple[int, int]] = None) -> subprocess.CompletedProcess:
+        """A command in the container (its root too: the chroot), as root or as ``user`` (uid, gid)."""
+        ids = ["-S", str(user[0]), "-G", str(user[1])] if user else []
+        return sh("nsenter", "-t", str(self.pids[host]), "-m", "-u", "-n", "-r", *ids, *cmd, check=False)
+
+    def command_ids(self, host: str, argv0: str) -> t.List[t.List[str]]:
+        """Uid and Gid lines of /proc/<pid>/status of the container's processes running ``argv0``."""
+        out = []
+        for pid in sh("ip", "netns", "pids", self.ns[host]).stdout.split():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if f.read().split(b"\0")[0] != argv0.encode():
+                        continue
+                with open("/proc/%s/status" % pid, encoding="utf-8") as f:
+                    out += [line.split() for line in f if line.startswith(("Uid:", "Gid:"))]
+            except FileNotFoundError:
+                continue
+        return out
+
+
+IMAGES = ("debian", "busybox")
+SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
+
+
+@pytest.fixture(params=IMAGES)
+def image(request: pytest.FixtureRequest) -> str:
+    if request.param == "busybox" and not os.path.exists(BUSYBOX):
+        pytest.skip("needs busybox-static (scripts/setup installs it)")
+    return t.cast(str, request.param)
+
+
+def test_entrypoint_gives_passwordless_ssh_and_the_seed_env(namespaces: Namespaces, tmp_path: t.Any, image: str) -> None:
+    spec = {"name": "ep-test", "image": "unused", "cluster_size": 3, "command": ["sleep", "300"]}
+    s = Session(namespaces, tmp_path, image, spec)
+    work = (1000, 1000)
+    got = s.run("main1", *SSH, "sub1", "hostname", user=work)
     assert (got.returncode, got.stdout.strip()) == (0, "sub1"), got.stderr
-    for src in plan.hostnames:  # every container reaches every other and itself, by name
-        for dst in plan.hostnames:
-            got = in_container(src, *ssh, dst, "cat /proc/sys/kernel/hostname")
+    for src in s.plan.hostnames:  # every container reaches every other and itself, by name
+        for dst in s.plan.hostnames:
+            got = s.run(src, *SSH, dst, "cat /proc/sys/kernel/hostname", user=work)
             assert (got.returncode, got.stdout.strip()) == (0, dst), (src, dst, got.stderr)
-    for container in plan.containers:  # an ssh shell has the container's variables
-        got = in_container("main1", *ssh, container.hostname, "env")
+    for container in s.plan.containers:  # an ssh shell has the container's variables
+        got = s.run("main1", *SSH, container.hostname, "env", user=work)
         shell_env = dict(line.split("=", 1) for line in got.stdout.splitlines() if "=" in line)
-        expected = container_env(plan, container)
+        expected = container_env(s.plan, container)
         assert {k: shell_env.get(k) for k in expected} == expected
-    getent = in_container("sub2", "getent", "hosts", "main1")  # MASTER_ADDR resolves
-    assert getent.stdout.split()[0] == addresses["main1"]
+    getent = s.run("sub2", "getent", "hosts", "main1") if image == "debian" else s.run("sub2", "cat", "/etc/hosts")
+    assert s.addresses["main1"] in getent.stdout.split()  # MASTER_ADDR resolves
 
     # sub2 is replaced: its new allocation has a new address. Its peers' /etc/hosts still name the old one ...
-    old, new = addresses["sub2"], addresses["sub2"].rsplit(".", 1)[0] + ".200"
-    sub2_ns = "baiep%s-sub2" % namespaces.tag
-    sh("ip", "netns", "exec", sub2_ns, "ip", "addr", "del", old + "/24", "dev", "eth0")
-    sh("ip", "netns", "exec", sub2_ns, "ip", "addr", "add", new + "/24", "dev", "eth0")
+    old, new = s.addresses["sub2"], s.addresses["sub2"].rsplit(".", 1)[0] + ".200"
+    sh("ip", "netns", "exec", s.ns["sub2"], "ip", "addr", "del", old + "/24", "dev", "eth0")
+    sh("ip", "netns", "exec", s.ns["sub2"], "ip", "addr", "add", new + "/24", "dev", "eth0")
     quick = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=2")
-    assert in_container("main1", *quick, "sub2", "hostname").returncode != 0
+    assert s.run("main1", *quick, "sub2", "hostname", user=work).returncode != 0
     # ... until Nomad renders the peers template again and runs its change script in each task, with the task's
-    # environment (the task dir is /local in a Nomad task, root/local here)
-    moved = "".join("%s %s\n" % (new if h == "sub2" else addresses[h], h) for h in plan.hostnames)
-    for group in job["TaskGroups"]:
-        host, root = group["Name"], tmp_path / group["Name"]
+    # environment (the task dir is /local in a Nomad task and in the busybox chroot, root/local in the debian one)
+    moved = "".join("%s %s\n" % (new if h == "sub2" else s.addresses[h], h) for h in s.plan.hostnames)
+    for group in s.job["TaskGroups"]:
+        host, root = group["Name"], s.roots[group["Name"]]
         (root / "local/backendai/peers").write_text(moved)
         change = next(x for x in group["Tasks"][0]["Templates"] if x["DestPath"] == LOCAL_SUBDIR + "/peers")["ChangeScript"]
-        argv = [change["Command"]] + [a.replace("/local/", str(root / "local") + "/", 1) for a in change["Args"]]
-        got = sh("nsenter", "-t", str(pids[host]), "-m", "-u", "-n", "env", "-i",
-                 *["%s=%s" % kv for kv in task_env[host].items()], *argv, check=False)
+        args = change["Args"] if image == "busybox" else [a.replace("/local/", str(root / "local") + "/", 1)
+                                                          for a in change["Args"]]
+        got = s.run(host, "env", "-i", *["%s=%s" % kv for kv in s.task_env[host].items()], change["Command"], *args)
         assert got.returncode == 0, got.stderr
-    for src in plan.hostnames:
-        got = in_container(src, *ssh, "sub2", "cat /proc/sys/kernel/hostname")
+    for src in s.plan.hostnames:
+        got = s.run(src, *SSH, "sub2", "cat /proc/sys/kernel/hostname", user=work)
         assert (got.returncode, got.stdout.strip()) == (0, "sub2"), (src, got.stderr)
-        hosts = in_container(src, "cat", "/etc/hosts").stdout
+        hosts = s.run(src, "cat", "/etc/hosts").stdout
         assert hosts.count(" sub2") == 1 and hosts.startswith("127.0.0.1 localhost\n"), hosts
+
+
+def test_logins_and_the_command_run_as_the_user_and_root_is_refused(namespaces: Namespaces, tmp_path: t.Any,
+                                                                    image: str) -> None:
+    spec = {"name": "ep-user", "image": "unused", "cluster_size": 2, "command": ["sleep", "300"],
+            "user": {"name": "alice", "uid": 4242, "gid": 4343}}
+    s = Session(namespaces, tmp_path, image, spec)
+    alice = (4242, 4343)
+    got = s.run("main1", *SSH, "sub1", "id -un; id -u; id -gn; id -g; echo $HOME; ls -ld ~/.ssh ~/.ssh/id_backendai",
+                user=alice)
+    assert got.returncode == 0, got.stderr
+    lines = got.stdout.splitlines()
+    assert lines[:5] == ["alice", "4242", "alice", "4343", "/home/alice"], got.stdout
+    assert [line.split()[0] + " " + line.split()[2] for line in lines[5:]] == ["drwx------ alice", "-rw------- alice"]
+    # the batch command (sleep) runs with the user's ids, in every container
+    for host in s.plan.hostnames:
+        assert s.command_ids(host, "sleep") == [["Uid:"] + ["4242"] * 4, ["Gid:"] + ["4343"] * 4], host
+    # root is refused by sshd even when root's own home authorizes the session key (PermitRootLogin no) ...
+    planted = s.run("sub1", "sh", "-c", "mkdir -p -m 700 /root/.ssh && cp /home/alice/.ssh/authorized_keys /root/.ssh/")
+    assert planted.returncode == 0, planted.stderr
+    root = s.run("main1", *SSH, "-i", "/home/alice/.ssh/id_backendai", "-l", "root", "sub1", "id -un", user=alice)
+    assert root.returncode == 255 and "Permission denied" in root.stderr and root.stdout == "", root.stderr
+    # ... and so is any account but the user (AllowUsers)
+    other = s.run("main1", *SSH, "-l", "sshd", "sub1", "id -un", user=alice)
+    assert other.returncode == 255 and "Permission denied" in other.stderr, other.stderr
+
+
+def test_an_image_that_has_the_user_keeps_its_account_and_home(namespaces: Namespaces, tmp_path: t.Any) -> None:
+    if not os.path.exists(BUSYBOX):
+        pytest.skip("needs busybox-static (scripts/setup installs it)")
+    spec = {"name": "ep-own", "image": "unused", "cluster_size": 2, "command": ["sleep", "300"]}
+    s = Session(namespaces, tmp_path, "busybox", spec, accounts="work:x:1000:1000:the image's:/workspace:/bin/sh\n")
+    got = s.run("main1", *SSH, "sub1", "id -un; echo $HOME; ls -a ~/.ssh | grep -c authorized_keys", user=(1000, 1000))
+    assert got.stdout.split() == ["work", "/workspace", "1"], got.stderr
+    assert (s.roots["sub1"] / "etc/passwd").read_text().count("work:") == 1

@@ -74,7 +74,7 @@ def test_create_writes_the_variable_with_cas0_before_registering_the_job(nomad: 
     assert all(c["status"] == "running" and c["agent"] == "n1" and c["address"] for c in view["containers"])
     main1 = view["main1"]
     assert main1["address"] == "10.0.0.10" and main1["ssh_port"] >= 20000
-    assert main1["ssh_command"] == "ssh -p %d root@10.0.0.10" % main1["ssh_port"]
+    assert main1["ssh_command"] == "ssh -p %d work@10.0.0.10" % main1["ssh_port"]  # the session user, not root
     private = stored_private_key(nomad)
     public = nomad.stored_variable("nomad/jobs/s1")["Items"]["ssh_public_key"]
     from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id

@@ -63,7 +63,8 @@ def keypair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 def make_session(name: str, keypair: tuple[str, str], size: int = 3, command: list[str] | None = None,
-                 mounts: list[dict[str, Any]] | None = None, port: int = 2200) -> dict[str, Any]:
+                 mounts: list[dict[str, Any]] | None = None, port: int = 2200,
+                 user: dict[str, Any] | None = None) -> dict[str, Any]:
     """The dict the collection's core code produces for a single-node cluster session."""
     sid = str(uuid.uuid4())
     hosts = ["main1"] + ["sub%d" % i for i in range(1, size)]
@@ -94,7 +95,7 @@ def make_session(name: str, keypair: tuple[str, str], size: int = 3, command: li
                            "command": list(command or []), "publish": rank == 0})
     return {"name": name, "session_id": sid, "containers": containers,
             "ssh": {"port": port, "key_type": "ed25519", "private_key": keypair[0], "public_key": keypair[1]},
-            "mounts": list(mounts or [])}
+            "mounts": list(mounts or []), **({"user": user} if user else {})}
 
 
 #: A TCP connect from inside a namespace: ``python -c PROBE ADDRESS PORT`` prints "open" or "closed ...".

@@ -10,10 +10,12 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -92,7 +94,7 @@ def test_user_command_gets_exact_env(sessions: Any, state_root: str) -> None:
         with open(c["log"]) as f:
             got = dict(line.split("=", 1) for line in f.read().splitlines())
         want = dict(spec["env"], PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    HOME="/root")
+                    HOME="/home/work")
         assert got == want
     assert st["state"] == "TERMINATED" and {c["state"] for c in st["containers"]} == {"complete"}
 
@@ -177,6 +179,7 @@ def test_mounts_private_tmp_and_hostname(sessions: Any, tmp_path: Any, helpers: 
     data, ro = tmp_path / "data", tmp_path / "ro"
     data.mkdir()
     ro.mkdir()
+    os.chown(data, 1000, 1000)  # the session user (work, 1000:1000) owns the data it writes to (see the README)
     (data / "hello").write_text("hi\n")
     (ro / "ro-file").write_text("ro\n")
     missing_top = "/srv/bai-test-%s" % uuid.uuid4().hex[:8]
@@ -205,10 +208,11 @@ def test_each_container_has_its_own_home(sessions: Any, helpers: Any) -> None:
     p = helpers.ssh(r, "main1", "echo $HOME; echo ~/*; ls -A ~; ls ~/.ssh | tr '\\n' ' '; echo; touch ~/%s; "
                     "ssh sub1 'ls -A ~; test -e ~/%s || echo not-shared'" % (marker, marker))
     assert p.returncode == 0 and p.stderr == "", p.stderr
-    assert p.stdout.split("\n")[:3] == ["/root", "/root/*", ".ssh"], p.stdout
+    assert p.stdout.split("\n")[:3] == ["/home/work", "/home/work/*", ".ssh"], p.stdout
     assert "id_cluster" in p.stdout.split("\n")[3].split()
     assert p.stdout.split("\n")[4:6] == [".ssh", "not-shared"], p.stdout
     assert not os.path.exists("/root/" + marker), "a container wrote to the host's /root"
+    assert not os.path.exists("/home/work/" + marker), "a container wrote to the host's /home"
     assert os.path.exists(os.path.join(r["state_dir"], "containers", "main1", "home", marker))
 
 
@@ -388,3 +392,80 @@ def test_invalid_session_is_rejected_before_any_change(mutate: Any, match: str, 
         rt.create_session(session, state_root, helpers.MOUNT_ROOTS)
     assert keypair[0].strip() not in str(err.value)
     assert not os.path.exists(state_root)
+
+
+def test_logins_and_ssh_between_containers_are_the_work_user_and_root_is_refused(sessions: Any, helpers: Any) -> None:
+    r = sessions("user", size=2)
+    p = helpers.ssh(r, "main1", "id -un; id -u; id -g; id -G; echo $HOME; stat -c '%U %a' ~ ~/.ssh ~/.ssh/id_cluster; "
+                    "ssh sub1 'id -un; hostname'")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[:5] == ["work", "1000", "1000", "1000", "/home/work"], p.stdout  # no supplementary groups
+    assert lines[5:8] == ["work 700", "work 700", "work 600"], p.stdout
+    assert lines[8:] == ["work", "sub1"], p.stdout
+    # root is refused by sshd (PermitRootLogin no, AllowUsers work) even when root's home in the container
+    # authorizes the session's own key ...
+    planted = _in_container(r, "main1", ["sh", "-c", "mkdir -m 700 /root/.ssh && cp /home/work/.ssh/authorized_keys "
+                                         "/root/.ssh/ && chown -R root:root /root/.ssh"])
+    assert planted.returncode == 0, planted.stderr
+    root = subprocess.run(["ssh", "-F", r["ssh_config"], "-l", "root", "main1", "id -un"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert root.returncode == 255 and "Permission denied" in root.stderr and root.stdout == "", root.stderr
+    # ... from inside too, and so is any other host account
+    p = helpers.ssh(r, "main1", "ssh -l root sub1 id -un; echo rc=$?; ssh -l daemon sub1 id -un; echo rc=$?")
+    assert p.stdout.split() == ["rc=255", "rc=255"] and p.stderr.count("Permission denied") == 2, p.stderr
+
+
+def test_a_configured_uid_and_gid_show_up_as_such(sessions: Any, helpers: Any) -> None:
+    r = sessions("uidgid", size=2, user={"name": "alice", "uid": 4242, "gid": 4343})
+    p = helpers.ssh(r, "sub1", "id -un; id -u; id -gn; id -g; echo $HOME; touch ~/f; stat -c '%u:%g' ~/f")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["alice", "4242", "alice", "4343", "/home/alice", "4242:4343"], p.stdout
+    # the host's own account files are untouched
+    with open("/etc/passwd", encoding="utf-8") as f:
+        assert "alice:" not in f.read()
+
+
+def test_the_batch_command_runs_as_the_user_not_root(sessions: Any, state_root: str) -> None:
+    r = sessions("cmduid", size=2, command=["sh", "-c", "id -u; id -g; id -un; cat /proc/self/status | grep -E '^(Uid|Gid|Groups):'"])
+    _status_until("cmduid", state_root, "TERMINATED")
+    for c in r["containers"]:
+        with open(c["log"]) as f:
+            lines = f.read().splitlines()
+        assert lines[:3] == ["1000", "1000", "work"], lines
+        assert [line.split() for line in lines[3:]] == [["Uid:"] + ["1000"] * 4, ["Gid:"] + ["1000"] * 4, ["Groups:", "1000"]]  # initgroups: its own group only
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/mpirun"), reason="needs openmpi-bin (scripts/setup installs it)")
+def test_mpirun_over_ssh_starts_every_rank_as_the_user_across_containers(sessions: Any, helpers: Any) -> None:
+    """OpenMPI's launcher reaches the other containers with `ssh subN orted ...`, as the session user."""
+    r = sessions("mpi", size=3)
+    p = helpers.ssh(r, "main1", "printf 'main1 slots=1\\nsub1 slots=1\\nsub2 slots=1\\n' > ~/hostfile && "
+                    "mpirun --hostfile ~/hostfile -np 3 --mca btl self,tcp --mca btl_tcp_if_include eth0 "
+                    "--mca oob_tcp_if_include eth0 sh -c 'echo $(uname -n) $(id -un) $OMPI_COMM_WORLD_RANK'",
+                    timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(p.stdout.splitlines()) == ["main1 work 0", "sub1 work 1", "sub2 work 2"], p.stdout + p.stderr
+
+
+def test_a_session_user_cannot_read_another_sessions_keys_through_the_host_filesystem(keypair: Any, helpers: Any) -> None:
+    """Both sessions' users are work (1000): a container sees the host's filesystem, so B's home (in B's state
+    directory, owned by 1000) must be out of reach of A's user by the directories above it (the session's
+    directory is root's, 0700: with 0755 this test reads B's key)."""
+    root = tempfile.mkdtemp(prefix="bai-user-test-", dir="/var/tmp")  # not under a container's private /tmp or /root
+    os.chmod(root, 0o755)  # a state root anyone may traverse, as one under /var/lib or /srv would be
+    before = helpers.host_snapshot()
+    made = [helpers.make_session(name, keypair, size=1) for name in ("keys-a", "keys-b")]
+    try:
+        a, _b = [dict(rt.create_session(s, root), spec=s) for s in made]
+        key = os.path.join(root, "keys-b", "containers", "main1", "home", ".ssh", "id_cluster")
+        assert os.stat(key).st_uid == 1000  # B's user owns its key ...
+        p = helpers.ssh(a, "main1", "id -un; cat %s; ls %s" % (key, os.path.dirname(os.path.dirname(key))))
+        assert p.stdout.split() == ["work"] and "PRIVATE KEY" not in p.stdout, p.stdout  # ... A's user cannot reach it
+        assert p.stderr.count("Permission denied") == 2, p.stderr
+    finally:
+        before.record(root, [s["name"] for s in made])
+        for s in made:
+            rt.destroy_session(s["name"], root)
+        helpers.assert_clean(before, root, made)
+        shutil.rmtree(root)

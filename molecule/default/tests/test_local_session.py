@@ -5,7 +5,7 @@
 * every seed variable in every container (ssh shell and the command's own environment) means
   what the seed tables say;
 * MASTER_ADDR resolves to main1's address everywhere, and main1 is reachable on MASTER_PORT;
-* every container reaches every other one with ``ssh <host>`` and no prompt;
+* every container reaches every other one with ``ssh <host>`` and no prompt, as the ``work`` user;
 * only main1 is published (on 127.0.0.1), the subs only through main1;
 * a second session on the same machine can reach none of this one's containers, nor they its.
 """
@@ -103,6 +103,14 @@ def test_ssh_from_every_container_to_every_other_without_prompt(session: Session
     result = session.container(hostname).run(loop)
     assert result.rc == 0 and result.stderr == "", result.stderr  # no prompt, no warning
     assert sorted(result.stdout.splitlines()) == ["%s %s" % (h, h) for h in others]
+
+
+def test_logins_and_the_command_are_the_work_user_not_root(session: Session, hostname: str) -> None:
+    container = session.container(hostname)
+    assert container.check_output("id -un; id -u; echo $HOME").split() == ["work", "1000", "/home/work"]
+    assert session.command_env(hostname)["HOME"] == "/home/work"  # the command ran as work too (its env says so)
+    refused = container.run("ssh -o BatchMode=yes -l root %s true", hostname)
+    assert refused.rc == 255 and "Permission denied" in refused.stderr, refused.stderr
 
 
 def _dnat_rules(host: t.Any) -> t.List[str]:

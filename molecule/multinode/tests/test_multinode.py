@@ -68,8 +68,8 @@ def test_environment_of_every_container(session: Session, spec: t.Mapping[str, t
 def test_ssh_between_every_pair_of_containers_across_agents(session: Session) -> None:
     hosts = " ".join(session.hosts)
     loop = "for h in %s; do ssh $h hostname; done" % hosts
-    # stdout (the hostnames) and stderr are kept apart: the containers run the host's files, so root's
-    # login profile (pyenv's rehash, say) may write to stderr in every ssh shell; it is shown on failure.
+    # stdout (the hostnames) and stderr are kept apart: the containers run the host's files, so the
+    # login profile (/etc/profile.d) may write to stderr in every ssh shell; it is shown on failure.
     p = session.ssh("main1", "for s in %s; do ssh $s '%s' > /tmp/pairs.$s 2> /tmp/pairs.$s.err & done; wait; "
                              "for s in %s; do echo $s: $(cat /tmp/pairs.$s); done; cat /tmp/pairs.*.err >&2"
                     % (hosts, loop, hosts))

@@ -244,4 +244,30 @@ options:
             description: Slots per container (C(main1 slots=N) lines), 1 to 4096.
             type: int
             default: 1
+      user:
+        description:
+          - Who every login (C(ssh main1), C(ssh sub1)) and the command run as in every container, like Backend.AI's
+            C(work) user; its home is C(/home/<name>), where C(~/.ssh) holds the session keys (owned by it).
+          - sshd runs privileged, allows only this user and refuses root logins (unless the user is root).
+          - Mounts keep their owners - choose O(spec.user.uid)/O(spec.user.gid) to match the owner of the mounted data.
+        type: dict
+        suboptions:
+          name:
+            description:
+              - User name, C([a-z_][a-z0-9_-]*), at most 32 characters, not C(sshd) or C(nobody).
+              - V(root) runs everything as root (home C(/root), ids 0), and only with O(spec.user.allow_root=true).
+            type: str
+            default: work
+          uid:
+            description: The user's uid, 1 to 4294967294 but not 65534 (nobody); 0 only for V(root).
+            type: int
+            default: 1000
+          gid:
+            description: The user's primary gid, 1 to 4294967294 but not 65534; 0 only for V(root).
+            type: int
+            default: 1000
+          allow_root:
+            description: Allow O(spec.user.name=root). Without it a root user is refused.
+            type: bool
+            default: false
 """

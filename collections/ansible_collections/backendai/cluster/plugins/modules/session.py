@@ -307,7 +307,7 @@ session:
       description: How to reach main1. Log in with the session's private key (kept in the secret backend, or in the
         local state directory).
       type: dict
-      sample: {address: 10.0.0.10, ssh_port: 23456, ssh_command: ssh -p 23456 root@10.0.0.10}
+      sample: {address: 10.0.0.10, ssh_port: 23456, ssh_command: ssh -p 23456 work@10.0.0.10}
       contains:
         hostname:
           description: main1's hostname.
@@ -320,7 +320,7 @@ session:
           description: The published sshd port (null until known).
           type: int
         ssh_command:
-          description: The command that opens a shell in main1 (C(ssh -F <state_dir>/ssh_config main1) locally).
+          description: The command that opens a shell in main1 as the session user (C(ssh -F <state_dir>/ssh_config main1) locally).
           type: str
         ports:
           description: Every published port by label - C({address, port, to}).

@@ -15,6 +15,7 @@ import socket
 import time
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._local import account
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
     PRIVATE_DIRS,
@@ -45,6 +46,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     Journal,
     LocalRuntimeError,
     SessionPaths,
+    read_text,
     tail_lines,
 )
 
@@ -78,12 +80,12 @@ def _host_networks() -> t.List[ipaddress.IPv4Network]:
     return nets
 
 
-def _missing_dirs(targets: t.List[str]) -> t.List[str]:
+def _missing_dirs(targets: t.List[str], private: t.Tuple[str, ...]) -> t.List[str]:
     """Directories (parents first) to create on the host for the mount targets (those
-    under a container's private /tmp or /run are made in there, by mount)."""
+    under a container's private /tmp, /run or /home are made in there, by mount)."""
     out: t.List[str] = []
     for target in targets:
-        if any(target == d or target.startswith(d + "/") for d in PRIVATE_DIRS):
+        if any(target == d or target.startswith(d + "/") for d in private):
             continue
         chain = []
         d = target
@@ -111,7 +113,7 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
                                 % ", ".join(taken))
     published = _write_files(spec, paths, names)
 
-    missing = _missing_dirs(targets)
+    missing = _missing_dirs(targets, PRIVATE_DIRS + (() if account.is_root(spec["user"]) else (account.HOME_ROOT,)))
     if missing:
         journal.record("mkdirs", paths=missing)
         for d in missing:
@@ -132,7 +134,7 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
     write_peers(paths, {h: addresses[h] for h in hosts})
     if main in published:
         write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
-                                                          spec["ssh"]["port"]), mode=0o644)
+                                                          spec["ssh"]["port"], spec["user"]["name"]), mode=0o644)
 
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
@@ -154,7 +156,7 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
     info = {
         "name": spec["name"], "session_id": spec["session_id"], "state_dir": paths.root,
         "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
-        "ssh_port": spec["ssh"]["port"],
+        "ssh_port": spec["ssh"]["port"], "user": spec["user"]["name"],
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
@@ -177,16 +179,22 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
     # No DNS on the private network: fail lookups at once instead of timing out.
     write_file(paths.resolv_conf, "# backendai.cluster local session: no DNS, peers are in /etc/hosts\n"
                "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n", mode=0o644)
-    ssh = spec["ssh"]
-    write_key_files(paths, ssh["private_key"], ssh["public_key"], ssh["port"])
+    ssh, user = spec["ssh"], spec["user"]
+    write_key_files(paths, ssh["private_key"], ssh["public_key"], ssh["port"], user["name"], user["home"])
+    # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
+    os.makedirs(os.path.dirname(paths.passwd), mode=0o755, exist_ok=True)
+    for path, text in zip((paths.passwd, paths.group),
+                          account.account_files(user, read_text("/etc/passwd") or "", read_text("/etc/group") or "",
+                                                account.login_shell())):
+        write_file(path, text, mode=0o644)
     published: t.Dict[str, t.Tuple[str, int]] = {}
     for c in spec["containers"]:
         host = c["hostname"]
         cdir = paths.container_dir(host)
         os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
-        os.makedirs(os.path.join(paths.home_dir(host), ".ssh"), mode=0o700, exist_ok=True)
-        write_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"]), mode=0o600)
-        setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"])
+        account.make_home(paths.home_dir(host), user, ssh["private_key"], ssh["public_key"])
+        write_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
+        setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"], user)
         for fname, text in render_container(paths, setup).items():
             write_file(os.path.join(cdir, fname), text, mode=0o600)
         if c["publish"]:

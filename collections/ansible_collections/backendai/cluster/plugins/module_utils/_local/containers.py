@@ -3,10 +3,11 @@
 """Namespaces and the processes in them: what makes a local "container".
 
 A container is a process tree in its own network namespace (a named ``ip netns``), UTS
-namespace (its hostname) and mount namespace (private /run and /tmp, its own home as /root,
-/etc/hosts and ssh client config, the session's mounts).  Its first process is a small ``sh``
-supervisor (``init.sh``) that sets the namespaces up, starts sshd, runs the user
-command with exactly its environment once the session is up, records the command's exit code
+namespace (its hostname) and mount namespace (private /run and /tmp, the session user's account
+and its own home, /etc/hosts and ssh client config, the session's mounts: ``_local.account``).
+Its first process is a small ``sh`` supervisor (``init.sh``) that sets the namespaces up, starts
+sshd (as root), runs the user command as the session user with exactly its environment once the
+session is up, records the command's exit code
 and then ends the container (stops sshd); without a command it waits for sshd.  The supervisor is started through ``setsid -f`` so that it is never a child
 of the caller (an Ansible module exits long before its containers do).
 """
@@ -22,6 +23,7 @@ import time
 import typing as t
 from dataclasses import dataclass, field
 
+from ansible_collections.backendai.cluster.plugins.module_utils._local import account
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     CONTAINER_STATE_DIR,
@@ -50,6 +52,8 @@ class ContainerSetup:
     env: t.Dict[str, str]
     command: t.List[str]
     mounts: t.List[t.Dict[str, object]] = field(default_factory=list)
+    #: The session user (``_local.account``): name, uid, gid, home.
+    user: t.Dict[str, t.Any] = field(default_factory=account.default_user)
 
 
 def netns_path(name: str) -> str:
@@ -137,10 +141,10 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
     if os.path.isfile("/etc/resolv.conf") and not os.path.islink("/etc/resolv.conf"):
         # (a symlink into /run dangles under the private /run: lookups fail fast anyway)
         final.append((paths.in_container(paths.resolv_conf), "/etc/resolv.conf", "none", "bind"))
-    # The container's own home, as a container has: the host root's dotfiles (shell start-up files, keys,
-    # ssh config that would win over ssh_config) stay out, and what is written to ~ goes with the session.
-    final.append((paths.in_container(paths.home_dir(setup.hostname)), "/root", "none", "bind"))
-    final.append((paths.in_container(paths.ssh_dir), "/root/.ssh", "none", "bind"))
+    # The session user and the container's own home, as a container has: the host's dotfiles (shell start-up
+    # files, keys, ssh config that would win over ssh_config) stay out, and what is written to ~ goes with the session.
+    final += account.user_mounts(setup.user, paths.in_container(paths.home_dir(setup.hostname)),
+                                 paths.in_container(paths.passwd), paths.in_container(paths.group))
     final += [("/dev/null", f, "none", "bind") for f in LOGIN_RECORDS if os.path.isfile(f)]
     for i, mount in enumerate(setup.mounts):
         # Sources are bound before /tmp is covered, targets after: both may live under /tmp.
@@ -175,13 +179,14 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         ]
         env = dict(setup.env)
         env.setdefault("PATH", SANE_PATH)
-        env.setdefault("HOME", "/root")
+        env.setdefault("HOME", setup.user["home"])
         exitcode = q(paths.in_container(paths.exitcode(setup.hostname)))
         assignments = " ".join(q("%s=%s" % kv) for kv in sorted(env.items()))
         lines += [
             "cd %s 2>/dev/null || cd /" % q(env["HOME"]),
-            "env -i --default-signal %s %s >> %s 2>&1 < /dev/null" % (
-                assignments, " ".join(q(a) for a in setup.command),
+            # as the session user (sshd switches to it for logins itself)
+            "%s env -i --default-signal %s %s >> %s 2>&1 < /dev/null" % (
+                account.switch_prefix(setup.user), assignments, " ".join(q(a) for a in setup.command),
                 q(paths.in_container(paths.log(setup.hostname)))),
             "echo $? > %s.tmp && mv -f %s.tmp %s" % (exitcode, exitcode, exitcode),
             "kill $S 2>/dev/null",

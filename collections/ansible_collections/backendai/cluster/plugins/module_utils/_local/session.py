@@ -27,6 +27,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._defaults import
     DEFAULT_NETWORK_KEY_FILE,
     DEFAULT_STATE_ROOT,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import SpecError
+from ansible_collections.backendai.cluster.plugins.module_utils._local.account import user_record
 from ansible_collections.backendai.cluster.plugins.module_utils._local.agents import DEFAULT_AGENTS_ROOT, validate_session_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
@@ -40,6 +42,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.schema 
     kernel_fs,
     protected_source,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_user
 
 #: The agent a session without local agents runs on: this machine.
 LOCAL_AGENT = "local"
@@ -58,6 +61,7 @@ def session_record(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Map
                        for c in plan.containers],
         "ssh": {"port": spec.ssh.port, "private_key": keys.private_key, "public_key": keys.public_key},
         "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts],
+        "user": user_record(spec.user),
         "agents": {name: dict(agents[name]) for name in plan.agents_used} if agents else {},
     }
 
@@ -205,8 +209,15 @@ def from_raw(session: t.Any, state_root: str = DEFAULT_STATE_ROOT,
         if kernel_fs(dst):
             raise _fail("mounts[%d].target must not be %s or below it (the container's own)" % (i, kernel_fs(dst)))
         mounts.append({"source": src, "target": dst, "read_only": bool(m.get("read_only", False))})
+    user = session.get("user")
+    if isinstance(user, dict):  # a record's user (session_record) also has its home, which follows from the name
+        user = {k: v for k, v in user.items() if k != "home"}
+    try:  # the spec's rules and defaults (work, 1000:1000)
+        user = user_record(parse_user(user, "user"))
+    except SpecError as e:
+        raise _fail(str(e)) from None
     return _prepare({"name": name, "session_id": session_id, "containers": out, "mounts": mounts,
-                     "agents": session.get("agents") or {},
+                     "agents": session.get("agents") or {}, "user": user,
                      "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}},
                     state_root, mount_roots)
 

@@ -5,7 +5,9 @@
 One keypair per session serves as every container's host key and as the authorized
 key; known_hosts pins it for every host name (``* <pubkey>``), so clients run with
 StrictHostKeyChecking=yes and never prompt.  A container's environment reaches ssh
-shells through sshd's ``SetEnv``.
+shells through sshd's ``SetEnv``.  sshd runs as root and lets in only the session user
+(``AllowUsers``), never root unless the spec's user is root; the user's keys are in its
+``~/.ssh`` (``_local.account.make_home``).
 """
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     LocalRuntimeError,
     SessionPaths,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import ROOT_USER
 
 _CLIENT_OPTIONS = (
-    "User root",
     "IdentitiesOnly yes",
     "GlobalKnownHostsFile /dev/null",
     "StrictHostKeyChecking yes",
@@ -34,9 +36,10 @@ _CLIENT_OPTIONS = (
 )
 
 
-def write_key_files(paths: SessionPaths, private_key: str, public_key: str, port: int) -> None:
-    """ssh/ holds the key pair (private 0600), authorized_keys, known_hosts and the
-    client config containers use (bound over /etc/ssh/ssh_config, and ~/.ssh if any)."""
+def write_key_files(paths: SessionPaths, private_key: str, public_key: str, port: int, user: str, home: str) -> None:
+    """ssh/ holds the key pair (private 0600: the containers' host key, and the host's client key for the
+    state directory's ssh_config), authorized_keys, known_hosts and the client config containers use
+    (bound over /etc/ssh/ssh_config: the session user's own copies of the keys are in its ~/.ssh)."""
     os.makedirs(paths.ssh_dir, mode=0o700, exist_ok=True)
     pub = public_key.strip() + "\n"
     priv = private_key.strip() + "\n"
@@ -44,9 +47,9 @@ def write_key_files(paths: SessionPaths, private_key: str, public_key: str, port
     write_file(paths.private_key + ".pub", pub, mode=0o644)
     write_file(os.path.join(paths.ssh_dir, "authorized_keys"), pub, mode=0o600)
     write_file(os.path.join(paths.ssh_dir, "known_hosts"), "* " + pub, mode=0o644)
-    key = paths.in_container(paths.private_key)
-    known = paths.in_container(os.path.join(paths.ssh_dir, "known_hosts"))
-    client = ["Host *", "    Port %d" % port, "    IdentityFile " + key, "    UserKnownHostsFile " + known]
+    # the user's own copies, by absolute path: root entering a container (nsenter) logs in as the user too
+    client = ["Host *", "    Port %d" % port, "    User " + user, "    IdentityFile %s/.ssh/id_cluster" % home,
+              "    UserKnownHostsFile %s/.ssh/known_hosts" % home]
     client += ["    " + o for o in _CLIENT_OPTIONS]
     write_file(os.path.join(paths.ssh_dir, "config"), "\n".join(client) + "\n", mode=0o644)
 
@@ -56,7 +59,7 @@ def _setenv_token(name: str, value: str) -> str:
     return '"%s=%s"' % (name, value.replace("\\", "\\\\").replace('"', '\\"'))
 
 
-def sshd_config(paths: SessionPaths, port: int, env: t.Dict[str, str]) -> str:
+def sshd_config(paths: SessionPaths, port: int, env: t.Dict[str, str], user: str) -> str:
     ssh_dir = paths.in_container(paths.ssh_dir)
     lines = [
         "# backendai.cluster local runtime",
@@ -64,16 +67,16 @@ def sshd_config(paths: SessionPaths, port: int, env: t.Dict[str, str]) -> str:
         "AddressFamily inet",
         "ListenAddress 0.0.0.0",
         "HostKey %s/id_cluster" % ssh_dir,
-        "AuthorizedKeysFile %s/authorized_keys" % ssh_dir,
-        "PermitRootLogin prohibit-password",
+        # the user's own ~/.ssh/authorized_keys (0600, owned by it: StrictModes holds)
+        "AuthorizedKeysFile .ssh/authorized_keys",
+        "PermitRootLogin %s" % ("prohibit-password" if user == ROOT_USER else "no"),
+        "AllowUsers " + user,
         "AuthenticationMethods publickey",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
         "KbdInteractiveAuthentication no",
         "UsePAM no",
-        # The state dir may live under a world-writable directory such as /tmp; the
-        # key files themselves are 0600 and owned by root.
-        "StrictModes no",
+        "StrictModes yes",
         "PidFile none",
         "UseDNS no",
         "PrintMotd no",
@@ -89,13 +92,14 @@ def sshd_config(paths: SessionPaths, port: int, env: t.Dict[str, str]) -> str:
 
 
 def user_ssh_config(paths: SessionPaths, main: str, subs: t.List[str], published: t.Tuple[str, int],
-                    port: int) -> str:
+                    port: int, user: str) -> str:
     """``ssh -F <state>/ssh_config main1`` from the host; subs are reached through main1."""
     lines = ["# backendai.cluster local session %s" % paths.name,
              "Host " + main, "    HostName " + published[0], "    Port %d" % published[1]]
     if subs:
         lines += ["Host " + " ".join(subs), "    Port %d" % port, "    ProxyJump " + main]
     lines += ["Host " + " ".join([main] + subs),
+              "    User " + user,
               "    IdentityFile " + paths.private_key,
               "    UserKnownHostsFile " + os.path.join(paths.ssh_dir, "known_hosts")]
     lines += ["    " + o for o in _CLIENT_OPTIONS]

@@ -109,8 +109,17 @@ class SessionPaths:
     def container_dir(self, host: str) -> str:
         return self._p("containers", host)
 
+    @property
+    def passwd(self) -> str:
+        """The containers' /etc/passwd: the host's with the session user in (``_local.account``)."""
+        return self._p("etc", "passwd")
+
+    @property
+    def group(self) -> str:
+        return self._p("etc", "group")
+
     def home_dir(self, host: str) -> str:
-        """The container's own home (its /root): removed with the session, never the host's /root."""
+        """The container's own home (the session user's): removed with the session, never a host's home."""
         return self._p("containers", host, "home")
 
     def log(self, host: str) -> str:

@@ -67,6 +67,8 @@ SSH_PORT_META_KEY = "BACKENDAI_SSH_PORT"
 ENTRYPOINT_META_KEY = "BACKENDAI_ENTRYPOINT"
 #: The script that rewrites /etc/hosts from the peers file (``_session.hosts``), once in job Meta too.
 HOSTS_SCRIPT_META_KEY = "BACKENDAI_HOSTS_SCRIPT"
+#: The session user (spec ``user``), read by the entrypoint as NOMAD_META_<key>.
+USER_META_KEYS = ("BACKENDAI_USER", "BACKENDAI_UID", "BACKENDAI_GID")
 #: Items of the secret (Nomad Variable or Vault KV) the tasks read.
 PRIVATE_KEY_ITEM = "ssh_private_key"
 PUBLIC_KEY_ITEM = "ssh_public_key"
@@ -103,33 +105,71 @@ HOSTS_RUN = 'eval "$NOMAD_META_%s"' % HOSTS_SCRIPT_META_KEY
 HOSTS_CHANGE_SCRIPT = {"Command": "/bin/sh", "Args": ["-c", HOSTS_RUN, "hosts.sh", "/%s/peers" % LOCAL_SUBDIR],
                        "Timeout": 10 * SECOND}
 
-# The entrypoint every container runs: wait until every peer is registered, write /etc/hosts,
-# set up root's SSH client and sshd with the session keypair, then run the user command (or keep
-# sshd in the foreground for an interactive session). POSIX sh, so any image with OpenSSH works.
+# The entrypoint every container runs, as root in the image: wait until every peer is registered,
+# write /etc/hosts, add the session user if the image lacks it (useradd, or the account files themselves
+# on minimal images), give it the session keypair in ~/.ssh, start sshd (root, PermitRootLogin no,
+# AllowUsers <user>), then run the user command as the user (setpriv, runuser or su, whichever the image
+# has) or keep sshd in the foreground for an interactive session. POSIX sh (busybox's too), so any image
+# with OpenSSH works. The user comes from job Meta, which Nomad hands every task as NOMAD_META_<KEY>
+# (client/taskenv/env.go, Builder.setAlloc); nothing in the job gives the task extra privileges: what it
+# does needs only Nomad's default capabilities (drivers/shared/capabilities/defaults.go: CHOWN, SETUID,
+# SETGID, SYS_CHROOT for sshd's privilege separation).
 ENTRYPOINT = r"""#!/bin/sh
 set -eu
 S=${NOMAD_SECRETS_DIR:-/secrets}/backendai L=${NOMAD_TASK_DIR:-/local}/backendai P=$BACKENDAI_SSH_PORT
-command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || {
-  echo "backendai: sshd not found; cluster sessions need OpenSSH server in the image" >&2; exit 78; }
+U=${NOMAD_META_BACKENDAI_USER:?not in the task env: job Meta BACKENDAI_USER} UI=$NOMAD_META_BACKENDAI_UID GI=$NOMAD_META_BACKENDAI_GID
+H=/home/$U
+fail() { echo "backendai: $2" >&2; exit "$1"; }
+[ "$(id -u)" = 0 ] || fail 77 "the entrypoint must start as root (it adds $U and starts sshd); do not set the task's user"
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || fail 78 "sshd not found; cluster sessions need OpenSSH server in the image"
+if [ "$U" = root ]; then H=/root RUN=
+elif setpriv --help 2>&1 | grep -q -e --reuid; then RUN="setpriv --reuid=$UI --regid=$GI --init-groups"
+elif command -v runuser >/dev/null 2>&1; then RUN="runuser -m -u $U --"
+elif command -v su >/dev/null 2>&1; then RUN=su
+else fail 78 "cannot run the command as $U: the image has none of setpriv (util-linux), runuser, su"; fi
 i=0
 while [ "$(grep -c . $L/peers 2>/dev/null || true)" -lt "$BACKENDAI_CLUSTER_SIZE" ]; do
   i=$((i+1)); [ $i -le 1200 ] || { echo "backendai: peers not all registered after 600s" >&2; exit 75; }
   sleep 0.5
 done
 sh -c 'test -n "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT" && eval "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT"' hosts.sh $L/peers
-mkdir -p -m 700 /root/.ssh /run/sshd
-install -m 600 $S/id /root/.ssh/id_backendai
-cat $S/id.pub >> /root/.ssh/authorized_keys
-echo "* $(cut -d' ' -f1,2 $S/id.pub)" > /root/.ssh/known_hosts_backendai
+SH=/bin/sh; [ ! -x /bin/bash ] || SH=/bin/bash
+if [ "$U" != root ] && ! grep -q "^$U:[^:]*:$UI:$GI:" /etc/passwd; then
+  if command -v useradd >/dev/null 2>&1 && ! grep -q -e "^$U:" -e "^[^:]*:[^:]*:$UI:" /etc/passwd \
+      && ! grep "^$U:" /etc/group | grep -v -q "^$U:[^:]*:$GI:"; then
+    grep -q "^[^:]*:[^:]*:$GI:" /etc/group || groupadd -g "$GI" "$U"
+    useradd -M -d "$H" -s "$SH" -u "$UI" -g "$GI" "$U"
+  else  # no useradd, or the name or uid is another account's (ubuntu's is 1000): the account files themselves
+    { grep -v -e "^$U:" -e "^[^:]*:[^:]*:$UI:" /etc/passwd || true; echo "$U:x:$UI:$GI::$H:$SH"; } > /etc/passwd.bai
+    grep -v "^$U:" /etc/group > /etc/group.bai || true
+    grep -q "^[^:]*:[^:]*:$GI:" /etc/group.bai || echo "$U:x:$GI:" >> /etc/group.bai
+    cat /etc/passwd.bai > /etc/passwd; cat /etc/group.bai > /etc/group; rm -f /etc/passwd.bai /etc/group.bai
+  fi
+fi
+if [ "$U" != root ] && [ -f /etc/shadow ] && ! grep -q "^$U:[^!:]" /etc/shadow; then
+  # sshd refuses a locked account ('!', what useradd gives) when PAM is off: '*' is no password, not locked
+  { grep -v "^$U:" /etc/shadow || true; echo "$U:*:19000:0:99999:7:::"; } > /etc/shadow.bai
+  cat /etc/shadow.bai > /etc/shadow; rm -f /etc/shadow.bai
+fi
+[ "$U" = root ] || H=$(grep "^$U:" /etc/passwd | cut -d: -f6)  # the image's own user may have another home
+mkdir -p /run/sshd /run/backendai "$H/.ssh"  # (busybox's mkdir -p -m would give the mode to /home too)
+chmod 700 /run/backendai "$H" "$H/.ssh"
+(umask 077; cp $S/id /run/backendai/host_key; cp $S/id "$H/.ssh/id_backendai")  # (busybox may lack install)
+cat $S/id.pub >> "$H/.ssh/authorized_keys"
+echo "* $(cut -d' ' -f1,2 $S/id.pub)" > "$H/.ssh/known_hosts_backendai"
 { echo "Host $(echo "$BACKENDAI_CLUSTER_HOSTS" | tr , ' ')"; echo " Port $P"
-  echo " IdentityFile /root/.ssh/id_backendai"; echo " StrictHostKeyChecking yes"
-  echo " UserKnownHostsFile /root/.ssh/known_hosts_backendai"; } >> /root/.ssh/config
-env | grep -E '^(BACKENDAI_|WORLD_|RANK=|LOCAL_RANK=|MASTER_|TF_CONFIG=)' > /root/.ssh/environment || true
-D="$(command -v sshd || echo /usr/sbin/sshd) -p $P -h /root/.ssh/id_backendai"
-D="$D -o PermitRootLogin=prohibit-password -o PasswordAuthentication=no -o PermitUserEnvironment=yes"
+  echo " IdentityFile $H/.ssh/id_backendai"; echo " StrictHostKeyChecking yes"
+  echo " UserKnownHostsFile $H/.ssh/known_hosts_backendai"; } >> "$H/.ssh/config"
+env | grep -E '^(BACKENDAI_|WORLD_|RANK=|LOCAL_RANK=|MASTER_|TF_CONFIG=)' > "$H/.ssh/environment" || true
+chown "$UI:$GI" "$H"; chown -R "$UI:$GI" "$H/.ssh"
+D="$(command -v sshd || echo /usr/sbin/sshd) -p $P -h /run/backendai/host_key -o AllowUsers=$U"
+D="$D -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -o PermitUserEnvironment=yes"
+D="$D -o AuthorizedKeysFile=.ssh/authorized_keys -o PermitRootLogin=$([ "$U" = root ] && echo prohibit-password || echo no)"
 if [ $# -eq 0 ]; then exec $D -D -e; fi
 $D
-exec "$@"
+export HOME="$H"
+if [ "$RUN" = su ]; then exec su -m -s /bin/sh "$U" -c 'exec "$0" "$@"' "$@"; fi
+exec $RUN "$@"
 """
 
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
@@ -324,6 +364,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
     meta[ENTRYPOINT_META_KEY] = ENTRYPOINT
     meta[HOSTS_SCRIPT_META_KEY] = HOSTS_SCRIPT
+    meta.update(zip(USER_META_KEYS, (spec.user.name, str(spec.user.uid), str(spec.user.gid))))
     meta[MANAGED_META_KEY] = spec.name
     meta["backendai_cluster_service"] = service
     meta["backendai_secrets_backend"] = spec.secrets.backend

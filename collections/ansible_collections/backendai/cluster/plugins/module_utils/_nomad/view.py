@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, TASK_NAME
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, TASK_NAME, USER_META_KEYS
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import (
     BROKEN,
@@ -224,5 +224,7 @@ def _main1(job: t.Mapping[str, t.Any], current: t.Mapping[str, t.Mapping[str, t.
     out: t.Dict[str, t.Any] = {"hostname": main.get("Name") or "main1", "address": address, "ssh_port": port,
                                "ssh_command": "", "ports": ports}
     if address and port:
-        out["ssh_command"] = "ssh -p %d root@%s" % (port, address)
+        # the session user (job Meta); a job made before there was one ran everything as root
+        user = (job.get("Meta") or {}).get(USER_META_KEYS[0]) or "root"
+        out["ssh_command"] = "ssh -p %d %s@%s" % (port, user, address)
     return out

@@ -27,6 +27,14 @@ NETWORK_MODE_HELP = (
     "put it on Nomad's shared bridge with every other allocation of the agent, and a cni/<name> network of "
     "your own is not private to the session, so neither is offered)")
 PORT_LABEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+#: The session user's name: what useradd and Debian's adduser accept by default (NAME_REGEX), at most 32 long.
+USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+ROOT_USER = "root"
+#: Names the user may not take: the privilege separation user sshd needs, and the overflow user.
+RESERVED_USERS = ("sshd", "nobody")
+#: Largest uid/gid: (uid_t)-1 means "unchanged" to setresuid and chown; 65534 is nobody's (the overflow id).
+MAX_ID = 4294967294
+NOBODY_ID = 65534
 
 MAX_CLUSTER_SIZE = 4096
 DRIVERS = ("docker", "podman")
@@ -96,6 +104,11 @@ SCHEMA: t.Dict[str, t.Dict[str, t.Any]] = {
         "port": {"type": "int", "required": True}}},
     "mpi": {"type": "dict", "suboptions": {
         "slots": {"type": "int", "default": 1}}},
+    "user": {"type": "dict", "suboptions": {  # uid/gid default to 0 for name root
+        "name": {"type": "str", "default": "work"},
+        "uid": {"type": "int", "default": 1000},
+        "gid": {"type": "int", "default": 1000},
+        "allow_root": {"type": "bool", "default": False}}},
 }
 
 
@@ -152,6 +165,23 @@ class SecretsSpec:
 
 
 @dataclass(frozen=True)
+class UserSpec:
+    """Who logins and the command run as in every container (Backend.AI's ``work`` user, its kernel-uid/gid)."""
+
+    name: str = _default("user", "name")
+    uid: int = _default("user", "uid")
+    gid: int = _default("user", "gid")
+
+    @property
+    def home(self) -> str:
+        return "/root" if self.is_root else "/home/" + self.name
+
+    @property
+    def is_root(self) -> bool:
+        return self.name == ROOT_USER
+
+
+@dataclass(frozen=True)
 class PublishedPort:
     """A port main1 publishes outside the session network (label, container port)."""
 
@@ -192,6 +222,7 @@ class SessionSpec:
     ports: t.Tuple[PublishedPort, ...]
     mpi_slots: int
     heterogeneous: bool = field(default=False)
+    user: UserSpec = field(default=UserSpec())
 
 
 #: Mount targets the container runtime owns (and everything below them).

@@ -16,11 +16,16 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import P
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import (
     ENV_NAME_RE,
     MAX_CLUSTER_SIZE,
+    MAX_ID,
     NAME_RE,
+    NOBODY_ID,
     NETWORK_MODE_HELP,
     PORT_LABEL_RE,
     RESERVED_ENV,
+    RESERVED_USERS,
     ROLE_RE,
+    ROOT_USER,
+    USER_NAME_RE,
     Mount,
     PublishedPort,
     Resources,
@@ -28,6 +33,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.schema 
     SecretsSpec,
     SessionSpec,
     SSHSpec,
+    UserSpec,
     _choices,
     _default,
     kernel_fs,
@@ -216,6 +222,7 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
     ports = _parse_ports(c, top.get("ports"), path + ".ports", (ssh_port, master_port))
     mpi = c.mapping(top.get("mpi"), path + ".mpi", _keys("mpi"))
     mpi_slots = c.integer(mpi, "slots", path + ".mpi", _default("mpi", "slots"), 1, 4096, unit="OpenMPI slots per container")
+    user = _parse_user(c, top.get("user"), path + ".user")
 
     size_given = top.get("cluster_size") is not None
     cluster_size = c.integer(top, "cluster_size", path, _default("cluster_size"), 1, MAX_CLUSTER_SIZE,
@@ -243,7 +250,7 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
         cluster_mode=cluster_mode, resources=resources, mounts=mounts, ssh=ssh, secrets=secrets,
         network_mode=network_mode, master_port=master_port, env=tuple(sorted(env.items())),
         roles=tuple(roles), strategy=strategy, datacenters=datacenters, ports=ports, mpi_slots=mpi_slots,
-        heterogeneous=heterogeneous,
+        heterogeneous=heterogeneous, user=user,
     )
 
 
@@ -279,6 +286,51 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
         targets.add(dst)
         out.append(Mount(src, dst, c.boolean(m, "read_only", where, _default("mounts", "read_only"))))
     return tuple(out)
+
+
+def parse_user(raw: t.Any, path: str = "session.user") -> UserSpec:
+    """The ``user`` block alone (for records that did not come through :func:`parse_spec`); SpecError if invalid."""
+    c = _Checker()
+    user = _parse_user(c, raw, path)
+    if c.problems:
+        raise SpecError(c.problems)
+    return user
+
+
+def _parse_user(c: _Checker, raw: t.Any, path: str) -> UserSpec:
+    """The session user: any name but root, or root when ``allow_root`` says so; root's ids are 0, nobody else's."""
+    u = c.mapping(raw, path, _keys("user"))
+    name = c.string(u, "name", path, default=_default("user", "name"), pattern=USER_NAME_RE,
+                    allowed="a user name: a lowercase letter or '_', then up to 31 lowercase letters, digits, "
+                            "'_' or '-' (e.g. work)")
+    allow_root = c.boolean(u, "allow_root", path, _default("user", "allow_root"))
+    if name in RESERVED_USERS:
+        c.bad(path + ".name", "is a system account the containers need (%s); choose another name, e.g. work"
+              % ", ".join(RESERVED_USERS), name)
+    if name == ROOT_USER:
+        if not allow_root:
+            c.bad(path + ".name", "is root: logins and the command would run with every privilege of the container; "
+                  "set user.allow_root: true to allow that, or use an unprivileged name such as work", name)
+        for key in ("uid", "gid"):
+            if u.get(key) is not None and u.get(key) != 0:
+                c.bad("%s.%s" % (path, key), "must be 0 for user root (or omitted)", u.get(key))
+        return UserSpec(name, 0, 0)
+    ids = []
+    for key in ("uid", "gid"):
+        value = u.get(key)
+        if value == 0 and not isinstance(value, bool):
+            c.bad("%s.%s" % (path, key), "is root's %s: an unprivileged user needs an id from 1 to %d (only user.name "
+                  "root, with user.allow_root: true, runs as 0)" % (key, MAX_ID), value)
+            value = _default("user", key)
+        elif value == NOBODY_ID:
+            c.bad("%s.%s" % (path, key), "is nobody's %s (65534, the overflow id); choose another id from 1 to %d"
+                  % (key, MAX_ID), value)
+            value = _default("user", key)
+        else:
+            value = c.integer(u, key, path, _default("user", key), 1, MAX_ID,
+                              unit="the user's %s, e.g. the owner of the mounted data" % key)
+        ids.append(value)
+    return UserSpec(name, ids[0], ids[1])
 
 
 def _parse_secrets(c: _Checker, raw: t.Any, path: str) -> SecretsSpec:

@@ -48,9 +48,11 @@ LOADS = {
                                  "_nomad", "_local"}, {"_ansible", "_errors", "_defaults", "_session"}),
     "modules/session_render.py": ({"_ansible", "_errors", "_defaults", "_files", "_session", "_network", "_vault",
                                    "_nomad"}, None),
-    # the clients come with the module base (ClusterModule.nomad(), .vault()), imported only when called
+    # the clients come with the module base (ClusterModule.nomad(), .vault()), imported only when called;
+    # _session: the containers' user (_local.account reads the spec's user type)
     "modules/local_agents.py": ({"_ansible", "_errors", "_defaults", "_files", "_session", "_network", "_vault",
-                                 "_nomad", "_local"}, {"_ansible", "_errors", "_defaults", "_files", "_network", "_local"}),
+                                 "_nomad", "_local"}, {"_ansible", "_errors", "_defaults", "_files", "_network", "_local",
+                                                       "_session"}),
     "inventory/nomad_nodes.py": ({"_errors", "_defaults", "_nomad"}, {"_errors", "_defaults", "_nomad"}),
 }
 

@@ -170,6 +170,23 @@ def test_hosts_follow_the_peers() -> None:
         assert group["Disconnect"] == DISCONNECT == {"LostAfter": 300 * 10 ** 9, "Replace": False, "Reconcile": "keep_original"}
 
 
+def test_the_user_is_in_job_meta_and_the_task_asks_for_no_privileges() -> None:
+    job = render_job(make_plan(cluster_size=2, user={"name": "alice", "uid": 4242, "gid": 4343}))
+    assert {k: job["Meta"][k] for k in ("BACKENDAI_USER", "BACKENDAI_UID", "BACKENDAI_GID")} == {
+        "BACKENDAI_USER": "alice", "BACKENDAI_UID": "4242", "BACKENDAI_GID": "4343"}
+    assert render_job(make_plan())["Meta"]["BACKENDAI_USER"] == "work"
+    for group in job["TaskGroups"]:
+        task = group["Tasks"][0]
+        # the entrypoint starts as the image's root with the driver's default capabilities, nothing more
+        assert "User" not in task and not {"privileged", "cap_add", "devices", "security_opt", "userns_mode",
+                                           "pid_mode", "ipc_mode", "network_mode"} & set(task["Config"])
+
+
+def test_job_type() -> None:
+    assert render_job(make_plan())["Type"] == "batch"
+    assert render_job(make_plan(command=None))["Type"] == "service"
+
+
 def test_pending_plan_is_not_rendered() -> None:
     with pytest.raises(PlanError, match="PENDING"):
         render_job(make_plan(agents_list(("a", 1, 1, 0))))

@@ -182,3 +182,40 @@ def test_key_and_state_paths_are_refused_as_mount_sources(source: str, protected
                                     "/root/.config/other", "/home/alice/.local/share", "/usr/lib/cni", "/data/.config"])
 def test_sources_that_only_look_alike_are_fine(source: str) -> None:
     parse_spec({"name": "s", "image": "img", "mounts": [{"source": source, "target": "/data"}]})
+
+
+def test_the_user_is_work_1000_by_default_and_its_ids_are_configurable() -> None:
+    user = parse_spec({"name": "s", "image": "img"}).user
+    assert (user.name, user.uid, user.gid, user.home, user.is_root) == ("work", 1000, 1000, "/home/work", False)
+    user = parse_spec({"name": "s", "image": "img", "user": {"name": "alice", "uid": 70001, "gid": "2000"}}).user
+    assert (user.name, user.uid, user.gid, user.home) == ("alice", 70001, 2000, "/home/alice")
+
+
+def test_root_only_when_the_spec_says_so() -> None:
+    assert problems({"name": "s", "image": "i", "user": {"name": "root"}}) == [
+        'session.user.name: is root: logins and the command would run with every privilege of the container; set '
+        'user.allow_root: true to allow that, or use an unprivileged name such as work (got "root")']
+    root = parse_spec({"name": "s", "image": "i", "user": {"name": "root", "allow_root": True}}).user
+    assert (root.uid, root.gid, root.home, root.is_root) == (0, 0, "/root", True)
+    # uid/gid 0 is root under another name: refused whatever allow_root says
+    got = problems({"name": "s", "image": "i", "user": {"uid": 0, "gid": 0, "allow_root": True}})
+    assert [p.split(":")[0] for p in got] == ["session.user.uid", "session.user.gid"]
+    assert "is root's uid: an unprivileged user needs an id from 1 to 4294967294" in got[0] and got[0].endswith("(got 0)")
+    assert problems({"name": "s", "image": "i", "user": {"name": "root", "allow_root": True, "uid": 5}}) == [
+        "session.user.uid: must be 0 for user root (or omitted) (got 5)"]
+
+
+def test_user_problems_name_field_value_and_what_is_allowed() -> None:
+    user = {"name": "Work", "uid": -1, "gid": 65534, "allow_root": "yes", "home": "/srv"}
+    got = problems({"name": "s", "image": "i", "user": user})
+    assert got == [
+        "session.user.home: unknown key; allowed keys: name, uid, gid, allow_root",
+        "session.user.name: must be a user name: a lowercase letter or '_', then up to 31 lowercase letters, digits, "
+        "'_' or '-' (e.g. work) (got \"Work\")",
+        'session.user.allow_root: must be true or false (got "yes")',
+        "session.user.uid: must be an integer from 1 to 4294967294 (the user's uid, e.g. the owner of the mounted "
+        "data) (got -1)",
+        "session.user.gid: is nobody's gid (65534, the overflow id); choose another id from 1 to 4294967294 (got 65534)"]
+    assert problems({"name": "s", "image": "i", "user": {"name": "sshd"}}) == [
+        'session.user.name: is a system account the containers need (sshd, nobody); choose another name, e.g. work '
+        '(got "sshd")']

@@ -1,0 +1,118 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The session user inside a local container: its account, its home and the switch to it.
+
+A local container runs the host's binaries on the host's filesystem, so it sees the host's
+``/etc/passwd``. The user (``work`` by default, the spec's ``user``) is added to copies of the host's
+``/etc/passwd`` and ``/etc/group`` (:func:`account_files`) kept in the session's state directory and
+bound read-only over ``/etc/passwd`` and ``/etc/group`` inside each container's mount namespace
+(:func:`user_mounts`): the host's own files are never written. The user's home is the container's own
+directory in the state directory, bound over ``/home/<name>`` on a private ``/home`` (the host's homes
+stay out), and holds the session keys in ``~/.ssh`` owned by the user (:func:`make_home`). The batch
+command switches to the user with util-linux ``setpriv`` (:func:`switch_prefix`); sshd, which stays
+root, switches for logins itself.
+
+The user is the session record's ``user`` mapping: ``name``, ``uid``, ``gid``, ``home`` (see
+``_local.session``).
+"""
+from __future__ import annotations
+
+import os
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import ROOT_USER, UserSpec
+
+#: Where the home directories are: a private tmpfs in every container (unless the user is root).
+HOME_ROOT = "/home"
+GECOS = "backendai.cluster session user"
+
+
+def user_record(user: UserSpec) -> t.Dict[str, t.Any]:
+    """The session record's form of the spec's user."""
+    return {"name": user.name, "uid": user.uid, "gid": user.gid, "home": user.home}
+
+
+def default_user() -> t.Dict[str, t.Any]:
+    """The record of the spec's default user (work, 1000:1000)."""
+    return user_record(UserSpec())
+
+
+def login_shell() -> str:
+    return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
+
+
+def is_root(user: t.Mapping[str, t.Any]) -> bool:
+    return user["name"] == ROOT_USER
+
+
+def account_files(user: t.Mapping[str, t.Any], passwd: str, group: str, shell: str) -> t.Tuple[str, str]:
+    """The container's /etc/passwd and /etc/group: the host's ``passwd`` and ``group`` texts with the user in.
+
+    A host account of the same name or uid goes (so ``id -un`` and ``ls -l`` name the session user), a host
+    group of the same name goes, a host group with the user's gid stays as the user's primary group, and the
+    user's name leaves every host group's member list (a host ``work`` in ``sudo`` must not make the session
+    user a member)."""
+    name, uid, gid = user["name"], int(user["uid"]), int(user["gid"])
+    if name == ROOT_USER:
+        return passwd, group
+    users = []
+    for line in passwd.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 7 and (fields[0] == name or fields[2] == str(uid)):
+            continue
+        users.append(line)
+    users.append(":".join((name, "x", str(uid), str(gid), GECOS, user["home"], shell)))
+    groups = []
+    has_gid = False
+    for line in group.splitlines():
+        fields = line.split(":")
+        if len(fields) < 4:
+            groups.append(line)
+            continue
+        if fields[0] == name and fields[2] != str(gid):
+            continue
+        has_gid = has_gid or fields[2] == str(gid)
+        fields[3] = ",".join(m for m in fields[3].split(",") if m and m != name)
+        groups.append(":".join(fields))
+    if not has_gid:
+        groups.append("%s:x:%d:" % (name, gid))
+    return "\n".join(users) + "\n", "\n".join(groups) + "\n"
+
+
+def make_home(home: str, user: t.Mapping[str, t.Any], private_key: str, public_key: str) -> None:
+    """A container's home (on the host, in the state dir) with ``~/.ssh`` holding the session keys, all owned by
+    the user: 0700 directories, the private key and authorized_keys 0600 (what sshd's StrictModes wants)."""
+    uid, gid = int(user["uid"]), int(user["gid"])
+    ssh = os.path.join(home, ".ssh")
+    os.makedirs(ssh, mode=0o700, exist_ok=True)
+    pub = public_key.strip() + "\n"
+    files = (("id_cluster", private_key.strip() + "\n", 0o600), ("id_cluster.pub", pub, 0o644),
+             ("authorized_keys", pub, 0o600), ("known_hosts", "* " + pub, 0o644))
+    for fname, text, mode in files:
+        path = os.path.join(ssh, fname)
+        write_file(path, text, mode=mode)
+        os.chown(path, uid, gid)
+    for d in (ssh, home):
+        os.chmod(d, 0o700)
+        os.chown(d, uid, gid)
+
+
+def user_mounts(user: t.Mapping[str, t.Any], home: str, passwd: str, group: str) -> t.List[t.Tuple[str, str, str, str]]:
+    """fstab entries (source, target, type, options) that give a container the user: its account files, a
+    private /home with the user's home in it, and (for a user other than root) an empty /root, so that the
+    host root's dotfiles and keys stay out as they did when the container's home was /root."""
+    if is_root(user):
+        return [(home, "/root", "none", "bind")]
+    return [
+        (passwd, "/etc/passwd", "none", "bind,ro"),
+        (group, "/etc/group", "none", "bind,ro"),
+        ("tmpfs", HOME_ROOT, "tmpfs", "mode=0755,nosuid,nodev"),
+        (home, user["home"], "none", "bind,X-mount.mkdir"),
+        ("tmpfs", "/root", "tmpfs", "mode=0700,nosuid,nodev"),
+    ]
+
+
+def switch_prefix(user: t.Mapping[str, t.Any]) -> str:
+    """The words that run what follows as the user: its uid and gid, and the groups /etc/group gives it."""
+    return "setpriv --reuid=%d --regid=%d --init-groups" % (int(user["uid"]), int(user["gid"]))

@@ -68,7 +68,7 @@ class LocalAgent:
 
     name: str
     netns: str  # "" = this machine's namespace
-    root: str   # bin/, lib/, network.key, slots/ (shared by the agents of a fabric)
+    root: str   # bin/, lib/, network.key, keys/, slots/ (shared by the agents of a fabric)
     conflist: str
     underlay_ip: str
     underlay_mtu: int
@@ -87,13 +87,13 @@ class LocalAgent:
         """The only key the agent's plugin reads."""
         return agent_key_file(self.root, self.name)
 
-
-def agent_key_file(root: str, name: str) -> str:
-    return os.path.join(root, "keys", name + ".key")
-
     @property
     def slots_dir(self) -> str:
         return os.path.join(self.root, "slots")
+
+
+def agent_key_file(root: str, name: str) -> str:
+    return os.path.join(root, "keys", name + ".key")
 
 
 def install(root: str, agents: list[tuple[str, str, int]], egress: bool, uplinks: list[str],

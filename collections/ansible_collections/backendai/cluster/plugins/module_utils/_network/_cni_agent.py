@@ -244,8 +244,8 @@ class Config:
         self.nomad_token_file = str(conf.get("nomadTokenFile") or "")
         self.nomad_ca_file = str(conf.get("nomadCACert") or "")
         if self.identity not in net.IDENTITY_SOURCES:
-            raise PluginError(E_CONFIG, "identity must be one of %s, got %r" % (", ".join(net.IDENTITY_SOURCES),
-                                                                              self.identity))
+            raise PluginError(E_CONFIG, "identity must be one of %s, got %r"
+                              % (", ".join(net.IDENTITY_SOURCES), self.identity))
         if self.identity == "nomad" and not self.agent_name:
             raise PluginError(E_CONFIG, "agentName (this agent's Nomad node name) must be set in the backendai "
                               "plugin's config: the overlay_agent role writes it")

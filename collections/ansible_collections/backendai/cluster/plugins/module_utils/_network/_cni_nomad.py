@@ -194,8 +194,8 @@ def confirmed_identity(cfg: agent.Config, cni_args: t.Mapping[str, str], contain
     if alloc.get("NodeName") != cfg.agent_name:
         raise _refuse("%s runs on node %r, not on this agent (%r)" % (where, alloc.get("NodeName"), cfg.agent_name))
     if not live(alloc):
-        raise _refuse("%s is not live (desired %s, client %s)" % (where, alloc.get("DesiredStatus"),
-                                                                    alloc.get("ClientStatus")))
+        raise _refuse("%s is not live (desired %s, client %s)"
+                      % (where, alloc.get("DesiredStatus"), alloc.get("ClientStatus")))
     return identity, nomad
 
 

@@ -248,7 +248,8 @@ class Config:
                               % (", ".join(net.IDENTITY_SOURCES), self.identity))
         if self.identity == "nomad" and not self.agent_name:
             raise PluginError(E_CONFIG, "agentName (this agent's Nomad node name) must be set in the backendai "
-                              "plugin's config: the overlay_agent role writes it")
+                              "plugin's config: the overlay_agent role writes it (re-run it; local agents made by an "
+                              "earlier release: recreate them with playbooks/local_agents.yml)")
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)

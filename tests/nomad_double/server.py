@@ -247,7 +247,7 @@ class NomadAPIDouble(HTTPDouble):
         """``GET /v1/job/:id/allocations`` (``command/agent/job_endpoint.go`` ``jobAllocations`` -> ``nomad/
         job_endpoint.go`` ``Job.Allocations``; ``api/jobs.go`` ``Jobs.Allocations``): the job's allocation stubs in the
         request's namespace. Not modelled: ACL policies (Nomad needs ``read-job``; any valid token passes here),
-        ``all`` (earlier versions of the job: every stub is of the job as stored), blocking queries."""
+        ``all`` (allocations of an earlier job that had the same ID), blocking queries."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
         ns = self._namespace(req)

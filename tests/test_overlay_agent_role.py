@@ -3,8 +3,10 @@
 """The role backendai.cluster.overlay_agent (one-time agent preparation) on this machine, with every file it
 writes redirected to a temporary directory and the sysctls set to the values they already have (so nothing of
 the host changes): check mode changes nothing; the first run makes the cluster network key on the "control
-node" (once), copies it to the agent (0600), installs the plugin's files, the "backendai" shim and exactly
-_session_network.static_conflist(); the second run changes nothing; the key is never printed."""
+node" (once), installs on the agent only the key derived for the agent's name (0600; the cluster key copied there
+by an earlier release is removed), the Nomad token (0600), the plugin's files, the "backendai" shim and exactly
+_session_network.static_conflist(); the second run changes nothing; no key or token is ever printed. A Nomad
+client older than 1.10 (or one whose version cannot be read) is refused before anything is written."""
 
 from __future__ import annotations
 
@@ -21,7 +23,11 @@ from repo_helpers import REPO, run_playbook
 
 from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_plugin import SHIM
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import host_volume_name
-from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import read_key, static_conflist
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
+    derive_agent_key,
+    read_key,
+    static_conflist,
+)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/portmap"),
                                 reason="needs root and the CNI plugins (scripts/setup)")
@@ -44,15 +50,26 @@ def main():
 """
 
 
+NOMAD_TOKEN = "3b1c5a2e-7d4f-4e21-9c0a-read-job-only"
+
+
+def fake_nomad(directory: t.Any, version_line: str) -> str:
+    """A ``nomad`` whose ``nomad version`` prints what Nomad's CLI prints (``command/version.go``)."""
+    path = directory / "nomad"
+    path.write_text("#!/bin/sh\nprintf '%s\\nBuildDate 2025-04-08T16:28:17Z\\nRevision 0000000\\n'\n" % version_line)
+    path.chmod(0o755)
+    return str(path)
+
+
 def stats(proc: t.Any) -> t.Dict[str, t.Any]:
     return json.loads(proc.stdout)["stats"]["localhost"]
 
 
-def agent_params(tmp_path: t.Any) -> t.Dict[str, t.Any]:
-    """The role's variables with every file it writes under ``tmp_path`` and the sysctls at their current values."""
+def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5") -> t.Dict[str, t.Any]:
+    """The role's variables with every file it writes under ``tmp_path`` and the sysctls as they are."""
     source = tmp_path / "source"
     source.mkdir()
-    for name in ("_session_network.py", "_cni_agent.py"):
+    for name in ("_session_network.py", "_cni_agent.py", "_cni_nomad.py"):
         (source / name).write_text(open(os.path.join(MODULE_UTILS, name)).read())
     (source / "_cni_plugin.py").write_text(FAKE_PLUGIN)
     bin_dir = tmp_path / "bin"
@@ -61,9 +78,10 @@ def agent_params(tmp_path: t.Any) -> t.Dict[str, t.Any]:
         os.symlink("/usr/lib/cni/" + plugin, bin_dir / plugin)
     with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
         forward = f.read().strip()
-    control_key = tmp_path / "control" / "network.key"
-    agent_key = tmp_path / "etc" / "network.key"
-    params = {
+    (tmp_path / "etc").mkdir(mode=0o700)
+    (tmp_path / "modules-load.d").mkdir()
+    (tmp_path / "sysctl.d").mkdir()
+    return {
         "ansible_python_interpreter": sys.executable,
         "overlay_agent_cni_install": False,  # (no apt here; the plugins are checked)
         "overlay_agent_cni_bin_dir": str(bin_dir),
@@ -71,8 +89,14 @@ def agent_params(tmp_path: t.Any) -> t.Dict[str, t.Any]:
         "overlay_agent_plugin_dir": str(tmp_path / "lib"),
         "overlay_agent_plugin_source_dir": str(source),
         "overlay_agent_state_dir": str(tmp_path / "state"),
-        "overlay_agent_key_control_file": str(control_key),
-        "overlay_agent_key_file": str(agent_key),
+        "overlay_agent_key_control_file": str(tmp_path / "control" / "network.key"),
+        "overlay_agent_key_file": str(tmp_path / "etc" / "agent.key"),
+        "overlay_agent_legacy_key_file": str(tmp_path / "etc" / "network.key"),
+        "overlay_agent_name": "node-a",
+        "overlay_agent_nomad_bin": fake_nomad(tmp_path, nomad_version_line) if nomad_version_line
+        else str(tmp_path / "no-nomad"),
+        "overlay_agent_nomad_token": NOMAD_TOKEN,
+        "overlay_agent_nomad_token_file": str(tmp_path / "etc" / "nomad.token"),
         "overlay_agent_underlay_ip": "192.0.2.10",
         "overlay_agent_underlay_mtu": 9000,
         "overlay_agent_uplinks": ["eth9"],
@@ -82,34 +106,41 @@ def agent_params(tmp_path: t.Any) -> t.Dict[str, t.Any]:
         "overlay_agent_sysctls": {"net.ipv4.ip_forward": forward},
         "overlay_agent_nomad_config_dir": str(tmp_path / "nomad.d"),
     }
-    (tmp_path / "modules-load.d").mkdir()
-    (tmp_path / "sysctl.d").mkdir()
-    return params
 
 
 def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path: t.Any) -> None:
     playbook = tmp_path / "prepare.yml"
     playbook.write_text(PLAYBOOK)
-    params = agent_params(tmp_path)
-    bin_dir, control_key, agent_key = tmp_path / "bin", tmp_path / "control" / "network.key", tmp_path / "etc" / "network.key"
+    params = role_params(tmp_path)
+    bin_dir = tmp_path / "bin"
     with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
         forward = f.read().strip()
+    control_key = tmp_path / "control" / "network.key"
+    agent_key = tmp_path / "etc" / "agent.key"
+    legacy_key = tmp_path / "etc" / "network.key"
+    token_file = tmp_path / "etc" / "nomad.token"
+    legacy_key.write_text("00" * 32 + "\n")  # the cluster key an earlier release copied to agents
     args = ["-i", "inventories/localhost.yml", "-e", json.dumps(params)]
 
     check = run_playbook(str(playbook), *args, check=True)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
     assert not control_key.exists() and not agent_key.exists() and not (tmp_path / "lib").exists()
+    assert legacy_key.exists() and not token_file.exists()
     assert not (bin_dir / "backendai").exists() and not os.listdir(tmp_path / "sysctl.d")
 
     first = run_playbook(str(playbook), "-v", *args)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     key_text = control_key.read_text().strip()
-    assert len(key_text) == 64 and read_key(str(control_key)) == read_key(str(agent_key))
-    assert stat.S_IMODE(os.stat(control_key).st_mode) == 0o600 and stat.S_IMODE(os.stat(agent_key).st_mode) == 0o600
+    assert len(key_text) == 64 and read_key(str(agent_key)) == derive_agent_key(read_key(str(control_key)), "node-a")
+    assert read_key(str(agent_key)) != read_key(str(control_key)) and not legacy_key.exists()
+    assert token_file.read_text().strip() == NOMAD_TOKEN
+    for secret in (control_key, agent_key, token_file):
+        assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600, secret
     assert stat.S_IMODE(os.stat(agent_key.parent).st_mode) == 0o700
     with open(tmp_path / "cni" / "config" / "backendai.conflist", encoding="utf-8") as f:
         assert json.load(f) == static_conflist("192.0.2.10", str(agent_key), str(tmp_path / "state"), egress=True,
-                                               uplinks=["eth9"], underlay_mtu=9000)
+                                               uplinks=["eth9"], underlay_mtu=9000, agent_name="node-a",
+                                               nomad_token_file=str(token_file))
     shim = bin_dir / "backendai"
     assert stat.S_IMODE(os.stat(shim).st_mode) == 0o755
     assert shim.read_text() == SHIM % {"lib": str(tmp_path / "lib")}  # the local backend installs the same
@@ -122,8 +153,9 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
     second = run_playbook(str(playbook), *args)
     assert second.returncode == 0 and stats(second)["changed"] == 0, second.stdout[-3000:]
     assert control_key.read_text().strip() == key_text  # made once, never replaced
+    agent_text = agent_key.read_text().strip()
     for proc in (check, first, second):
-        for piece in (key_text, key_text[:16], key_text[-16:]):
+        for piece in (key_text, key_text[:16], key_text[-16:], agent_text[:16], agent_text[-16:], NOMAD_TOKEN):
             assert piece not in proc.stdout + proc.stderr
     with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
         assert f.read().strip() == forward
@@ -136,7 +168,7 @@ def test_data_roots_become_nomad_host_volumes_and_key_paths_are_refused(tmp_path
     hcl2 = pytest.importorskip("hcl2")
     playbook = tmp_path / "prepare.yml"
     playbook.write_text(PLAYBOOK)
-    params = agent_params(tmp_path)
+    params = role_params(tmp_path)
     (tmp_path / "nomad.d").mkdir()
     data, ro = tmp_path / "srv" / "datasets", tmp_path / "srv" / "Models-2"
     data.mkdir(parents=True)
@@ -160,3 +192,21 @@ def test_data_roots_become_nomad_host_volumes_and_key_paths_are_refused(tmp_path
 
     none = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e", json.dumps(params)])
     assert none.returncode == 0 and not declared.exists()
+
+
+@pytest.mark.parametrize("version_line, found", [
+    ("Nomad v1.9.7", "is 1.9.7"),
+    ("Nomad v1.8.12+ent", "is 1.8.12"),
+    ("", "Cannot tell the Nomad client version"),
+])
+def test_a_nomad_client_older_than_1_10_is_refused_before_anything_is_written(
+        tmp_path: t.Any, version_line: str, found: str) -> None:
+    playbook = tmp_path / "prepare.yml"
+    playbook.write_text(PLAYBOOK)
+    params = role_params(tmp_path, version_line)
+    proc = run_playbook(str(playbook), "-i", "inventories/localhost.yml", "-e", json.dumps(params))
+    assert proc.returncode != 0
+    assert found in proc.stdout and "session networks need Nomad 1.10.0 or later" in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "lib").exists() and not (tmp_path / "control").exists()
+    assert os.listdir(tmp_path / "etc") == [] and not (tmp_path / "cni").exists()

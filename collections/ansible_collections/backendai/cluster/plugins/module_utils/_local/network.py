@@ -5,11 +5,15 @@
 An *agent* here is either this machine (a session without local agents: ``host_agent()``) or a
 local agent, a network namespace made by ``_local_agents`` (``fabric_agent()``). Each has what
 the ``overlay_agent`` role installs on a Nomad client: the plugin (``_cni_plugin``), one static
-``backendai.conflist``, the cluster key, and the plugin's state dir. A session:
+``backendai.conflist``, its own agent key (``keys/<agent>.key``, derived from the cluster key
+``network.key`` that this machine, the control node here, holds), and the plugin's state dir. The
+plugin's config says ``"identity": "local"``: there is no Nomad to ask about an allocation, the
+local runtime is its own authority and builds CNI_ARGS itself. A session:
 
 1. claims a *slot* (its VNI and subnet, unique among the sessions of those agents) with an
    exclusive create of ``<slots>/<n>``, the analogue of the check-and-set claim in Nomad Variables;
-2. signs each container's network parameters with the key (``_session_network.job_args``);
+2. signs each container's network parameters with its agent's key (``_session_network.job_args``
+   with ``signing_key(cluster key, agent)``);
 3. runs CNI ADD of each container through the agent's conflist, with ``CNI_ARGS`` built exactly as
    Nomad's client builds them (``IgnoreUnknown``, the job's args, then ``NOMAD_*``) and, for a
    local agent, inside the agent's namespace (``CNI_NETNS`` is the container's).
@@ -64,7 +68,7 @@ class LocalAgent:
 
     name: str
     netns: str  # "" = this machine's namespace
-    root: str   # bin/, lib/, network.key, slots/ (shared by the agents of a fabric)
+    root: str   # bin/, lib/, network.key, keys/, slots/ (shared by the agents of a fabric)
     conflist: str
     underlay_ip: str
     underlay_mtu: int
@@ -75,16 +79,26 @@ class LocalAgent:
 
     @property
     def key_file(self) -> str:
+        """The cluster key (this machine is the local agents' control node)."""
         return os.path.join(self.root, "network.key")
+
+    @property
+    def agent_key_file(self) -> str:
+        """The only key the agent's plugin reads."""
+        return agent_key_file(self.root, self.name)
 
     @property
     def slots_dir(self) -> str:
         return os.path.join(self.root, "slots")
 
 
+def agent_key_file(root: str, name: str) -> str:
+    return os.path.join(root, "keys", name + ".key")
+
+
 def install(root: str, agents: list[tuple[str, str, int]], egress: bool, uplinks: list[str],
             portmap: bool = True, lock: bool = True) -> dict[str, str]:
-    """Install the plugin, the key and one conflist per agent under ``root`` (idempotent).
+    """Install the plugin, the cluster key, and per agent its key and conflist under ``root`` (idempotent).
 
     ``agents``: (name, underlay IP, underlay MTU). Returns agent name -> conflist path.
     ``lock``: False when the caller holds ``root``'s lock already."""
@@ -95,10 +109,18 @@ def install(root: str, agents: list[tuple[str, str, int]], egress: bool, uplinks
         key_file = os.path.join(root, "network.key")
         if not os.path.exists(key_file):
             ensure_file(key_file, net.generate_key() + "\n", mode=0o600)
+        try:
+            cluster_key = net.read_key(key_file)
+        except net.NetworkError as e:
+            raise LocalRuntimeError(str(e)) from None
+        os.makedirs(os.path.join(root, "keys"), mode=0o700, exist_ok=True)
         out = {}
         for name, ip, mtu in agents:
-            conf = net.static_conflist(ip, key_file, os.path.join(root, "state", name), egress=egress,
-                                       uplinks=uplinks, underlay_mtu=mtu, portmap=portmap)
+            own_key = agent_key_file(root, name)
+            ensure_file(own_key, net.derive_agent_key(cluster_key, name).hex() + "\n", mode=0o600)
+            conf = net.static_conflist(ip, own_key, os.path.join(root, "state", name), egress=egress,
+                                       uplinks=uplinks, underlay_mtu=mtu, portmap=portmap, agent_name=name,
+                                       identity="local")
             path = os.path.join(root, "cni", name, net.NETWORK_NAME + ".conflist")
             ensure_file(path, json.dumps(conf, indent=2, sort_keys=True) + "\n")
             out[name] = path
@@ -199,7 +221,8 @@ def bring_up(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], m
     try:
         params = net.make_params(spec["session_id"], slot, [agents[a].underlay_ip for a in order],
                                  underlay_mtu=min(agents[a].underlay_mtu for a in order))
-        key = net.read_key(agents[order[0]].key_file)
+        cluster_key = net.read_key(agents[order[0]].key_file)
+        keys = {a: net.signing_key(cluster_key, a) for a in order}  # each group signed for its own agent
     except net.NetworkError as e:
         raise LocalRuntimeError(str(e)) from None
     hosts = [c["hostname"] for c in spec["containers"]]
@@ -213,7 +236,7 @@ def bring_up(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], m
 
     def attach(host: str) -> str:
         agent = agents[host_agent_of[host]]
-        args = net.job_args(key, LOCAL_NAMESPACE, spec["name"], host, params)
+        args = net.job_args(keys[agent.name], LOCAL_NAMESPACE, spec["name"], host, params)
         cni_args = net.nomad_cni_args(args, LOCAL_REGION, LOCAL_NAMESPACE, spec["name"], host,
                                       _alloc_id(spec["session_id"], host))
         att = _attachment(paths, names["netns"][host], agent.netns, agent.cni_path, mappings.get(host, []), cni_args)

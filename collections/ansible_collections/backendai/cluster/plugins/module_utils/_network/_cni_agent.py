@@ -236,6 +236,20 @@ class Config:
         self.name = str(conf.get("name", net.NETWORK_NAME))
         if not os.path.isabs(self.state_dir) or not os.path.isabs(self.key_file):
             raise PluginError(E_CONFIG, "stateDir and keyFile must be absolute paths")
+        # Who confirms an allocation's identity (see _session_network): the local Nomad agent unless the config
+        # says it is the local runtime's agent; a config without "identity" (an older role's) is Nomad's.
+        self.identity = str(conf.get("identity", "nomad"))
+        self.agent_name = str(conf.get("agentName") or "")
+        self.nomad_addr = str(conf.get("nomadAddr") or net.DEFAULT_NOMAD_ADDR)
+        self.nomad_token_file = str(conf.get("nomadTokenFile") or "")
+        self.nomad_ca_file = str(conf.get("nomadCACert") or "")
+        if self.identity not in net.IDENTITY_SOURCES:
+            raise PluginError(E_CONFIG, "identity must be one of %s, got %r"
+                              % (", ".join(net.IDENTITY_SOURCES), self.identity))
+        if self.identity == "nomad" and not self.agent_name:
+            raise PluginError(E_CONFIG, "agentName (this agent's Nomad node name) must be set in the backendai "
+                              "plugin's config: the overlay_agent role writes it (re-run it; local agents made by an "
+                              "earlier release: recreate them with playbooks/local_agents.yml)")
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)

@@ -3,14 +3,16 @@
 """The ``backendai`` CNI plugin: every cluster session's network on an agent. Stdlib only.
 
 Installed on every agent (Nomad clients by the ``overlay_agent`` role; local agents and this
-machine by the local backend) as three files next to each other: this one (the CNI protocol,
+machine by the local backend) as four files next to each other: this one (the CNI protocol,
 admission, a session's life on the agent, the delegation), ``_cni_agent.py`` (what it does to the
-agent: config, JSON, commands, files, iptables rules and links) and ``_session_network.py`` (the
-parameters and their MAC); a small ``backendai`` executable in the CNI path calls :func:`main`.
+agent: config, JSON, commands, files, iptables rules and links), ``_cni_nomad.py`` (the look-up
+of the allocation in the local Nomad agent) and ``_session_network.py`` (the parameters, the keys
+and the MAC); a small ``backendai`` executable in the CNI path calls :func:`main`.
 The agent has ONE network config (``backendai.conflist``: loopback, this plugin, portmap); a task
 group joins its session's network through the parameters in its CNI_ARGS (see
-``_session_network``), which are admitted only with a valid MAC over Nomad's identity of the
-allocation.
+``_session_network``), which are admitted only with a valid MAC, made for this agent, over the
+allocation's identity as the local Nomad agent reports it (``_cni_nomad``; on the local
+runtime's agents, as the runtime wrote it).
 
 Per session and agent, made by the session's first ADD on the agent and removed by its last
 DEL (the plugin keeps which containers are where in ``stateDir``, so DEL needs no CNI_ARGS,
@@ -52,9 +54,11 @@ if TYPE_CHECKING:
 
 try:
     from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_agent as agent
+    from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_nomad as nomad
     from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
-except ImportError:  # installed on an agent: the other two files lie next to this one
+except ImportError:  # installed on an agent: the other files lie next to this one
     import _cni_agent as agent  # type: ignore[no-redef]
+    import _cni_nomad as nomad  # type: ignore[no-redef]
     import _session_network as net  # type: ignore[no-redef]
 
 Config, PluginError = agent.Config, agent.PluginError
@@ -207,14 +211,22 @@ def _delegate(command: str, conf: t.Mapping[str, t.Any], env: t.Mapping[str, str
 # ---------------------------------------------------------------------------- commands
 
 def _admission(cfg: Config, env: t.Mapping[str, str]) -> "net.Admission":
+    """The allocation's admission: on a Nomad client with its identity as the local Nomad agent has it, after
+    the look-up (``_cni_nomad``); on a local agent with the identity in CNI_ARGS (the local runtime's own)."""
     try:
-        key = net.read_key(cfg.key_file)
+        key = net.network_mac_key(net.read_key(cfg.key_file))
     except net.NetworkError as e:
         raise PluginError(E_CONFIG, str(e)) from None
     try:
-        return net.admit(key, net.parse_cni_args(env.get("CNI_ARGS", "")))
+        cni_args = net.parse_cni_args(env.get("CNI_ARGS", ""))
+        if cfg.identity == "local":
+            return net.admit(key, cni_args)
+        identity, api = nomad.confirmed_identity(cfg, cni_args, env.get("CNI_CONTAINERID", ""))
+        adm = net.admit(key, cni_args, identity)
     except net.NetworkError as e:
         raise PluginError(E_ADMISSION, "backendai session network: admission refused: %s" % e) from None
+    nomad.check_only_live(api, identity, adm.alloc_id)
+    return adm
 
 
 def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
@@ -229,8 +241,7 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
     except net.NetworkError as e:
         raise PluginError(E_ADMISSION, "backendai session network: %s" % e) from None
     with _locked(cfg):
-        if os.path.exists(cfile):
-            raise PluginError(E_CONFLICT, "container %s is already attached (DEL it first)" % cid)
+        again = _re_add(cfile, adm, want, env["CNI_IFNAME"])
         # The container is recorded first: its DEL then removes whatever this ADD made, even if killed.
         agent.write_file(cfile, agent.json_dumps({"sid": want["sid"], "ifname": env["CNI_IFNAME"],
                                                   "alloc": adm.alloc_id, "group": adm.group}))
@@ -242,6 +253,8 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
             _forget(cfg, cid, want["sid"])
             raise
     try:
+        if again:  # the earlier attachment's address and veth go first (its netns, with the veth, is gone)
+            _delegate("DEL", want["delegate"], env)
         result = _delegate("ADD", want["delegate"], env)
     except BaseException:
         try:
@@ -254,6 +267,22 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
     if result is None:  # pragma: no cover - the delegated ADD always prints a result
         raise AssertionError("no result after CNI ADD")
     return result
+
+
+def _re_add(cfile: str, adm: "net.Admission", want: t.Mapping[str, t.Any], ifname: str) -> bool:
+    """Under the lock: whether this ADD attaches again a container that is attached already (False: a first ADD).
+
+    Nomad runs ADD again for the same allocation, with the same container ID (its alloc ID), when CHECK of an
+    existing netns failed: it destroys the netns without DEL and makes it anew (``client/allocrunner/
+    network_hook.go``, ``ErrCNICheckFailed``). That is admitted and made anew, the earlier attachment's address
+    released first; anything else attached under the ID is a conflict."""
+    member = agent.read_json(cfile)
+    if not isinstance(member, dict):
+        return False
+    if adm.alloc_id and member.get("alloc") == adm.alloc_id and member.get("sid") == want["sid"] \
+            and member.get("ifname", ifname) == ifname:
+        return True
+    raise PluginError(E_CONFLICT, "container %s is already attached (DEL it first)" % os.path.basename(cfile)[:-5])
 
 
 def _forget(cfg: Config, cid: str, sid: str) -> None:
@@ -356,7 +385,7 @@ sys.exit(_cni_plugin.main())
 
 
 #: What an installation holds besides the shim (the overlay_agent role's ``overlay_agent_plugin_files``).
-PLUGIN_MODULES = ("_session_network.py", "_cni_agent.py", "_cni_plugin.py")
+PLUGIN_MODULES = ("_session_network.py", "_cni_agent.py", "_cni_nomad.py", "_cni_plugin.py")
 
 
 def plugin_files(lib_dir: str, bin_dir: str) -> t.Dict[str, t.Tuple[str, int]]:

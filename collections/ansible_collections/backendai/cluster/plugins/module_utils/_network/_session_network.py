@@ -16,16 +16,31 @@ What makes a session's network its own are the parameters each task group carrie
                them (4 bytes each) in base64url without padding, version 1 joined dotted
                quads with ``,``
 ``BAI_MTU``    the MTU inside the session network
-``BAI_MAC``    HMAC-SHA256, with the cluster key, over all of the above and Nomad's identity
-               of the allocation: ``NOMAD_NAMESPACE``, ``NOMAD_JOB_ID``, ``NOMAD_GROUP_NAME``
+``BAI_MAC``    HMAC-SHA256, with the MAC key of the agent the group is pinned to (*keys* below),
+               over all of the above and the allocation's namespace, job and group
 =============  =========================================================================
 
-Nomad (1.10 and later) adds ``NOMAD_REGION``, ``NOMAD_NAMESPACE``, ``NOMAD_JOB_ID``,
-``NOMAD_GROUP_NAME`` and ``NOMAD_ALLOC_ID`` to ``CNI_ARGS`` *after* the job's own args, so a job
-cannot present another job's identity (``client/allocrunner/networking_cni.go``:
-``addCustomCNIArgs`` then ``addNomadWorkloadCNIArgs``). A copy of session B's parameters in
-another job fails the MAC, and so does any edited parameter: only the holder of the cluster key
-(the control node, which never puts it in a job or a variable) can admit a group to a network.
+*Whose identity*: the namespace, job and group under the MAC are the allocation's as Nomad's
+API has it. The plugin takes only ``NOMAD_ALLOC_ID`` from ``CNI_ARGS`` as Nomad's word, reads
+that allocation from the agent's local Nomad API and admits it only when it is live, on this
+agent, the only live allocation of its group, and its namespace, job and group are the signed
+ones (``_cni_nomad``). The other ``NOMAD_*`` keys are not trusted: Nomad 1.10+ adds them after
+the job's own args (``client/allocrunner/networking_cni.go``: ``addCustomCNIArgs`` then
+``addNomadWorkloadCNIArgs``), but it *skips* a value holding ``;`` (job IDs may hold one), which
+leaves the job's own value in place, and Nomad 1.9 (which has ``cni { args }``) adds none of
+them. Alloc IDs are UUIDs, never skipped. The local runtime, its own authority (no Nomad), builds
+``CNI_ARGS`` itself and its agents' configs say so (``"identity": "local"``): their identity is
+the ``NOMAD_NAMESPACE``/``NOMAD_JOB_ID``/``NOMAD_GROUP_NAME`` it wrote.
+
+*Keys*: the control node holds the cluster key; an agent holds only its *agent key*,
+``derive_agent_key(cluster_key, agent_name)`` (HKDF-SHA256, RFC 5869, info
+:data:`AGENT_KEY_LABEL` + the agent's Nomad node name, the name the group's
+``${node.unique.name}`` constraint pins it to and that Nomad reports as the allocation's
+``NodeName``). MACs are made with :func:`network_mac_key` of that agent key (HKDF again, its own
+label), so other secrets of an agent (its WireGuard keypair) can be derived from the same agent
+key with other labels. A copy of session B's parameters in another job fails the MAC, and so
+does any edited parameter; parameters signed for agent X do not verify on agent Y, and agent X's
+key signs nothing agent Y admits.
 
 *Slots*: a session claims one slot ``s`` of the pool; its VNI is ``VNI_BASE + s`` and its
 subnet is the ``s``-th /24 of ``SUBNET_POOL``, so one claim makes both unique cluster-wide.
@@ -125,9 +140,18 @@ PARAM_KEYS = ("BAI_V", "BAI_SID", "BAI_VNI", "BAI_NET", "BAI_AGENTS", "BAI_MTU")
 MAC_KEY = "BAI_MAC"
 IDENTITY_KEYS = ("NOMAD_NAMESPACE", "NOMAD_JOB_ID", "NOMAD_GROUP_NAME")
 ALLOC_KEY = "NOMAD_ALLOC_ID"
+#: HKDF ``info`` of an agent key: this label, a NUL, the agent's name (versioned: a new derivation gets a new label).
+AGENT_KEY_LABEL = b"backendai-cluster agent key v1"
+#: HKDF ``info`` of the session network's MAC key, derived from an agent key.
+NETWORK_MAC_LABEL = b"backendai-cluster session network mac v1"
 #: The order in which Nomad's client adds its keys after the job's args (a ``map``: order is not kept
 #: in CNI_ARGS; the keys are what matters).
 NOMAD_KEYS = ("NOMAD_REGION", "NOMAD_NAMESPACE", "NOMAD_JOB_ID", "NOMAD_GROUP_NAME", "NOMAD_ALLOC_ID")
+#: Who tells the plugin an allocation's identity: ``nomad`` (the local Nomad agent's API) or ``local`` (the local
+#: runtime, which builds CNI_ARGS itself).
+IDENTITY_SOURCES = ("nomad", "local")
+#: The Nomad agent's HTTP API on an agent (Nomad's default ``addresses.http`` and ``ports.http``).
+DEFAULT_NOMAD_ADDR = "http://127.0.0.1:4646"
 
 
 class NetworkError(ValueError):
@@ -355,7 +379,7 @@ _IPAD = bytes(b ^ 0x36 for b in range(256))  # translate tables: a key's bytes X
 _OPAD = bytes(b ^ 0x5C for b in range(256))
 
 
-def _hmac_sha256(key: bytes, message: bytes) -> str:
+def _hmac_sha256_digest(key: bytes, message: bytes) -> bytes:
     """HMAC-SHA256 (RFC 2104), written out over the interpreter's own SHA-256: the stdlib ``hmac`` loads
     OpenSSL, which costs the plugin more than its whole ADD. Checked against ``hmac`` in the unit tests."""
     block = 64
@@ -363,11 +387,55 @@ def _hmac_sha256(key: bytes, message: bytes) -> str:
         key = _sha256(key).digest()
     key = key.ljust(block, b"\0")
     inner = _sha256(key.translate(_IPAD) + message).digest()
-    return _sha256(key.translate(_OPAD) + inner).hexdigest()
+    return _sha256(key.translate(_OPAD) + inner).digest()
+
+
+def _hmac_sha256(key: bytes, message: bytes) -> str:
+    return _hmac_sha256_digest(key, message).hex()
+
+
+def hkdf_sha256(ikm: bytes, info: bytes, length: int = KEY_BYTES, salt: bytes = b"") -> bytes:
+    """HKDF-SHA256 (RFC 5869: extract, then expand), on :func:`_hmac_sha256_digest` (the plugin stays stdlib-only
+    and free of OpenSSL; checked against RFC 5869's test vectors in the unit tests)."""
+    if not 0 < length <= 255 * 32:
+        raise ValueError("HKDF-SHA256 gives 1 to %d bytes, not %d" % (255 * 32, length))
+    prk = _hmac_sha256_digest(salt or b"\0" * 32, ikm)  # RFC 5869 2.2: no salt = HashLen zeros
+    out, block, i = b"", b"", 0
+    while len(out) < length:  # RFC 5869 2.3: T(i) = HMAC(PRK, T(i-1) | info | i)
+        i += 1
+        block = _hmac_sha256_digest(prk, block + info + bytes((i,)))
+        out += block
+    return out[:length]
+
+
+def check_agent_name(agent_name: str) -> str:
+    """An agent's name as a key derivation takes it: non-empty text without NUL or newline."""
+    if not isinstance(agent_name, str) or not agent_name or "\0" in agent_name or "\n" in agent_name:
+        raise NetworkError("an agent name (its Nomad node name) must be non-empty text without NUL or newline, got %r"
+                           % (agent_name,))
+    return agent_name
+
+
+def derive_agent_key(cluster_key: bytes, agent_name: str, label: bytes = AGENT_KEY_LABEL) -> bytes:
+    """The key agent ``agent_name`` holds (never the cluster key): HKDF-SHA256 of the cluster key with ``info`` =
+    ``label``, NUL, the agent's name. The agent derives what it needs from it with other labels
+    (:func:`network_mac_key`; a WireGuard keypair would be another)."""
+    return hkdf_sha256(cluster_key, label + b"\0" + check_agent_name(agent_name).encode("utf-8"))
+
+
+def network_mac_key(agent_key: bytes) -> bytes:
+    """The key of the ``BAI_MAC`` of the groups pinned to the agent holding ``agent_key``."""
+    return hkdf_sha256(agent_key, NETWORK_MAC_LABEL)
+
+
+def signing_key(cluster_key: bytes, agent_name: str) -> bytes:
+    """What the control node signs a group pinned to ``agent_name`` with (:func:`signed_args`)."""
+    return network_mac_key(derive_agent_key(cluster_key, agent_name))
 
 
 def signed_args(key: bytes, namespace: str, job_id: str, group: str, args: t.Mapping[str, str]) -> t.Dict[str, str]:
-    """``args`` (a session's ``NetworkParams.args()``, made once for all its groups) with the MAC of one group."""
+    """``args`` (a session's ``NetworkParams.args()``, made once for all its groups) with the MAC of one group;
+    ``key``: the :func:`signing_key` of the agent the group is pinned to."""
     out = dict(args)
     out[MAC_KEY] = _hmac_sha256(key, _message(namespace, job_id, group, args))
     return out
@@ -410,12 +478,19 @@ class Admission(_Record):
     _fields = ("namespace", "job_id", "group", "alloc_id", "params")
 
 
-def admit(key: bytes, cni_args: t.Mapping[str, str]) -> Admission:
-    """Check CNI_ARGS: Nomad's identity present, every parameter present and valid, the MAC right."""
-    missing = [k for k in IDENTITY_KEYS if not cni_args.get(k)]
-    if missing:
-        raise AdmissionError("CNI_ARGS lack %s: Nomad 1.10 or later adds them; an older client or another runtime "
-                             "cannot join a session network" % ", ".join(missing))
+def admit(key: bytes, cni_args: t.Mapping[str, str],
+          identity: t.Optional[t.Tuple[str, str, str]] = None) -> Admission:
+    """Check CNI_ARGS: every parameter present and valid, the MAC right for the allocation's identity.
+
+    ``key``: this agent's :func:`network_mac_key`. ``identity``: (namespace, job, group) of the allocation as the
+    local Nomad agent's API has it (the plugin's look-up, ``_cni_nomad``); None: the ``NOMAD_*`` keys of
+    ``cni_args`` are the identity (the local runtime, which builds CNI_ARGS itself)."""
+    if identity is None:
+        missing = [k for k in IDENTITY_KEYS if not cni_args.get(k)]
+        if missing:
+            raise AdmissionError("CNI_ARGS lack %s: Nomad 1.10 or later adds them; an older client or another "
+                                 "runtime cannot join a session network" % ", ".join(missing))
+        identity = (cni_args[IDENTITY_KEYS[0]], cni_args[IDENTITY_KEYS[1]], cni_args[IDENTITY_KEYS[2]])
     missing = [k for k in PARAM_KEYS + (MAC_KEY,) if not cni_args.get(k)]
     if missing:
         raise AdmissionError("CNI_ARGS lack the session network parameters %s: the group's network block needs "
@@ -423,11 +498,12 @@ def admit(key: bytes, cni_args: t.Mapping[str, str]) -> Admission:
     version = cni_args["BAI_V"]
     if version not in ARGS_VERSIONS:
         raise AdmissionError("BAI_V %r is not a version this plugin knows (%s)" % (version, ", ".join(ARGS_VERSIONS)))
-    ns, job, group = (cni_args[k] for k in IDENTITY_KEYS)
+    ns, job, group = identity
     want = _hmac_sha256(key, _message(ns, job, group, {k: cni_args[k] for k in PARAM_KEYS}))
     if not compare_digest(want, cni_args[MAC_KEY].lower()):
-        raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r: "
-                             "their MAC does not match (parameters of another job, or edited ones)" % (job, group, ns))
+        raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r "
+                             "on this agent: their MAC does not match (parameters of another job or group, signed "
+                             "for another agent, or edited)" % (job, group, ns))
     try:
         vni, mtu = int(cni_args["BAI_VNI"]), int(cni_args["BAI_MTU"])
     except ValueError:
@@ -497,14 +573,29 @@ VNI_RANGE_MATCH = "0>>22&0x3C@12>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
 
 def static_conflist(underlay_ip: str, key_file: str, state_dir: str, egress: bool = True,
                     uplinks: t.Sequence[str] = (), underlay_mtu: int = 1500, vxlan_port: int = VXLAN_PORT,
-                    portmap: bool = True) -> t.Dict[str, t.Any]:
+                    portmap: bool = True, agent_name: str = "", identity: str = "nomad",
+                    nomad_addr: str = DEFAULT_NOMAD_ADDR, nomad_token_file: str = "",
+                    nomad_ca_file: str = "") -> t.Dict[str, t.Any]:
     """The one network config of an agent (``<cni_config_dir>/backendai.conflist``).
 
-    ``uplinks``: interfaces egress may leave by (default: those of the agent's default routes).
+    ``key_file``: the agent's own key (:func:`derive_agent_key`). ``uplinks``: interfaces egress may leave by
+    (default: those of the agent's default routes). ``identity``: ``nomad`` (every allocation is looked up in the
+    local Nomad agent at ``nomad_addr``, with the ACL token in ``nomad_token_file`` and the CA of
+    ``nomad_ca_file`` for https; ``agent_name`` is the agent's Nomad node name) or ``local`` (the local runtime's
+    agents: the CNI_ARGS are the runtime's own).
     """
+    if identity not in IDENTITY_SOURCES:
+        raise NetworkError("identity must be one of %s, got %r" % (", ".join(IDENTITY_SOURCES), identity))
     plugin: t.Dict[str, t.Any] = {"type": PLUGIN_TYPE, "underlayIP": ip4_text(ip4(underlay_ip)),
                                   "underlayMTU": int(underlay_mtu), "vxlanPort": int(vxlan_port),
-                                  "keyFile": key_file, "stateDir": state_dir, "egress": bool(egress)}
+                                  "keyFile": key_file, "stateDir": state_dir, "egress": bool(egress),
+                                  "agentName": check_agent_name(agent_name), "identity": identity}
+    if identity == "nomad":
+        plugin["nomadAddr"] = nomad_addr
+        if nomad_token_file:
+            plugin["nomadTokenFile"] = nomad_token_file
+        if nomad_ca_file:
+            plugin["nomadCACert"] = nomad_ca_file
     if uplinks:
         plugin["uplinks"] = list(uplinks)
     plugins: t.List[t.Dict[str, t.Any]] = [{"type": "loopback"}, plugin]

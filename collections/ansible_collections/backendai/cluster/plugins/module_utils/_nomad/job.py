@@ -52,6 +52,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     JobNetwork,
     RenderedNetwork,
     group_args,
+    signing_keys,
     session_network,
     session_slots,
 )
@@ -274,8 +275,8 @@ def _templates(plan: SessionPlan, service: str) -> t.List[t.Dict[str, t.Any]]:
 
 def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t.Optional[bytes],
            namespace: str, templates: t.Sequence[t.Mapping[str, t.Any]], service: str) -> t.Dict[str, t.Any]:
-    """One container's task group. Made once per job: ``templates`` (:func:`_templates`, copied per group) and
-    ``service`` (:func:`service_name`)."""
+    """One container's task group (``key``: the signing key of its agent, None: unsigned). Made once per job:
+    ``templates`` (:func:`_templates`, copied per group) and ``service`` (:func:`service_name`)."""
     spec = plan.spec
     network: t.Dict[str, t.Any] = {"Mode": plan.network_mode, "Hostname": container.hostname,
                                    "CNI": {"Args": group_args(net, key, namespace, spec.name, container.hostname)}}
@@ -357,6 +358,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         raise PlanError("the session cannot be placed (PENDING): %s" % plan.reason)
     spec = plan.spec
     net = render_network(plan, namespace, network)
+    keys = signing_keys(network, plan.agents_used)  # each group is signed for the agent it is pinned to
     service = service_name(spec.name)
     templates = _templates(plan, service)
     meta = dict(session_values(plan))
@@ -378,8 +380,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         "Meta": dict(sorted(meta.items())),
         # clients older than the minimum do not add Nomad's identity to CNI_ARGS: keep them out
         "Constraints": [dict(VERSION_CONSTRAINT), dict(PLUGIN_CONSTRAINT)],
-        "TaskGroups": [_group(plan, c, net, network.key if network else None, namespace, templates, service)
-                       for c in plan.containers],
+        "TaskGroups": [_group(plan, c, net, keys.get(c.agent), namespace, templates, service) for c in plan.containers],
     }
     if namespace:
         job["Namespace"] = namespace

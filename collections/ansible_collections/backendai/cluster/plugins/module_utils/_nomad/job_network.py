@@ -4,8 +4,10 @@
 
 Every group of a session is ``network { mode = "cni/backendai" }`` with ``cni { args = {...} }``
 = ``_session_network.job_args(key, namespace, job, group, params)``, every value written out in
-every group. Nomad's client passes a group's ``cni { args }`` to the plugins as the job has them,
-not interpolated: ``client/allocrunner/networking_cni.go`` (``Setup``: ``addCustomCNIArgs`` reads
+every group, ``key`` being the signing key of the agent the group is pinned to
+(``_session_network.signing_key(cluster_key, agent)``: that agent's plugin admits it, no other).
+Nomad's client passes a group's ``cni { args }`` to the plugins as the job has them, not
+interpolated: ``client/allocrunner/networking_cni.go`` (``Setup``: ``addCustomCNIArgs`` reads
 ``alloc.Job.LookupTaskGroup(...).Networks``), while ``InterpolateNetworks`` in the network hook
 only feeds the hostname. So ``BAI_AGENTS`` cannot live once in job ``Meta``: a group would send
 ``${NOMAD_META_...}`` itself. A session's job therefore grows by about 5.3 bytes per agent in every
@@ -49,6 +51,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     ip4_text,
     net4,
     signed_args,
+    signing_key,
     overlay_mtu,
     slot_count,
     slot_network,
@@ -158,9 +161,16 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
         raise PlanError("session %s: the session network cannot be laid out: %s" % (job_id, err)) from None
 
 
+def signing_keys(network: t.Optional[JobNetwork], agents: t.Iterable[str]) -> t.Dict[str, bytes]:
+    """agent -> the key groups pinned to it are signed with (derived from the cluster key); {} when unsigned."""
+    if network is None or network.key is None:
+        return {}
+    return {agent: signing_key(network.key, agent) for agent in agents}
+
+
 def group_args(rendered: RenderedNetwork, key: t.Optional[bytes], namespace: str, job_id: str,
                group: str) -> t.Dict[str, str]:
-    """One group's ``cni { args }`` as rendered."""
+    """One group's ``cni { args }`` as rendered (``key``: its agent's, :func:`signing_keys`)."""
     if rendered.signed and key is not None:
         return signed_args(key, namespace or DEFAULT_NAMESPACE, job_id, group, rendered.args)
     args = dict(rendered.args)

@@ -13,8 +13,9 @@ import pytest
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_agent as plugin
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 
-CONFLIST = net.static_conflist("10.0.0.1", "/etc/backendai-cluster/network.key", "/run/backendai-cluster/cni",
-                               egress=True, uplinks=["eth0"], underlay_mtu=9000, portmap=True)
+CONFLIST = net.static_conflist("10.0.0.1", "/etc/backendai-cluster/agent.key", "/run/backendai-cluster/cni",
+                               egress=True, uplinks=["eth0"], underlay_mtu=9000, portmap=True, agent_name="n1",
+                               nomad_token_file="/etc/backendai-cluster/nomad.token")
 RESULT = {"cniVersion": "1.0.0", "interfaces": [{"name": "bai-1", "mac": "02:00:00:00:00:01"},
                                                 {"name": "eth0", "mac": "0a:58:0a:c8:05:02", "sandbox": "/run/netns/x"}],
           "ips": [{"interface": 1, "address": "10.200.5.2/24", "gateway": "10.200.5.1"}],

@@ -35,6 +35,46 @@ def test_hmac_is_rfc2104_hmac_sha256(key_len):
     assert net._hmac_sha256(key, msg) == hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
+# RFC 5869 appendix A, test cases 1 to 3 (SHA-256): (IKM, salt, info, L, OKM)
+RFC5869 = [
+    ("0b" * 22, "000102030405060708090a0b0c", "f0f1f2f3f4f5f6f7f8f9", 42,
+     "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865"),
+    (bytes(range(0x00, 0x50)).hex(), bytes(range(0x60, 0xb0)).hex(), bytes(range(0xb0, 0x100)).hex(), 82,
+     "b11e398dc80327a1c8e7f78c596a49344f012eda2d4efad8a050cc4c19afa97c59045a99cac7827271cb41c65e590e09da3275600c2f09b8"
+     "367793a9aca3db71cc30c58179ec3e87c14c01d5c1f3434f1d87"),
+    ("0b" * 22, "", "", 42, "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8"),
+]
+
+
+@pytest.mark.parametrize("ikm,salt,info,length,okm", RFC5869)
+def test_hkdf_is_rfc5869_hkdf_sha256(ikm, salt, info, length, okm):
+    assert net.hkdf_sha256(bytes.fromhex(ikm), bytes.fromhex(info), length, bytes.fromhex(salt)).hex() == okm
+
+
+def test_agent_keys_differ_per_agent_and_are_not_the_cluster_key():
+    keys = {name: net.derive_agent_key(KEY, name) for name in ("n1", "n2", "n1\x01", "N1")}
+    assert len(set(keys.values())) == 4 and KEY not in keys.values() and all(len(k) == 32 for k in keys.values())
+    assert net.derive_agent_key(KEY, "n1") == keys["n1"]  # deterministic: the control node derives it again
+    assert net.signing_key(KEY, "n1") == net.network_mac_key(keys["n1"])
+    assert net.signing_key(KEY, "n1") not in (keys["n1"], KEY)
+    # the label is part of the derivation: another label (a WireGuard keypair, say) gives another key
+    assert net.derive_agent_key(KEY, "n1", b"backendai-cluster wireguard v1") != keys["n1"]
+    for bad in ("", "a\0b", "a\nb", None):
+        with pytest.raises(net.NetworkError, match="agent name"):
+            net.derive_agent_key(KEY, bad)
+
+
+def test_admission_with_nomads_identity_ignores_the_identity_in_the_args():
+    """The plugin's look-up gives (namespace, job, group) from the Nomad API; CNI_ARGS' NOMAD_* do not count: a job
+    ``evil;x`` (whose NOMAD_JOB_ID Nomad skips) naming itself ``train`` in its args is checked as ``evil;x``."""
+    args = net.job_args(KEY, "default", "train", "main1", params())
+    forged = cni_args(args, job="train")  # what CNI_ARGS say
+    assert net.admit(KEY, forged).job_id == "train"
+    with pytest.raises(net.AdmissionError, match="MAC does not match"):
+        net.admit(KEY, forged, ("default", "evil;x", "main1"))
+    assert net.admit(KEY, dict(forged, NOMAD_JOB_ID="other"), ("default", "train", "main1")).job_id == "train"
+
+
 def test_slots_give_unique_vni_and_subnet():
     seen = {net.slot_network(s) for s in range(net.slot_count())}
     assert len(seen) == net.slot_count() == 2048
@@ -239,10 +279,12 @@ def test_the_default_key_path_is_read_from_the_home_directory(tmp_path, monkeypa
 
 def test_the_plugin_modules_import_nothing_slow():
     """The plugin starts for every container: typing, dataclasses, subprocess, json, re, collections or OpenSSL at
-    import would cost more than its ADD (benchmarks/cni_add.py)."""
+    import would cost more than its ADD (benchmarks/cni_add.py); so would http.client (~30 ms with email and socket)
+    for the allocation look-up (``_cni_nomad`` speaks HTTP over ``_socket``)."""
     here = os.path.dirname(net.__file__)
     code = ("import sys; sys.path.insert(0, %r); import _cni_plugin; bad = {'typing', 'dataclasses', 'subprocess', "
-            "'_hashlib', 'uuid', 'contextlib', 'ipaddress', 'json', 're', 'collections'} & set(sys.modules); print(sorted(bad))" % here)
+            "'_hashlib', 'uuid', 'contextlib', 'ipaddress', 'json', 're', 'collections', 'socket', 'ssl', 'http', "
+            "'email', 'urllib'} & set(sys.modules); print(sorted(bad))" % here)
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 

@@ -27,6 +27,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     VNI_BASE,
     AdmissionError,
     admit,
+    derive_agent_key,
+    signing_key,
     decode_agents,
     encode_agents,
     generate_key,
@@ -50,6 +52,13 @@ def multi_node_job(namespace: str = "team-a", slot: int = 7, key: t.Optional[byt
                                                                     args_version=version))
 
 
+def key_of(job: t.Mapping[str, t.Any], group: str, cluster_key: bytes = KEY) -> bytes:
+    """The MAC key the plugin of the agent ``group`` is pinned to checks with."""
+    pinned = [g for g in job["TaskGroups"] if g["Name"] == group][0]["Constraints"][0]
+    assert pinned["LTarget"] == "${node.unique.name}"
+    return signing_key(cluster_key, pinned["RTarget"])
+
+
 def cni_args_of(job: t.Mapping[str, t.Any], group: str, namespace: str, job_id: str, nomad_group: str = "") -> t.Dict[str, str]:
     """CNI_ARGS as the plugin receives them when ``group``'s args run as allocation of job_id/nomad_group."""
     text = nomad_cni_args(client_args(job, group), "global", namespace, job_id, nomad_group or group,
@@ -64,7 +73,7 @@ def test_every_group_is_admitted_as_itself() -> None:
         args = group["Networks"][0]["CNI"]["Args"]
         # written out in every group: Nomad passes cni args to the plugin as the job has them (not interpolated)
         assert decode_agents(args["BAI_AGENTS"]) == ("192.168.50.11", "192.168.50.12")
-        admitted = admit(KEY, cni_args_of(job, group["Name"], "team-a", "train-42"))
+        admitted = admit(key_of(job, group["Name"]), cni_args_of(job, group["Name"], "team-a", "train-42"))
         assert (admitted.namespace, admitted.job_id, admitted.group) == ("team-a", "train-42", group["Name"])
         assert admitted.params.vni == vni == VNI_BASE + 7 and admitted.params.subnet == subnet
         assert admitted.params.agents == ("192.168.50.11", "192.168.50.12")
@@ -91,7 +100,21 @@ def test_every_arg_survives_libcni_load_args() -> None:
 def test_a_copy_of_the_args_in_another_job_namespace_or_group_is_refused(namespace: str, job_id: str, group: str) -> None:
     job = multi_node_job()
     with pytest.raises(AdmissionError, match="MAC does not match"):
-        admit(KEY, cni_args_of(job, "sub1", namespace, job_id, group))
+        admit(key_of(job, "sub1"), cni_args_of(job, "sub1", namespace, job_id, group))
+
+
+def test_each_group_is_signed_for_its_own_agent_only() -> None:
+    """main1 and sub1 run on a1, sub2 and sub3 on a2: a group's args verify with its agent's key, not the other's,
+    and not with the cluster key, which no agent holds."""
+    job = multi_node_job()
+    pinned = {g["Name"]: g["Constraints"][0]["RTarget"] for g in job["TaskGroups"]}
+    assert pinned == {"main1": "a1", "sub1": "a1", "sub2": "a2", "sub3": "a2"}
+    for group, agent in pinned.items():
+        args = cni_args_of(job, group, "team-a", "train-42")
+        assert admit(signing_key(KEY, agent), args).group == group
+        for wrong in (signing_key(KEY, "a2" if agent == "a1" else "a1"), KEY, derive_agent_key(KEY, agent)):
+            with pytest.raises(AdmissionError, match="MAC does not match"):
+                admit(wrong, args)
 
 
 def test_the_job_cannot_override_nomads_identity_keys() -> None:
@@ -100,7 +123,7 @@ def test_the_job_cannot_override_nomads_identity_keys() -> None:
     # a forged job adds the victim's identity to its own args: Nomad's keys come after and win
     group["Networks"][0]["CNI"]["Args"].update(NOMAD_NAMESPACE="team-a", NOMAD_JOB_ID="train-42", NOMAD_GROUP_NAME="sub1")
     with pytest.raises(AdmissionError, match="MAC does not match"):
-        admit(KEY, cni_args_of(job, "sub1", "team-x", "evil", "sub1"))
+        admit(key_of(job, "sub1"), cni_args_of(job, "sub1", "team-x", "evil", "sub1"))
 
 
 @pytest.mark.parametrize("key,value", [
@@ -114,16 +137,16 @@ def test_every_edited_parameter_is_refused(key: str, value: str) -> None:
     args = cni_args_of(job, "main1", "team-a", "train-42")
     args[key] = value
     with pytest.raises(AdmissionError):
-        admit(KEY, args)
+        admit(key_of(job, "main1"), args)
 
 
 def test_another_clusters_key_and_an_unsigned_render_are_refused() -> None:
     with pytest.raises(AdmissionError, match="MAC does not match"):
-        admit(OTHER_KEY, cni_args_of(multi_node_job(), "main1", "team-a", "train-42"))
+        admit(signing_key(OTHER_KEY, "a1"), cni_args_of(multi_node_job(), "main1", "team-a", "train-42"))
     unsigned = multi_node_job(key=None)
     assert {g["Networks"][0]["CNI"]["Args"]["BAI_MAC"] for g in unsigned["TaskGroups"]} == {UNSIGNED_MAC}
     with pytest.raises(AdmissionError, match="MAC does not match"):
-        admit(KEY, cni_args_of(unsigned, "main1", "team-a", "train-42"))
+        admit(key_of(unsigned, "main1"), cni_args_of(unsigned, "main1", "team-a", "train-42"))
 
 
 def test_a_job_can_be_rendered_in_the_version_a_running_session_carries() -> None:
@@ -131,7 +154,7 @@ def test_a_job_can_be_rendered_in_the_version_a_running_session_carries() -> Non
     assert (args_version_of_job(old), args_version_of_job(new), args_version_of_job(None)) == ("1", "2", None)
     assert {g["Networks"][0]["CNI"]["Args"]["BAI_AGENTS"] for g in old["TaskGroups"]} == {"192.168.50.11,192.168.50.12"}
     for job in (old, new):
-        assert admit(KEY, cni_args_of(job, "sub1", "team-a", "train-42")).params.agents == ("192.168.50.11", "192.168.50.12")
+        assert admit(key_of(job, "sub1"), cni_args_of(job, "sub1", "team-a", "train-42")).params.agents == ("192.168.50.11", "192.168.50.12")
     old["TaskGroups"][0]["Networks"][0]["CNI"]["Args"]["BAI_V"] = "2"  # groups that disagree: no version to keep
     assert args_version_of_job(old) is None
     with pytest.raises(PlanError, match="BAI_V must be one of 1, 2, got '3'"):
@@ -147,7 +170,7 @@ def test_placeholder_addresses_are_never_signed() -> None:
 
 def test_the_default_namespace_is_signed_as_nomad_names_it() -> None:
     job = multi_node_job(namespace="")
-    assert admit(KEY, cni_args_of(job, "sub2", "default", "train-42")).namespace == "default"
+    assert admit(key_of(job, "sub2"), cni_args_of(job, "sub2", "default", "train-42")).namespace == "default"
 
 
 def test_render_only_uses_the_preferred_slot_and_stays_deterministic() -> None:

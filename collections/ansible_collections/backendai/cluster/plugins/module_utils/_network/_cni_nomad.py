@@ -1,0 +1,217 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The ``backendai`` CNI plugin's look-up of an allocation in the agent's local Nomad agent. Stdlib only.
+
+Installed next to ``_cni_plugin.py``. At every ADD and CHECK on a Nomad client the plugin takes only
+``NOMAD_ALLOC_ID`` from CNI_ARGS as Nomad's word and asks the local Nomad agent (the conflist's
+``nomadAddr``, the ACL token in ``nomadTokenFile``, the CA in ``nomadCACert`` for https):
+
+* ``GET /v1/allocation/:alloc_id`` (``command/agent/alloc_endpoint.go`` ``AllocSpecificRequest`` ->
+  ``nomad/alloc_endpoint.go`` ``Alloc.GetAlloc``; ``api/allocations.go`` ``Allocations.Info``): the
+  allocation's ``Namespace``, ``JobID``, ``TaskGroup``, ``NodeName``, ``DesiredStatus`` and
+  ``ClientStatus``. These, not CNI_ARGS, are the identity the MAC is checked against;
+* ``GET /v1/job/:job_id/allocations?namespace=`` (``command/agent/job_endpoint.go``
+  ``jobAllocations`` -> ``nomad/job_endpoint.go`` ``Job.Allocations``; ``api/jobs.go``
+  ``Jobs.Allocations``): the job's allocation stubs, to find the group's other live allocations.
+
+Both need ``read-job`` in the allocation's namespace (``Alloc.GetAlloc`` checks
+``acl.NamespaceCapabilityReadJob``, ``Job.Allocations`` ``AllowNsOp(..., NamespaceCapabilityReadJob)``),
+so the token's policy is ``namespace "*" { capabilities = ["read-job"] }`` (or the sessions' namespaces
+only). Without it ``Alloc.GetAlloc`` answers as for an unknown allocation (``NewErrUnknownAllocation``: 404), and
+``Job.Allocations`` 403. An allocation is *live* while Nomad wants it running (``DesiredStatus`` ``run``) and its client
+has not finished it (``ClientStatus`` ``pending`` or ``running``: Nomad's ``Allocation.ClientTerminalStatus``
+is the others).
+
+HTTP is written out over ``_socket`` (an HTTP/1.0 GET, the answer read to its end: Go's ``net/http``
+then neither keeps the connection nor chunks the body): ``http.client`` with ``email`` and ``socket``
+costs ~30 ms to import under ``python3 -IS``, about what the whole ADD costs; ``_socket`` costs 0.2 ms.
+https needs ``ssl`` (and OpenSSL), imported only then.
+"""
+
+from __future__ import annotations
+
+import _socket
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import typing as t
+
+try:
+    from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_agent as agent
+    from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
+except ImportError:  # installed on an agent: the other files lie next to this one
+    import _cni_agent as agent  # type: ignore[no-redef]
+    import _session_network as net  # type: ignore[no-redef]
+
+PluginError, E_ADMISSION, E_CONFIG, E_TRY_LATER = agent.PluginError, agent.E_ADMISSION, agent.E_CONFIG, agent.E_TRY_LATER
+TIMEOUT = 10.0
+MAX_ANSWER = 64 << 20
+LIVE_CLIENT_STATUSES = ("pending", "running")
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
+
+
+def quote(text: str) -> str:
+    """``text`` percent-encoded for a URL path segment or query value (what ``urllib.parse.quote(text, "")`` does)."""
+    return "".join(c if c in _SAFE else "".join("%%%02X" % b for b in c.encode("utf-8")) for c in text)
+
+
+def _address(addr: str) -> t.Tuple[str, str, int]:
+    """(scheme, host, port) of ``http(s)://host[:port]``."""
+    scheme, sep, rest = addr.partition("://")
+    host = rest.split("/", 1)[0]
+    if not sep or scheme not in ("http", "https") or not host:
+        raise PluginError(E_CONFIG, "nomadAddr must be http://HOST:PORT or https://HOST:PORT, got %r" % addr)
+    if host.startswith("["):
+        name, port = host[1:].partition("]")[::2]
+        port = port[1:]
+    elif ":" in host:
+        name, port = host.rpartition(":")[::2]
+    else:
+        name, port = host, ""
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise PluginError(E_CONFIG, "nomadAddr %r has no valid port" % addr)
+    return scheme, name, int(port or (443 if scheme == "https" else 80))
+
+
+class NomadAgent:
+    """The local Nomad agent's HTTP API, as the plugin's config names it."""
+
+    def __init__(self, cfg: agent.Config) -> None:
+        self.cfg = cfg
+        self.scheme, self.host, self.port = _address(cfg.nomad_addr)
+        self.token = ""
+        if cfg.nomad_token_file:
+            try:
+                with open(cfg.nomad_token_file, encoding="utf-8") as f:
+                    self.token = f.read().strip()
+            except OSError as e:
+                raise PluginError(E_CONFIG, "cannot read the Nomad token file %s: %s"
+                                  % (cfg.nomad_token_file, e.strerror or e)) from None
+
+    def _connect(self) -> t.Any:
+        last: t.Optional[OSError] = None
+        for family, kind, proto, _name, where in _socket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM):
+            sock = _socket.socket(family, kind, proto)
+            sock.settimeout(TIMEOUT)
+            try:
+                sock.connect(where)
+            except OSError as e:
+                sock.close()
+                last = e
+                continue
+            if self.scheme == "https":
+                import socket as socket_module  # ssl wraps socket.socket objects
+                import ssl
+                ctx = ssl.create_default_context(cafile=self.cfg.nomad_ca_file or None)
+                sock = ctx.wrap_socket(socket_module.socket(fileno=sock.detach()), server_hostname=self.host)
+            return sock
+        raise last or OSError("no address for %s" % self.host)
+
+    def get(self, path: str) -> t.Tuple[int, bytes]:
+        """(status, body) of ``GET path``; PluginError (try later) if the agent cannot be reached."""
+        head = "GET %s HTTP/1.0\r\nHost: %s:%d\r\nAccept: application/json\r\nUser-Agent: backendai-cni\r\n" % (
+            path, self.host, self.port)
+        if self.token:
+            head += "X-Nomad-Token: %s\r\n" % self.token
+        chunks = []
+        try:
+            sock = self._connect()
+            try:
+                sock.sendall((head + "\r\n").encode("utf-8"))
+                size = 0
+                while True:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > MAX_ANSWER:
+                        raise OSError("the answer is larger than %d bytes" % MAX_ANSWER)
+            finally:
+                sock.close()
+        except OSError as e:
+            raise PluginError(E_TRY_LATER, "backendai session network: the local Nomad agent at %s cannot be asked "
+                              "about the allocation: %s" % (self.cfg.nomad_addr, e)) from None
+        answer = b"".join(chunks)
+        head_bytes, sep, body = answer.partition(b"\r\n\r\n")
+        status_line = head_bytes.split(b"\r\n", 1)[0].split()
+        if not sep or len(status_line) < 2 or not status_line[1].isdigit():
+            raise PluginError(E_TRY_LATER, "backendai session network: the local Nomad agent at %s sent no HTTP "
+                              "answer" % self.cfg.nomad_addr)
+        return int(status_line[1]), body
+
+    def get_json(self, path: str, what: str) -> t.Any:
+        status, body = self.get(path)
+        text = body.decode("utf-8", "replace")
+        if status == 200:
+            try:
+                return agent.json_loads(text)
+            except ValueError as e:
+                raise PluginError(E_TRY_LATER, "backendai session network: %s from the local Nomad agent is not "
+                                  "JSON: %s" % (what, e)) from None
+        if status == 404:
+            return None
+        if status == 403:
+            raise PluginError(E_CONFIG, "backendai session network: the local Nomad agent refused to show %s (403 %s): "
+                              "the token in %s needs read-job in the allocation's namespace"
+                              % (what, text.strip()[:200], self.cfg.nomad_token_file or "(no token file)"))
+        raise PluginError(E_TRY_LATER, "backendai session network: the local Nomad agent answered %d to the look-up "
+                          "of %s: %s" % (status, what, text.strip()[:200]))
+
+
+def live(alloc: t.Mapping[str, t.Any]) -> bool:
+    return alloc.get("DesiredStatus") == "run" and alloc.get("ClientStatus") in LIVE_CLIENT_STATUSES
+
+
+def _refuse(why: str) -> PluginError:
+    return PluginError(E_ADMISSION, "backendai session network: admission refused: " + why)
+
+
+def confirmed_identity(cfg: agent.Config, cni_args: t.Mapping[str, str], container_id: str
+                       ) -> t.Tuple[t.Tuple[str, str, str], NomadAgent]:
+    """(namespace, job, group) of the allocation ``NOMAD_ALLOC_ID`` names, as the local Nomad agent has it, after
+    checking that it is this container's allocation, runs on this agent and is live; and the agent's API, for
+    :func:`check_only_live`."""
+    alloc_id = cni_args.get(net.ALLOC_KEY, "")
+    if not alloc_id:
+        raise _refuse("CNI_ARGS lack NOMAD_ALLOC_ID: Nomad 1.10 or later adds it; an older client or another "
+                      "runtime cannot join a session network")
+    if not net._is_uuid(alloc_id):
+        raise _refuse("NOMAD_ALLOC_ID %r is not an allocation ID (a UUID)" % alloc_id[:64])
+    # Nomad's client attaches an allocation as the CNI container of the allocation's own ID (networking_cni.go:
+    # c.cni.Setup(ctx, alloc.ID, ...), on every version with CNI): a job that names another allocation in its own
+    # args (a client older than 1.10 passes them unchanged) does not get that allocation's container ID.
+    if container_id != alloc_id:
+        raise _refuse("CNI_CONTAINERID %r is not the allocation NOMAD_ALLOC_ID names (%s): Nomad attaches an "
+                      "allocation as the container of its own ID" % (container_id[:64], alloc_id))
+    nomad = NomadAgent(cfg)
+    alloc = nomad.get_json("/v1/allocation/" + alloc_id, "allocation %s" % alloc_id)
+    if not isinstance(alloc, dict):  # Alloc.GetAlloc answers a token without read-job as if it did not exist
+        raise _refuse("the local Nomad agent knows no allocation %s (or the token in %s lacks read-job in its "
+                      "namespace)" % (alloc_id, cfg.nomad_token_file or "(no token file)"))
+    identity = (str(alloc.get("Namespace") or ""), str(alloc.get("JobID") or ""), str(alloc.get("TaskGroup") or ""))
+    where = "allocation %s (job %r, group %r in namespace %r)" % ((alloc_id,) + identity[1:] + identity[:1])
+    if alloc.get("ID") != alloc_id:
+        raise _refuse("the local Nomad agent answered another allocation (%r) for %s" % (alloc.get("ID"), alloc_id))
+    if alloc.get("NodeName") != cfg.agent_name:
+        raise _refuse("%s runs on node %r, not on this agent (%r)" % (where, alloc.get("NodeName"), cfg.agent_name))
+    if not live(alloc):
+        raise _refuse("%s is not live (desired %s, client %s)"
+                      % (where, alloc.get("DesiredStatus"), alloc.get("ClientStatus")))
+    return identity, nomad
+
+
+def check_only_live(nomad: NomadAgent, identity: t.Tuple[str, str, str], alloc_id: str) -> None:
+    """Refuse if the group has another live allocation than ``alloc_id`` (a session's group runs exactly one: more
+    come only from ``scale`` or another change outside the collection)."""
+    namespace, job_id, group = identity
+    stubs = nomad.get_json("/v1/job/%s/allocations?namespace=%s" % (quote(job_id), quote(namespace)),
+                           "the allocations of job %r" % job_id)
+    if not isinstance(stubs, list):
+        raise _refuse("the local Nomad agent lists no allocations of job %r in namespace %r" % (job_id, namespace))
+    others = sorted(str(a.get("ID")) for a in stubs if isinstance(a, dict) and a.get("TaskGroup") == group
+                    and a.get("Namespace", namespace) == namespace and a.get("ID") != alloc_id and live(a))
+    if others:
+        raise _refuse("group %r of job %r in namespace %r has another live allocation (%s) besides %s: a session's "
+                      "group runs one allocation (was it scaled?)" % (group, job_id, namespace, ", ".join(others),
+                                                                      alloc_id))

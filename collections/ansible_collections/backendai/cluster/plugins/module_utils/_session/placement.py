@@ -9,6 +9,9 @@ Rules (from Backend.AI's cluster session docs):
 * multi-node: if one agent can hold every container, all go there (to cut latency); otherwise the
   containers are spread across agents. All or nothing: either every container has an agent or the
   plan is ``PENDING``.
+* host volumes (Nomad's rule, not from those docs): a session whose mounts need host volumes goes
+  only to agents that declare every one, read-write where a mount of it is read-write
+  (:func:`volume_shortage`); an agent of unknown volumes (no ``host_volumes``) is assumed to serve them.
 * strategies: ``concentrated`` (default; as few agents as possible) and ``dispersed`` (as many as
   possible). The same input gives the same plan; ties are broken by agent name.
 

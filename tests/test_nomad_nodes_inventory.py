@@ -37,7 +37,8 @@ def nomad(nomad_double_factory: t.Any) -> NomadAPIDouble:
     double = nomad_double_factory(token=NOMAD_TOKEN)
     double.add_node("n1", cpu=4000, memory=8192, cni_networks=["backendai-s1"])
     double.add_node("n2", datacenter="dc2", cpu=8000, memory=16384, reserved_cpu=1000,
-                    devices=[{"vendor": "nvidia", "type": "gpu", "name": "A100", "count": 2}])
+                    devices=[{"vendor": "nvidia", "type": "gpu", "name": "A100", "count": 2}],
+                    host_volumes={"backendai-srv-data-0a1b2c3d": ("/srv/data", True)})
     double.add_node("n3", status="down")
     double.add_node("n4", eligibility="ineligible", node_pool="batch", node_class="big")
     return double
@@ -79,7 +80,10 @@ def test_nodes_become_hosts_with_capacity_vars_and_groups(nomad: NomadAPIDouble,
     assert n2["nomad_free"]["cpu"] == 7000 and n2["nomad_free"]["memory"] == 16384 and n2["nomad_free"]["gpu"] == 2
     assert n2["nomad_free"]["devices"] == {"nvidia/gpu/A100": 2} and n2["nomad_drivers"] == ["docker"]
     assert n2["backendai_agent"] == {"name": "n2", "cpu": 7000, "memory": 16384, "gpu": 2, "datacenter": "dc2",
-                                     "drivers": ["docker"], "node_pool": "default"}
+                                     "drivers": ["docker"], "node_pool": "default",
+                                     "host_volumes": {"backendai-srv-data-0a1b2c3d": {"read_only": True}}}
+    assert n2["nomad_host_volumes"] == {"backendai-srv-data-0a1b2c3d": {"path": "/srv/data", "read_only": True}}
+    assert hostvars["n1"]["nomad_host_volumes"] == {} and hostvars["n1"]["backendai_agent"]["host_volumes"] == {}
     assert n2["ansible_host"] == n2["nomad_address"] and n2["nomad_address"].startswith("10.0.0.")
     assert hostvars["n1"]["nomad_cni_networks"] == ["backendai-s1"] and "bridge" in hostvars["n1"]["nomad_cni_plugins"]
     assert hostvars["n4"]["nomad_eligible"] is False and hostvars["n4"]["nomad_node_class"] == "big"

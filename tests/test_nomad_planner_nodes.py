@@ -53,6 +53,16 @@ def test_only_nodes_with_the_plugin_at_nomad_1_10_or_later(nomad: NomadAPIDouble
     assert agents(nomad) == ["newer", "ready"]
 
 
+def test_agents_carry_the_host_volumes_their_nodes_declare(nomad: NomadAPIDouble) -> None:
+    """From the node list stub (HostVolumes, nomad/structs Node.Stub since 0.11.0): no request per node."""
+    nomad.add_node("a1", host_volumes={"backendai-srv-x-00000000": ("/srv/x", True), "other": ("/o", False)})
+    nomad.add_node("a2")
+    with NomadClient(NomadConnection(nomad_addr=nomad.url, token=NOMAD_TOKEN)) as client:
+        got = {a["name"]: a["host_volumes"] for a in live_agents(client)}
+    assert got == {"a1": {"backendai-srv-x-00000000": {"read_only": True}, "other": {"read_only": False}}, "a2": {}}
+    assert [r.path for r in nomad.requests if r.path.startswith("/v1/node")] == ["/v1/nodes"]
+
+
 def test_duplicate_node_names_are_refused(nomad: NomadAPIDouble) -> None:
     nomad.add_node("a1")
     nomad.add_node("a1", address="10.0.0.99")  # another client that calls itself a1

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Mount sources through the ``session`` module, on both backends: the network key and the state paths are
 refused before anything is written (Nomad: not one request that changes something, against the Nomad API
-double; local: no session state), and on Nomad a mount is a host volume, never a docker bind mount."""
+double; local: no session state), and on Nomad a mount is a host volume, never a docker bind mount, placed
+only on nodes that declare it (read-write where a mount is)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ REFUSED = ["/etc/backendai-cluster", "/etc/backendai-cluster/network.key", "/etc
 @pytest.fixture
 def nomad(nomad_double_factory: t.Any) -> NomadAPIDouble:  # noqa: F811 - the fixture imported above
     double = nomad_double_factory(token=NOMAD_TOKEN)
-    double.add_node("n1", cpu=4000, memory=8192)
+    double.add_node("n1", cpu=4000, memory=8192, host_volumes={host_volume_name("/srv/datasets"): ("/srv/datasets", False)})
     return double
 
 
@@ -63,3 +64,38 @@ def test_nomad_mounts_are_host_volumes(nomad: NomadAPIDouble, run: ModuleRun, tm
     path.write_text(json.dumps({"Job": job}))
     lint = lint_job_files(str(path))
     assert lint.returncode == 0, lint.stdout
+
+
+def test_nomad_places_mounts_only_on_nodes_that_declare_them(nomad_double_factory: t.Any,  # noqa: F811
+                                                             run: ModuleRun) -> None:
+    """The planner reads each node's HostVolumes from the node list and skips a node that lacks one or declares it
+    read-only for a read-write mount (Nomad's HostVolumeChecker would leave the group pending there): the
+    session goes to the one node that can serve it, and the double's scheduler, which models that checker, runs it."""
+    data, models = host_volume_name("/srv/datasets"), host_volume_name("/srv/models")
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    # the tightest fits come first (concentrated): a1 declares nothing, a2 the data root read-only
+    double.add_node("a1", cpu=2000, memory=2048)
+    double.add_node("a2", cpu=3000, memory=4096, host_volumes={data: ("/srv/datasets", True), models: ("/m", True)})
+    double.add_node("a3", cpu=8000, memory=16384, host_volumes={data: ("/srv/datasets", False), models: ("/m", True)})
+    mounts = [{"source": "/srv/datasets", "target": "/data"}, {"source": "/srv/models", "target": "/models",
+                                                               "read_only": True}]
+    result = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "spec": spec(mounts=mounts)})
+    assert result.get("changed") and not result.get("failed"), result
+    assert {c["agent"] for c in result["session"]["containers"]} == {"a3"}
+    assert {c["status"] for c in result["session"]["containers"]} == {"running"}
+
+
+def test_nomad_mounts_no_node_declares_are_pending_with_how_to_declare_them(nomad_double_factory: t.Any,  # noqa: F811
+                                                                            run: ModuleRun) -> None:
+    data = host_volume_name("/srv/datasets")
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    double.add_node("a1")
+    double.add_node("a2", host_volumes={data: ("/srv/datasets", True)})
+    result = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN,
+                                  "spec": spec(mounts=[{"source": "/srv/datasets", "target": "/data"}])})
+    assert result["failed"] and result["msg"].startswith("session s1 is PENDING: no agent is eligible: "), result
+    assert "a1: no host volume %s (mount source /srv/datasets)" % data in result["msg"]
+    assert "a2: host volume %s (mount source /srv/datasets) is declared read-only, a mount of it is read-write" % data \
+        in result["msg"]
+    assert "overlay_agent role's overlay_agent_data_roots" in result["msg"]
+    assert writes(double) == [] and double.model.jobs == {}

@@ -216,6 +216,31 @@ def test_plan_reports_unplaceable_groups(nomad: NomadAPIDouble) -> None:
     assert ok["FailedTGAllocs"] is None
 
 
+def test_groups_go_only_to_nodes_with_compatible_host_volumes(nomad_double: NomadAPIDouble) -> None:
+    """scheduler/feasible/feasible.go HostVolumeChecker: every host volume request's Source declared by the node,
+    a read-only declaration only for a ReadOnly request; the node list stub carries HostVolumes (Node.Stub)."""
+    nomad_double.add_node("n1")
+    nomad_double.add_node("n2", host_volumes={"data": ("/srv/data", True)})
+    nomad_double.add_node("n3", host_volumes={"data": ("/srv/data", False)})
+    stubs = {s["Name"]: s["HostVolumes"] for s in get(nomad_double, "/v1/nodes").json()}
+    assert stubs == {"n1": {}, "n2": {"data": {"Name": "data", "Path": "/srv/data", "ReadOnly": True, "ID": ""}},
+                     "n3": {"data": {"Name": "data", "Path": "/srv/data", "ReadOnly": False, "ID": ""}}}
+
+    def job(node: str, read_only: bool) -> t.Dict[str, t.Any]:
+        body = make_job(node=None)
+        body["TaskGroups"][0]["Constraints"] = [{"LTarget": "${node.unique.name}", "RTarget": node, "Operand": "="}]
+        body["TaskGroups"][0]["Volumes"] = {"v": {"Name": "v", "Type": "host", "Source": "data", "ReadOnly": read_only}}
+        return {"Job": body, "Diff": True}
+
+    missing = "missing compatible host volumes"
+    for node, read_only, placed in (("n1", True, False), ("n2", False, False), ("n2", True, True), ("n3", False, True)):
+        failed = put(nomad_double, "/v1/job/web/plan", job(node, read_only)).json()["FailedTGAllocs"]
+        if placed:
+            assert failed is None, (node, read_only, failed)
+        else:
+            assert failed["g1"]["ConstraintFiltered"][missing] == 1, (node, read_only, failed)
+
+
 def test_allocations_start_after_the_configured_delay(nomad_double_factory: t.Any) -> None:
     double = nomad_double_factory(alloc_start_delay=0.5)
     double.add_node("n1")

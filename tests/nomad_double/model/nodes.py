@@ -14,9 +14,14 @@ default node is an agent the overlay_agent role prepared: Nomad 1.10.0 with the 
 ``backendai`` CNI network (``cni_plugins``, ``cni_networks``, ``nomad_version`` change that). Names need not be
 unique, as in Nomad (node IDs are; here derived from the name and how many nodes of that name exist).
 
+Host volumes: ``host_volumes`` gives the node's static ``client { host_volume }`` declarations (Nomad's
+``HostVolumes``, structs.ClientHostVolumeConfig: Name, Path, ReadOnly, and ID empty as for a static volume);
+a node declares none unless told. The node list stub carries them, as ``nomad/structs`` ``Node.Stub`` does since
+Nomad 0.11.0.
+
 What it does not model: heartbeats and the TTL that marks a node down by itself, drain strategies (``Drain``
-only filters), node events, running the fingerprinters (the attributes are what the test gave), CSI and host
-volumes.
+only filters), node events, running the fingerprinters (the attributes are what the test gave), CSI, and
+dynamic host volumes (Nomad 1.10: ``ID`` set, created through the API).
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ class NodesModel(ModelState):
                  devices: t.Iterable[t.Mapping[str, t.Any]] = (), host_networks: t.Optional[t.Mapping[str, str]] = None,
                  attributes: t.Optional[t.Mapping[str, str]] = None, meta: t.Optional[t.Mapping[str, str]] = None,
                  status: str = "ready", eligibility: str = "eligible", drain: bool = False,
-                 address: t.Optional[str] = None) -> t.Dict[str, t.Any]:
-        """Add a client node (Nomad's ``api.Node`` shape). ``devices``: ``{"vendor", "type", "name", "count"}``."""
+                 address: t.Optional[str] = None,
+                 host_volumes: t.Optional[t.Mapping[str, t.Tuple[str, bool]]] = None) -> t.Dict[str, t.Any]:
+        """Add a client node (Nomad's ``api.Node`` shape). ``devices``: ``{"vendor", "type", "name", "count"}``;
+        ``host_volumes``: name -> (path, read-only), the node's static host volumes."""
         with self.lock:
             twins = sum(1 for n in self.nodes.values() if n["Name"] == name)
             node_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "nomad-double-node/" + name + ("/%d" % twins if twins else "")))
@@ -85,7 +92,9 @@ class NodesModel(ModelState):
                 "Resources": None, "Reserved": None, "Links": {}, "Meta": dict(meta or {}),
                 "Drivers": {d: {"Attributes": {"driver.%s" % d: "true"}, "Detected": True, "Healthy": True,
                                 "HealthDescription": "Healthy", "UpdateTime": rfc3339(time.time_ns())} for d in drivers},
-                "HostVolumes": {}, "HostNetworks": {k: {"Name": k, "CIDR": v, "Interface": "", "ReservedPorts": ""}
+                "HostVolumes": {k: {"Name": k, "Path": path, "ReadOnly": bool(ro), "ID": ""}
+                                for k, (path, ro) in (host_volumes or {}).items()},  # {} when none (client/client.go)
+                "HostNetworks": {k: {"Name": k, "CIDR": v, "Interface": "", "ReservedPorts": ""}
                                                      for k, v in (host_networks or {}).items()},
                 "CSIControllerPlugins": None, "CSINodePlugins": None, "Status": status, "StatusDescription": "",
                 "StatusUpdatedAt": int(time.time()), "SchedulingEligibility": eligibility, "Drain": drain,
@@ -126,7 +135,7 @@ class NodesModel(ModelState):
             "NodePool": node["NodePool"], "Version": node["Attributes"].get("nomad.version", ""), "Drain": node["Drain"],
             "SchedulingEligibility": node["SchedulingEligibility"], "Status": node["Status"],
             "StatusDescription": node["StatusDescription"], "Drivers": copy.deepcopy(node["Drivers"]),
-            "HostVolumes": {}, "NodeResources": None, "ReservedResources": None, "LastDrain": None,
+            "HostVolumes": copy.deepcopy(node["HostVolumes"]), "NodeResources": None, "ReservedResources": None, "LastDrain": None,
             "CreateIndex": node["CreateIndex"], "ModifyIndex": node["ModifyIndex"],
         }
         if resources:

@@ -11,6 +11,14 @@ Datacenters, node pool, node status/eligibility/drain filter nodes; a node has `
 network the overlay_agent role installs) unless ``cni_networks`` says otherwise; nodes are tried in name
 order, the first that fits wins.
 
+A group's host volumes (``Volumes`` of type ``host``) follow ``scheduler/feasible/feasible.go``
+``HostVolumeChecker`` for static host volumes: a node is feasible only if it declares every requested
+``Source`` in its ``HostVolumes``, and one it declares read-only serves only a request with ``ReadOnly``; an
+infeasible node counts as filtered by "missing compatible host volumes" (``FilterConstraintHostVolumes``).
+Not modelled there: ``per_alloc`` (Nomad appends ``[<index>]`` to the source), dynamic host volumes of Nomad
+1.10 (their namespace, state, capabilities and ``sticky`` claims), CSI volumes (ignored, as the checker does),
+and the ``host_volume`` ACL policy checked at job registration.
+
 What it does not model: scoring (binpack/spread scores, affinities, spreads), ``~>`` and the looser
 pre-release matching of ``version``, ``distinct_hosts``/``distinct_property`` (always true), preemption,
 canaries and rolling updates (every change lands at once), rescheduling of lost allocations (the jobs
@@ -110,6 +118,19 @@ class SchedulerModel(ModelState):
         return False
 
     @staticmethod
+    def host_volumes_ok(node: t.Mapping[str, t.Any], group: t.Mapping[str, t.Any]) -> bool:
+        """HostVolumeChecker.nodeIsFeasibleForRequest for static host volumes: each host volume request's
+        ``Source`` declared by the node, and a read-write request not served by a read-only declaration."""
+        declared = node.get("HostVolumes") or {}
+        for req in (group.get("Volumes") or {}).values():
+            if (req or {}).get("Type") != "host":
+                continue  # CSI volumes are another checker's
+            volume = declared.get(req.get("Source") or "")
+            if volume is None or (volume.get("ReadOnly") and not req.get("ReadOnly")):
+                return False
+        return True
+
+    @staticmethod
     def group_demand(group: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         cpu = memory = 0
         devices: t.List[t.Tuple[str, int]] = []
@@ -192,6 +213,8 @@ class SchedulerModel(ModelState):
                 modes = {n.get("Mode") for n in node["NodeResources"]["Networks"]}
                 if mode not in modes:
                     reason = "missing network"
+            if reason is None and not self.host_volumes_ok(node, group):
+                reason = "missing compatible host volumes"
             if reason is not None:
                 metric["NodesFiltered"] += 1
                 metric["ConstraintFiltered"] = metric["ConstraintFiltered"] or {}

@@ -10,7 +10,7 @@ short_description: Nomad client nodes as hosts, with their free capacity
 version_added: 0.1.0
 description:
   - Adds every Nomad client node as a host named by the node name, with host variables for its free CPU, memory and
-    devices, datacenter, node pool, class, drivers, CNI networks, status, eligibility and address.
+    devices, datacenter, node pool, class, drivers, CNI networks, host volumes, status, eligibility and address.
   - Free capacity is what the node has minus its reservation minus its live allocations, exactly as the
     M(backendai.cluster.session) module computes it for placement.
   - Each host gets C(backendai_agent), the agent mapping placement takes, so the
@@ -126,6 +126,7 @@ def host_vars(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         "nomad_cni_networks": summary.get("cni_networks"),
         "nomad_bridge": summary.get("bridge"),
         "nomad_host_networks": summary.get("host_networks"),
+        "nomad_host_volumes": summary.get("host_volumes"),
         "nomad_meta": summary.get("meta"),
         "nomad_free": free,
         "nomad_total": summary.get("total"),

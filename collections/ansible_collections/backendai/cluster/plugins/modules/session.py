@@ -96,6 +96,9 @@ options:
       - For the nomad backend an agent may also give C(underlay_ip) and C(underlay_mtu), its address and MTU for the
         session network; the default is the Nomad node's meta C(backendai.underlay_ip) / C(backendai.underlay_mtu), else
         its C(Address) and 1500.
+      - C(host_volumes) (each name mapped to C(read_only) true or false, or a list of names) are the host volumes the node declares;
+        a session with mounts goes only to agents that declare every volume its mounts need (read-write unless every
+        mount of it is read-only). Without it an agent is assumed to serve every volume; live node data carries it.
       - For the nomad backend the default is live node data - every ready, eligible, non-draining client node of the
         C(default) node pool, with its free capacity as the C(backendai.cluster.nomad_nodes) inventory plugin computes
         it (for an existing session its own allocations count as free).

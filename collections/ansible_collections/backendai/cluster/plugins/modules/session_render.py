@@ -65,6 +65,9 @@ options:
       - Agents (Nomad client nodes) with their free capacity, each C({name, cpu, memory, gpu, datacenter, drivers}).
       - C(cpu) is in MHz and C(memory) in MB; C(underlay_ip) (the agent's session network address, required to sign)
         and C(underlay_mtu) (default 1500) go into the job's C(BAI_AGENTS) and C(BAI_MTU); other keys are ignored.
+      - C(host_volumes) (each name mapped to C(read_only) true or false, or a list of names) are the host volumes the node declares;
+        a session with mounts goes only to agents that declare every volume its mounts need (read-write unless every
+        mount of it is read-only). Without it an agent is assumed to serve every volume; live node data carries it.
       - Required unless a Nomad address is given (O(nomad_addr) or E(NOMAD_ADDR)); then the default is the free
         capacity of the cluster's ready, eligible nodes.
     type: list

@@ -57,6 +57,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     session_slots,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
+from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import Container, SessionPlan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount
 
@@ -202,6 +203,17 @@ def host_volume_name(source: str) -> str:
     norm = posixpath.normpath(source)
     slug = re.sub(r"[^a-z0-9]+", "-", norm.lower()).strip("-")[:40] or "root"
     return "%s%s-%s" % (HOST_VOLUME_PREFIX, slug, hashlib.sha256(norm.encode("utf-8")).hexdigest()[:8])
+
+
+def host_volumes_needed(mounts: t.Sequence[Mount]) -> t.Tuple[HostVolume, ...]:
+    """The host volumes a node must declare for the session's groups (each group has every mount), in the
+    order of the mounts; a source mounted both ways needs a volume that serves read-write."""
+    needed: t.Dict[str, HostVolume] = {}
+    for m in mounts:
+        name = host_volume_name(m.source)
+        seen = needed.get(name)
+        needed[name] = HostVolume(name, m.read_only and (seen is None or seen.read_only), seen.source if seen else m.source)
+    return tuple(needed.values())
 
 
 def volume_label(index: int) -> str:

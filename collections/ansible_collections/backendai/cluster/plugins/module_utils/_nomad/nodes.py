@@ -38,7 +38,8 @@ def is_schedulable(summary: t.Mapping[str, t.Any]) -> bool:
 
 
 def agent_from_summary(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-    """The placement agent (``{name, cpu, memory, gpu, datacenter, drivers, node_pool}``) of a node summary."""
+    """The placement agent (``{name, cpu, memory, gpu, datacenter, drivers, node_pool, host_volumes}``) of a node
+    summary; ``host_volumes``: ``{name: {read_only}}`` of every host volume the node declares."""
     free = summary.get("free") or {}
     return {
         "name": summary.get("name"),
@@ -48,6 +49,8 @@ def agent_from_summary(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         "datacenter": summary.get("datacenter") or "dc1",
         "drivers": list(summary.get("drivers") or []),
         "node_pool": summary.get("node_pool") or "default",
+        "host_volumes": {name: {"read_only": bool(v.get("read_only"))}
+                         for name, v in (summary.get("host_volumes") or {}).items()},
     }
 
 
@@ -110,6 +113,12 @@ def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None,
     from 1.10 does the client add its own identity to CNI_ARGS; the job's constraints say the same).
 
     Raises :class:`PlanError` when two such nodes (not down) share a name (:func:`duplicate_names`).
+
+    Each agent carries the node's ``HostVolumes`` (its ``client { host_volume }`` declarations, name ->
+    read-only), which placement matches against a session's mounts as Nomad's scheduler does
+    (``_session.placement.volume_shortage``). The node list stub carries them since Nomad 0.11.0
+    (``nomad/structs`` ``Node.Stub``; Go's ``api.NodeListStub`` leaves the field out, the HTTP JSON has it), so
+    this costs no request per node.
 
     A constant number of requests whatever the cluster size: ``GET /v1/nodes?resources=true`` with
     :data:`PLUGIN_FILTER` (capacity and reservations of every node with the plugin; the stub's ``Version`` is
@@ -269,6 +278,8 @@ def summarize_node(node: t.Mapping[str, t.Any], allocations: t.Iterable[t.Mappin
         "cni_networks": sorted(n["Mode"][len("cni/"):] for n in networks if str(n.get("Mode", "")).startswith("cni/")),
         "bridge": any(n.get("Mode") == "bridge" for n in networks) or "plugins.cni.version.bridge" in attributes,
         "host_networks": sorted((node.get("HostNetworks") or {}).keys()),
+        "host_volumes": {name: {"path": (v or {}).get("Path") or "", "read_only": bool((v or {}).get("ReadOnly"))}
+                         for name, v in sorted((node.get("HostVolumes") or {}).items())},
         "meta": dict(node.get("Meta") or {}),
         "total": total,
         "reserved": held,

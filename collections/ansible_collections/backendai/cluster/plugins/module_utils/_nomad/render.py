@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import mpi_hostfile
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl import render_hcl
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import dumps, register_request, render_job, render_network
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
+    dumps,
+    host_volumes_needed,
+    register_request,
+    render_job,
+    render_network,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan, build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
@@ -40,11 +46,13 @@ def plan_session(spec_raw: t.Any, agents_raw: t.Any, public_key: str = "", sessi
 
     The session ID is ``session_id`` if given, else derived from the name and ``public_key``
     (a fresh key makes a fresh ID; no key gives a stable ID, which keeps render-only output
-    reproducible).
+    reproducible). The spec's mounts are host volumes: only agents that declare them (or whose volumes
+    are unknown, ``host_volumes`` not given) are considered.
     """
     spec = parse_spec(spec_raw)
     agents = parse_agents(agents_raw)
-    return build_plan(spec, agents, session_id or derive_session_id(spec.name, public_key))
+    return build_plan(spec, agents, session_id or derive_session_id(spec.name, public_key),
+                      host_volumes_needed(spec.mounts))
 
 
 def render_session(spec_raw: t.Any, agents_raw: t.Any, public_key: str = "", session_id: str = "",

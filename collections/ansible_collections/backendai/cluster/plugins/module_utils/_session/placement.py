@@ -9,6 +9,9 @@ Rules (from Backend.AI's cluster session docs):
 * multi-node: if one agent can hold every container, all go there (to cut latency); otherwise the
   containers are spread across agents. All or nothing: either every container has an agent or the
   plan is ``PENDING``.
+* host volumes (Nomad's rule, not from those docs): a session whose mounts need host volumes goes
+  only to agents that declare every one, read-write where a mount of it is read-write
+  (:func:`volume_shortage`); an agent of unknown volumes (no ``host_volumes``) is assumed to serve them.
 * strategies: ``concentrated`` (default; as few agents as possible) and ``dispersed`` (as many as
   possible). The same input gives the same plan; ties are broken by agent name.
 
@@ -41,6 +44,23 @@ class Agent(t.NamedTuple):
     gpu: int = 0
     datacenter: str = "dc1"
     drivers: t.Optional[t.Tuple[str, ...]] = None  # None: unknown, assume every driver
+    #: Host volumes the node declares, name -> declared read-only. None: unknown, assume every volume.
+    host_volumes: t.Optional[t.Mapping[str, bool]] = None
+
+
+class HostVolume(t.NamedTuple):
+    """A host volume every container of a session needs on its node: the volume's name, whether each mount of
+    it is read-only, and the mount source it serves (for reasons)."""
+
+    name: str
+    read_only: bool
+    source: str = ""
+
+
+#: Appended to a PENDING reason when a node lacks a host volume: where an operator declares one.
+VOLUME_HINT = ("; to declare a mount source on the clients that should serve it, add {path: <source>} (read_only: true "
+               "only if every mount of it is read-only) to the overlay_agent role's overlay_agent_data_roots there and "
+               "restart their Nomad client")
 
 
 @dataclass(frozen=True)
@@ -72,7 +92,7 @@ def parse_agents(raw: t.Any, path: str = "agents") -> t.List[Agent]:
             name, cpu, memory, gpu = item.get("name"), item.get("cpu"), item.get("memory"), item.get("gpu", 0)
             dc, drivers = item.get("datacenter", "dc1"), item.get("drivers")
             if (isinstance(name, str) and name and name not in seen and _count(cpu) and _count(memory) and _count(gpu)
-                    and isinstance(dc, str) and dc and drivers is None):
+                    and isinstance(dc, str) and dc and drivers is None and item.get("host_volumes") is None):
                 seen.add(name)
                 agents.append(Agent(name, cpu, memory, gpu, dc, None))
                 continue
@@ -122,7 +142,39 @@ def _parse_agent(item: t.Any, where: str, seen: t.Set[str], problems: t.List[Pro
             drivers = None
         else:
             drivers = tuple(drivers)
-    return Agent(name, nums["cpu"], nums["memory"], nums["gpu"], dc, drivers)
+    return Agent(name, nums["cpu"], nums["memory"], nums["gpu"], dc, drivers,
+                 _parse_host_volumes(item.get("host_volumes"), where + ".host_volumes", problems))
+
+
+def _parse_host_volumes(raw: t.Any, where: str, problems: t.List[Problem]) -> t.Optional[t.Dict[str, bool]]:
+    """``{name: {read_only: bool}}`` (the shape of Nomad's ``HostVolumes``) or a list of names (read-write)."""
+    if raw is None:
+        return None
+    if isinstance(raw, list) and all(isinstance(n, str) and n for n in raw):
+        return {n: False for n in raw}
+    if isinstance(raw, dict) and all(isinstance(n, str) and n and isinstance(v, dict)
+                                     and isinstance(v.get("read_only", False), bool) for n, v in raw.items()):
+        return {n: v.get("read_only", False) for n, v in raw.items()}
+    problems.append(Problem(where, "must map each host volume the node declares to {read_only: true|false}, or list "
+                                   "their names", raw, True))
+    return None
+
+
+def volume_shortage(agent: Agent, volumes: t.Sequence[HostVolume]) -> str:
+    """Why ``agent`` cannot serve ``volumes`` ("" if it can), as Nomad's scheduler decides for a static host volume
+    (scheduler/feasible/feasible.go, HostVolumeChecker.nodeIsFeasibleForRequest): the node must declare it by name,
+    and one it declares read-only serves only a read-only request. An agent of unknown volumes serves every one."""
+    if agent.host_volumes is None:
+        return ""
+    short = []
+    for volume in volumes:
+        declared = agent.host_volumes.get(volume.name)
+        if declared is None:
+            short.append("no host volume %s (mount source %s)" % (volume.name, volume.source or "?"))
+        elif declared and not volume.read_only:
+            short.append("host volume %s (mount source %s) is declared read-only, a mount of it is read-write" % (
+                volume.name, volume.source or "?"))
+    return ", ".join(short)
 
 
 def _size_key(d: Resources) -> t.Tuple[int, int, int]:
@@ -190,18 +242,34 @@ def _limited(lines: t.List[str]) -> str:
 
 def place(demands: t.Sequence[Resources], agents: t.Sequence[Agent], cluster_mode: str = "single-node",
           strategy: str = "concentrated", driver: str = "docker",
-          datacenters: t.Sequence[str] = ()) -> Placement:
-    """Place containers (their per-container demands, in global order, main1 first) on agents."""
-    n = len(demands)
+          datacenters: t.Sequence[str] = (), volumes: t.Sequence[HostVolume] = ()) -> Placement:
+    """Place containers (their per-container demands, in global order, main1 first) on agents; every
+    container needs ``volumes`` on its agent (:func:`volume_shortage`)."""
     eligible: t.List[Agent] = []
     excluded: t.List[str] = []
+    lacking = False
     for a in agents:
         if datacenters and a.datacenter not in datacenters:
             excluded.append("%s: datacenter %s is not in %s" % (a.name, a.datacenter, ", ".join(datacenters)))
         elif a.drivers is not None and driver not in a.drivers:
             excluded.append("%s: no %s driver" % (a.name, driver))
         else:
-            eligible.append(a)
+            short = volume_shortage(a, volumes) if volumes else ""
+            if short:
+                excluded.append("%s: %s" % (a.name, short))
+                lacking = True
+            else:
+                eligible.append(a)
+    placement = _place(demands, agents, eligible, excluded, cluster_mode, strategy)
+    if lacking and placement.status == PENDING:
+        return Placement(PENDING, (), placement.reason + VOLUME_HINT)
+    return placement
+
+
+def _place(demands: t.Sequence[Resources], agents: t.Sequence[Agent], eligible: t.Sequence[Agent],
+           excluded: t.List[str], cluster_mode: str, strategy: str) -> Placement:
+    """:func:`place` on the ``eligible`` agents (``excluded``: why each other agent is not)."""
+    n = len(demands)
     if not eligible:
         why = "no agent is eligible" if agents else "no agents were given"
         return Placement(PENDING, (), why + (": " + _limited(excluded) if excluded else ""))

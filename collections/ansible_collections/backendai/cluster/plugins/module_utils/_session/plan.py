@@ -11,7 +11,7 @@ from __future__ import annotations
 import typing as t
 from dataclasses import dataclass
 
-from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import PENDING, PLACED, Agent, place
+from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import PENDING, PLACED, Agent, HostVolume, place
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import NETWORK_NAME
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Resources, SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_kernel_id
@@ -79,14 +79,16 @@ def expand_roles(spec: SessionSpec) -> t.List[t.Tuple[str, str, int, t.Any]]:
     return out
 
 
-def build_plan(spec: SessionSpec, agents: t.Sequence[Agent], session_id: str) -> SessionPlan:
-    """Place the session on ``agents`` and lay out its containers.
+def build_plan(spec: SessionSpec, agents: t.Sequence[Agent], session_id: str,
+               volumes: t.Sequence[HostVolume] = ()) -> SessionPlan:
+    """Place the session on ``agents`` and lay out its containers; ``volumes``: the host volumes every
+    container needs on its agent (the backend's form of the spec's mounts; none on the local backend).
 
     A PENDING plan still lists the containers (with an empty agent) so that callers can show them.
     """
     layout = expand_roles(spec)
     placement = place([entry[3].resources for entry in layout], agents, spec.cluster_mode,
-                      spec.strategy, spec.driver, spec.datacenters)
+                      spec.strategy, spec.driver, spec.datacenters, volumes)
     assigned = placement.agents if placement.status == PLACED else ("",) * len(layout)
     datacenter_of = {a.name: a.datacenter for a in agents}
     per_agent: t.Dict[str, int] = {}

@@ -13,7 +13,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import A
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import (
     PENDING,
     PLACED,
+    VOLUME_HINT,
     Agent,
+    HostVolume,
     _parse_agent,
     parse_agents,
     place,
@@ -109,6 +111,61 @@ def test_datacenter_and_driver_filters_are_explained() -> None:
     assert "a: datacenter dc2 is not in dc1" in p.reason
     assert place([R], agents).agents == ("a",)
     assert "b: no docker driver" in place([R], agents[1:]).reason
+
+
+DATA = HostVolume("backendai-srv-data-0a1b2c3d", False, "/srv/data")
+DATA_RO = DATA._replace(read_only=True)
+
+
+def test_only_agents_that_declare_every_host_volume_are_considered() -> None:
+    """Nomad's HostVolumeChecker (scheduler/feasible/feasible.go): a node that does not declare the volume is not
+    feasible, so placing there would leave the group pending in Nomad."""
+    agents = [A("a", 9000, 9000, host_volumes={}), A("b", 4000, 4096, host_volumes={DATA.name: False}),
+              A("c", 9000, 9000, host_volumes={"backendai-other-00000000": False})]
+    assert place([R] * 2, agents, volumes=(DATA,)).agents == ("b", "b")
+    assert place([R] * 4, agents).agents == ("a",) * 4  # a session without mounts: every agent (b is too small)
+    p = place([R] * 6, agents, "multi-node", volumes=(DATA,))
+    assert p.status == PENDING and p.reason.startswith("the eligible agents together can hold only 2 of 6 containers")
+    assert "a: no host volume backendai-srv-data-0a1b2c3d (mount source /srv/data)" in p.reason, p.reason
+    assert p.reason.endswith(VOLUME_HINT)
+
+
+def test_a_read_only_declaration_serves_only_read_only_mounts() -> None:
+    """feasible.go nodeIsFeasibleForRequest: ``if !req.ReadOnly && volCfg.ReadOnly { return false }``."""
+    agents = [A("ro", 9000, 9000, host_volumes={DATA.name: True})]
+    assert place([R], agents, volumes=(DATA_RO,)).agents == ("ro",)
+    p = place([R], agents, volumes=(DATA,))
+    assert p.status == PENDING and p.reason == (
+        "no agent is eligible: ro: host volume backendai-srv-data-0a1b2c3d (mount source /srv/data) is declared "
+        "read-only, a mount of it is read-write" + VOLUME_HINT)
+    assert place([R], [A("rw", 9000, 9000, host_volumes={DATA.name: False})], volumes=(DATA_RO,)).agents == ("rw",)
+
+
+def test_no_agent_with_the_volume_names_it_and_how_to_declare_it() -> None:
+    other = HostVolume("backendai-srv-models-99999999", True, "/srv/models")
+    agents = [A("a", 9000, 9000, host_volumes={other.name: True}), A("b", 9000, 9000, host_volumes={})]
+    p = place([R], agents, volumes=(DATA, other))
+    assert p.status == PENDING and p.reason == (
+        "no agent is eligible: a: no host volume backendai-srv-data-0a1b2c3d (mount source /srv/data); "
+        "b: no host volume backendai-srv-data-0a1b2c3d (mount source /srv/data), no host volume "
+        "backendai-srv-models-99999999 (mount source /srv/models)" + VOLUME_HINT)
+    assert "overlay_agent_data_roots" in VOLUME_HINT and "{path: <source>}" in VOLUME_HINT
+
+
+def test_agents_of_unknown_volumes_serve_every_volume() -> None:
+    """Agents given as data without host_volumes (the local backend's, a static list) are not filtered."""
+    assert place([R], [A("a", 9000, 9000)], volumes=(DATA,)).agents == ("a",)
+
+
+def test_parse_agents_reads_host_volumes() -> None:
+    raw = [{"name": "a", "cpu": 1, "memory": 1, "host_volumes": {"v1": {"read_only": True, "path": "/x"}, "v2": {}}},
+           {"name": "b", "cpu": 1, "memory": 1, "host_volumes": ["v1"]}, {"name": "c", "cpu": 1, "memory": 1}]
+    assert [a.host_volumes for a in parse_agents(raw)] == [{"v1": True, "v2": False}, {"v1": False}, None]
+    with pytest.raises(AgentsError) as err:
+        parse_agents([{"name": "a", "cpu": 1, "memory": 1, "host_volumes": {"v1": {"read_only": "yes"}}},
+                      {"name": "b", "cpu": 1, "memory": 1, "host_volumes": "v1"}])
+    assert [p.path for p in err.value.problems] == ["agents[0].host_volumes", "agents[1].host_volumes"]
+    assert "must map each host volume the node declares to {read_only: true|false}" in str(err.value.problems[0])
 
 
 def test_no_agents() -> None:

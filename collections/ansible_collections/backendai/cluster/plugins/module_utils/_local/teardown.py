@@ -8,6 +8,7 @@ import os
 import shutil
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as _cgroups
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
     prune_shared_chains,
@@ -38,6 +39,8 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
             errors += _local_network.network_down(paths, entry)
         elif op == "slot" and not errors:  # only once the session's network is gone from every agent
             _local_network.release_slots(entry["slots_dir"], entry["owner"])
+        elif op == "cgroups":
+            errors += _cgroups.remove(entry["dirs"])
         elif op == "netns":
             errors += delete_netns(entry["names"])
         elif op == "mkdirs":

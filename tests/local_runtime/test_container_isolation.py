@@ -91,6 +91,9 @@ def test_logged_into_a_nothing_of_b_is_reachable(sessions: Any, helpers: Any, tm
         p = helpers.ssh(a, host, _probe_script(b, _key_line(b_keys)), timeout=120)
         assert p.returncode == 0, p.stderr
         _assert_isolated(p.stdout, b)
+    # logins cannot gain privileges by exec (sshd runs with no_new_privs; its sessions inherit it)
+    p = helpers.ssh(a, "sub1", "grep ^NoNewPrivs: /proc/self/status")
+    assert p.stdout.split() == ["NoNewPrivs:", "1"], (p.stdout, p.stderr)
 
 
 def test_a_batch_command_reaches_nothing_of_b_and_has_no_privileges(sessions: Any, state_root: str,

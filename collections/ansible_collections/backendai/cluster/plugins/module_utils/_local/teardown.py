@@ -30,6 +30,7 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     begin = next((e for e in entries if e["op"] == "begin"), None)
     # First every process of the session: containers, and whatever a killed creator left
     # running (a CNI plugin finishing its ADD after our DEL would leave its rules behind).
+    _cgroups.release_cpu([d for e in entries if e["op"] == "cgroups" for d in e["dirs"]])
     errors = kill_session_processes(begin["netns"] if begin else [], paths.root)
     if errors:
         return errors

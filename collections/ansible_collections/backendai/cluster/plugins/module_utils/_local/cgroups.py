@@ -166,11 +166,12 @@ def create(hier: Hierarchies, leaf: str, memory_mb: int, quota_us: int) -> t.Lis
         os.makedirs(path, exist_ok=True)
         for controller in controllers:
             for name, value in limits(version, controller, memory_mb, quota_us):
-                try:
-                    _write(os.path.join(path, name), value)
-                except FileNotFoundError:
+                if not os.path.exists(os.path.join(path, name)):  # (cgroupfs refuses to create a file: EACCES)
                     if name not in ("memory.memsw.limit_in_bytes", "memory.swap.max"):  # no swap accounting: no swap to escape to
                         warnings.append("%s: %s missing" % (path, name))
+                    continue
+                try:
+                    _write(os.path.join(path, name), value)
                 except OSError as e:
                     warnings.append("%s: cannot set %s to %s: %s" % (path, name, value, e.strerror))
     return warnings

@@ -14,8 +14,8 @@ import subprocess
 import time
 from typing import Any
 
+from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as cg
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils._local.cgroups import PIDS_LIMIT
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import is_alive
 
 #: What A's container may see at most (init, sshd, a login and the probe itself are a handful).
@@ -150,10 +150,23 @@ def test_fork_bomb_stops_at_the_pids_limit(sessions: Any, state_root: str, helpe
     with open(os.path.join(pids_dir, "pids.current"), encoding="ascii") as f:
         current = int(f.read())
     assert events.split()[0] == "max" and int(events.split()[1]) > 0, events  # forks were refused
-    assert current <= PIDS_LIMIT
+    assert current <= cg.PIDS_LIMIT
     # the machine is still usable: it forks, and another session answers
     assert subprocess.run(["true"], check=False).returncode == 0
     p = helpers.ssh(bystander, "main1", "echo alive", timeout=60)
     assert p.stdout.strip() == "alive", p.stderr
     rt.destroy_session("bomb", state_root)
     assert not os.path.exists(pids_dir)
+
+
+def test_without_cgroup_controllers_the_session_runs_and_says_so(sessions: Any, state_root: str, helpers: Any,
+                                                                 monkeypatch: Any) -> None:
+    monkeypatch.setattr(cg, "detect", lambda: cg.Hierarchies({}, list(cg.CONTROLLERS)))
+    r = sessions("nocg", size=1)
+    assert r["isolation"]["cgroups"] == "none" and len(r["isolation"]["warnings"]) == 3, r["isolation"]
+    assert r["containers"][0]["cgroups"] == []
+    with open(os.path.join(state_root, "nocg", "logs", "main1.system.log"), encoding="utf-8") as f:
+        log = f.read()
+    assert "warning: no memory cgroup controller on this machine: the containers run without a memory limit" in log
+    p = helpers.ssh(r, "main1", "ps ax -o pid= | wc -l")  # the namespaces do not depend on cgroups
+    assert 0 < int(p.stdout) < MAX_PROCESSES, (p.stdout, p.stderr)

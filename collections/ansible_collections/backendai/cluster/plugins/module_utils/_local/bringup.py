@@ -122,11 +122,16 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
                                                           spec["ssh"]["port"]), mode=0o644)
 
     isolation = _make_cgroups(spec, names, hier, journal)
+    for host in hosts if isolation["warnings"] else []:  # said where a container's start-up is logged
+        with open(paths.system_log(host), "a", encoding="utf-8") as log:
+            log.write("".join("backendai.cluster: warning: %s\n" % w for w in isolation["warnings"]))
 
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
     _start_containers(spec, paths, names, addresses, published, journal)
     t_ready = time.monotonic() - t_ready
+    for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
+        isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
 
     containers = []
     for c in spec["containers"]:
@@ -171,16 +176,17 @@ def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cg
     dirs = [d for c in spec["containers"] for d in hier.dirs(names["netns"][c["hostname"]])]
     if dirs:
         journal.record("cgroups", dirs=dirs)
+    quotas = {}
     for c in spec["containers"]:
-        quota = _cgroups.cpu_quota_us(c["resources"]["cpu"], core_mhz, os.cpu_count() or 1)
+        quotas[c["hostname"]] = _cgroups.cpu_quota_us(c["resources"]["cpu"], core_mhz, os.cpu_count() or 1)
         try:
-            warnings += _cgroups.create(hier, names["netns"][c["hostname"]], c["resources"]["memory"], quota)
+            warnings += _cgroups.create(hier, names["netns"][c["hostname"]], c["resources"]["memory"])
         except OSError as e:
             raise LocalRuntimeError("cannot make the cgroups of container %s: %s" % (c["hostname"], e)) from None
     versions = sorted({"v%d" % v for _m, v in hier.places.values()})
     return {"cgroups": "+".join(versions) or "none", "controllers": sorted(hier.places),
             "cpu_mhz_per_core": round(core_mhz, 1), "pids_limit": _cgroups.PIDS_LIMIT if "pids" in hier.places else None,
-            "warnings": warnings}
+            "warnings": warnings, "cpu_quota_us": quotas}
 
 
 def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any],

@@ -150,9 +150,24 @@ def _enable_v2(mount: str, controllers: t.List[str]) -> None:
         _write(os.path.join(d, "cgroup.subtree_control"), " ".join("+" + c for c in controllers))
 
 
-def create(hier: Hierarchies, leaf: str, memory_mb: int, quota_us: int) -> t.List[str]:
-    """Make the container's cgroups with their limits; returns the warnings (a limit this machine refused).
-    Raises OSError when a cgroup cannot be made at all."""
+def _set(path: str, version: int, controller: str, memory_mb: int, quota_us: int) -> t.List[str]:
+    warnings = []
+    for name, value in limits(version, controller, memory_mb, quota_us):
+        if not os.path.exists(os.path.join(path, name)):  # (cgroupfs refuses to create a file: EACCES)
+            if name not in ("memory.memsw.limit_in_bytes", "memory.swap.max"):  # no swap accounting: no swap to escape to
+                warnings.append("%s: %s missing" % (path, name))
+            continue
+        try:
+            _write(os.path.join(path, name), value)
+        except OSError as e:
+            warnings.append("%s: cannot set %s to %s: %s" % (path, name, value, e.strerror))
+    return warnings
+
+
+def create(hier: Hierarchies, leaf: str, memory_mb: int) -> t.List[str]:
+    """Make the container's cgroups with their memory and pids limits (the CPU quota comes with
+    :func:`set_cpu_quota`); returns the warnings (a limit this machine refused). Raises OSError when a
+    cgroup cannot be made at all."""
     warnings = []
     by_mount: t.Dict[str, t.List[str]] = {}
     for controller, (mount, _v) in hier.places.items():
@@ -165,16 +180,19 @@ def create(hier: Hierarchies, leaf: str, memory_mb: int, quota_us: int) -> t.Lis
         path = os.path.join(mount, PARENT, leaf)
         os.makedirs(path, exist_ok=True)
         for controller in controllers:
-            for name, value in limits(version, controller, memory_mb, quota_us):
-                if not os.path.exists(os.path.join(path, name)):  # (cgroupfs refuses to create a file: EACCES)
-                    if name not in ("memory.memsw.limit_in_bytes", "memory.swap.max"):  # no swap accounting: no swap to escape to
-                        warnings.append("%s: %s missing" % (path, name))
-                    continue
-                try:
-                    _write(os.path.join(path, name), value)
-                except OSError as e:
-                    warnings.append("%s: cannot set %s to %s: %s" % (path, name, value, e.strerror))
+            if controller != "cpu":
+                warnings += _set(path, version, controller, memory_mb, 0)
     return warnings
+
+
+def set_cpu_quota(hier: Hierarchies, leaf: str, quota_us: int) -> t.List[str]:
+    """The container's CPU quota (0: none); the runtime sets it once the container has started (its
+    processes are in the cgroup from the start: only the value comes later, so that sshd's start-up is
+    not throttled to a fraction of a core while the session waits for every sshd)."""
+    if "cpu" not in hier.places or not quota_us:
+        return []
+    mount, version = hier.places["cpu"]
+    return _set(os.path.join(mount, PARENT, leaf), version, "cpu", 0, quota_us)
 
 
 def release_cpu(dirs: t.Iterable[str]) -> None:

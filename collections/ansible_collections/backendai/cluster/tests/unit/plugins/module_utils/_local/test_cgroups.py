@@ -92,7 +92,8 @@ def test_create_writes_the_limits_and_remove_is_safe_to_repeat(tmp_path: t.Any, 
             for name, _value in cg.limits(version, controller, 256, 38520):
                 if name not in ("memory.memsw.limit_in_bytes",):  # no swap accounting on this "machine"
                     open(os.path.join(d, name), "w", encoding="ascii").close()
-    assert cg.create(hier, "bai-x-main1", 256, 38520) == []
+    assert cg.create(hier, "bai-x-main1", 256) == []
+    assert cg.set_cpu_quota(hier, "bai-x-main1", 38520) == []
 
     def read(controller: str, name: str) -> str:
         d = next(x for x in hier.dirs("bai-x-main1") if version == 2 or "/%s/" % controller in x)

@@ -24,10 +24,11 @@ Two complementary checks, both reported by :func:`leaks`:
   namespace that was not there before or that has no name;
 * the **record** (:func:`record`, read from the state directories before destroying): state directories, CNI
   configs, namespaces, bridge/veth/vxlan links, host addresses in the session's subnet, recorded processes
-  (pid and start time), the containers' cgroups (recorded, or named after a recorded namespace), processes tagged with a state directory (``BACKENDAI_CLUSTER_LOCAL_OWNER``) or a
-  session ID, and iptables rules naming the session's bridge, namespaces, addresses, subnet, published port
-  or isolation comment, or in a chain recorded as the session's (portmap's ``CNI-DN-*``). It works without a
-  baseline (Molecule's first destroy) and finds a leftover of something that existed before the baseline.
+  (pid and start time), the containers' cgroups (recorded, or named after a recorded namespace), processes
+  tagged with a state directory (``BACKENDAI_CLUSTER_LOCAL_OWNER``) or a session ID, and iptables rules naming
+  the session's bridge, namespaces, addresses, subnet, published port or isolation comment, or in a chain
+  recorded as the session's (portmap's ``CNI-DN-*``). It works without a baseline (Molecule's first destroy)
+  and finds a leftover of something that existed before the baseline.
 
 Run the snapshots under ``flock /work/.netns-tests.lock`` like everything that makes namespaces: a change
 another developer's test makes at the same time is reported as a leak.

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 from typing import Any
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as cg
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import is_alive
+from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import is_alive, session_pids
 
 #: What A's container may see at most (init, sshd, a login and the probe itself are a handful).
 MAX_PROCESSES = 30
@@ -170,3 +171,18 @@ def test_without_cgroup_controllers_the_session_runs_and_says_so(sessions: Any, 
     assert "warning: no memory cgroup controller on this machine: the containers run without a memory limit" in log
     p = helpers.ssh(r, "main1", "ps ax -o pid= | wc -l")  # the namespaces do not depend on cgroups
     assert 0 < int(p.stdout) < MAX_PROCESSES, (p.stdout, p.stderr)
+
+
+def test_killing_a_containers_init_ends_everything_in_it(sessions: Any, state_root: str, helpers: Any) -> None:
+    r = sessions("initkill", size=2, command=["sleep", "600"])
+    p = helpers.ssh(r, "sub1", "setsid sleep 900 > /dev/null 2>&1 < /dev/null & echo started")  # a login's orphan
+    assert p.stdout.strip() == "started", p.stderr
+    sub1 = r["containers"][1]
+    os.kill(sub1["pid"], signal.SIGKILL)  # the PID namespace's init: the kernel kills the rest
+    deadline = time.monotonic() + 10
+    while session_pids([sub1["netns"]], "-") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert session_pids([sub1["netns"]], "-") == []
+    assert not is_alive(sub1["sshd_pid"])
+    st = rt.session_status("initkill", state_root)
+    assert [c["state"] for c in st["containers"]] == ["running", "failed"] and st["state"] == "DEGRADED"

@@ -19,7 +19,7 @@ Two complementary checks, both reported by :func:`leaks`:
   ignored), the forwarding/route_localnet/bridge-netfilter sysctls changed, session state under
   ``/run/backendai-cluster`` (slots, IPAM leases, per-container and per-session files of the session network
   plugin; its installation there — lib, bin, configs, key — stays by design) and
-  ``/run/backendai-cluster-mounts``, the containers' cgroups (``backendai-cluster/*`` in every cgroup
+  ``/run/backendai-cluster-mounts``, the containers' cgroups (``backendai-cluster.*`` in every cgroup
   hierarchy mounted, v1 or v2), and new processes (sshd, containers' commands...) living in a network
   namespace that was not there before or that has no name;
 * the **record** (:func:`record`, read from the state directories before destroying): state directories, CNI
@@ -59,9 +59,9 @@ SYSCTLS = ("net/ipv4/ip_forward", "net/ipv4/conf/all/forwarding", "net/ipv4/conf
 RUN_ROOTS = ("/run/backendai-cluster", "/run/backendai-cluster-mounts")
 #: what under RUN_ROOTS belongs to a session (the rest is the session network plugin's installation)
 RUN_SESSION_PARTS = ("slots", "ipam", "containers", "sessions")
-#: the directory, in each cgroup hierarchy, holding the local containers' cgroups (one per container, named
-#: after its network namespace); the directory itself stays by design
-CGROUP_PARENT = "backendai-cluster"
+#: how the local containers' cgroups are named at the top of each cgroup hierarchy (then the container's
+#: network namespace)
+CGROUP_PREFIX = "backendai-cluster."
 
 Snapshot = t.Dict[str, t.Any]
 Record = t.Dict[str, t.Any]
@@ -155,8 +155,8 @@ def run_state() -> t.List[str]:
     return sorted(out)
 
 
-def cgroup_parents() -> t.List[str]:
-    """``<mount>/backendai-cluster`` of every cgroup hierarchy (v1 and v2) mounted on this machine."""
+def cgroup_mounts() -> t.List[str]:
+    """Every cgroup hierarchy (v1 and v2) mounted on this machine."""
     out = []
     try:
         with open("/proc/self/mountinfo", encoding="utf-8") as f:
@@ -166,16 +166,17 @@ def cgroup_parents() -> t.List[str]:
     for line in lines:
         pre, _sep, post = line.partition(" - ")
         if post.split()[:1] in (["cgroup"], ["cgroup2"]):
-            out.append(os.path.join(pre.split()[4].replace("\\040", " "), CGROUP_PARENT))
+            out.append(pre.split()[4].replace("\\040", " "))
     return sorted(set(out))
 
 
 def cgroups() -> t.List[str]:
     """The local containers' cgroups that exist now."""
     out = []
-    for parent in cgroup_parents():
+    for mount in cgroup_mounts():
         try:
-            out += [os.path.join(parent, n) for n in os.listdir(parent) if os.path.isdir(os.path.join(parent, n))]
+            out += [os.path.join(mount, n) for n in os.listdir(mount)
+                    if n.startswith(CGROUP_PREFIX) and os.path.isdir(os.path.join(mount, n))]
         except OSError:
             pass
     return sorted(out)
@@ -272,7 +273,7 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
                     rec["netns"] += list(e.get("names") or [])
             rec["conflists"] += glob.glob(os.path.join(d, "cni", "*", "*.conflist"))
     # a container's cgroups are named after its namespace: also those of a creator killed before recording them
-    rec["cgroups"] += [os.path.join(p, n) for p in cgroup_parents() for n in rec["netns"]]
+    rec["cgroups"] += [os.path.join(m, CGROUP_PREFIX + n) for m in cgroup_mounts() for n in rec["netns"]]
     for key in ("netns", "links", "cgroups"):
         rec[key] = sorted(set(rec[key]))
     for table, lines in iptables().items():

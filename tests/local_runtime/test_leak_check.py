@@ -81,13 +81,12 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
         with open(slot, "w", encoding="ascii") as f:
             f.write("{}")
         # a container's cgroups: one named after its namespace, one only in its record
-        parents = leaks.cgroup_parents()
-        cg_named, cg_recorded = os.path.join(parents[0], ns), os.path.join(parents[-1], TAG + "-rec")
+        mounts = leaks.cgroup_mounts()
+        cg_named = os.path.join(mounts[0], leaks.CGROUP_PREFIX + ns)
+        cg_recorded = os.path.join(mounts[-1], leaks.CGROUP_PREFIX + TAG + "-rec")
         for d in (cg_named, cg_recorded):
-            for new in (os.path.dirname(d), d):  # (backendai-cluster itself stays, unless this test made it)
-                if not os.path.isdir(new):
-                    os.mkdir(new)
-                    cgroups_made.append(new)
+            os.mkdir(d)
+            cgroups_made.append(d)
         os.makedirs(owner)
         with open(os.path.join(owner, "session.json"), "w", encoding="utf-8") as f:
             json.dump({"session_id": TAG, "bridge": br, "subnet": "10.250.7.0/24", "containers": [

@@ -4,10 +4,12 @@
 
 Each of the three controllers (memory, cpu, pids) is used in the hierarchy that has it on this machine:
 a cgroup v1 hierarchy mounted with it (``/sys/fs/cgroup/memory`` ...) or the unified (v2) hierarchy whose
-root lists it in ``cgroup.controllers`` (then it is enabled in ``cgroup.subtree_control`` down to the
-container's cgroup). A container's cgroup is ``<hierarchy>/backendai-cluster/<netns name>`` in each
-hierarchy used (the netns name is unique per container on this machine); ``backendai-cluster`` itself
-stays, like the network plugin's installation. The container's supervisor writes ``0`` (itself) into each
+root lists it in ``cgroup.controllers`` (then it is enabled in the root's ``cgroup.subtree_control``).
+A container's cgroup is ``<hierarchy>/backendai-cluster.<netns name>`` in each hierarchy used (the netns
+name is unique per container on this machine), at the top of the hierarchy: each container is one
+entity of the CPU scheduler's top level, as its own session's autogroup made it before it had a cgroup
+(under one shared parent, every local container together would weigh as much as one process of the
+machine: bring-up on a busy machine took 1.4 times as long). The container's supervisor writes ``0`` (itself) into each
 ``cgroup.procs`` as its first act, so everything of the container, sshd and the user's command included,
 runs inside. A controller that no hierarchy offers is left out with a warning (the session still runs,
 without that limit: see the README's isolation table).
@@ -25,7 +27,7 @@ import time
 import typing as t
 
 CONTROLLERS = ("memory", "cpu", "pids")
-PARENT = "backendai-cluster"
+PREFIX = "backendai-cluster."
 #: Processes and threads per container. Threads count: a torch rank with NCCL, OpenMP and data-loader
 #: workers runs some hundreds, mpirun and sshd a few each; 4096 leaves the machine's own pid space (32768 by
 #: default) to the machine when one container fork-bombs.
@@ -43,7 +45,7 @@ class Hierarchies(t.NamedTuple):
 
     def dirs(self, leaf: str) -> t.List[str]:
         """The container's cgroup directories (one per hierarchy used)."""
-        return sorted({os.path.join(mount, PARENT, leaf) for mount, _v in self.places.values()})
+        return sorted({os.path.join(mount, PREFIX + leaf) for mount, _v in self.places.values()})
 
 
 def _unescape(field: str) -> str:
@@ -145,9 +147,8 @@ def _write(path: str, value: str) -> None:
 
 
 def _enable_v2(mount: str, controllers: t.List[str]) -> None:
-    """Turn ``controllers`` on for the children of the v2 root and of PARENT."""
-    for d in (mount, os.path.join(mount, PARENT)):
-        _write(os.path.join(d, "cgroup.subtree_control"), " ".join("+" + c for c in controllers))
+    """Turn ``controllers`` on for the children of the v2 root."""
+    _write(os.path.join(mount, "cgroup.subtree_control"), " ".join("+" + c for c in controllers))
 
 
 def _set(path: str, version: int, controller: str, memory_mb: int, quota_us: int) -> t.List[str]:
@@ -174,10 +175,9 @@ def create(hier: Hierarchies, leaf: str, memory_mb: int) -> t.List[str]:
         by_mount.setdefault(mount, []).append(controller)
     for mount, controllers in sorted(by_mount.items()):
         version = hier.places[controllers[0]][1]
-        os.makedirs(os.path.join(mount, PARENT), exist_ok=True)
         if version == 2:
             _enable_v2(mount, controllers)
-        path = os.path.join(mount, PARENT, leaf)
+        path = os.path.join(mount, PREFIX + leaf)
         os.makedirs(path, exist_ok=True)
         for controller in controllers:
             if controller != "cpu":
@@ -192,7 +192,7 @@ def set_cpu_quota(hier: Hierarchies, leaf: str, quota_us: int) -> t.List[str]:
     if "cpu" not in hier.places or not quota_us:
         return []
     mount, version = hier.places["cpu"]
-    return _set(os.path.join(mount, PARENT, leaf), version, "cpu", 0, quota_us)
+    return _set(os.path.join(mount, PREFIX + leaf), version, "cpu", 0, quota_us)
 
 
 def release_cpu(dirs: t.Iterable[str]) -> None:

@@ -39,13 +39,13 @@ def test_this_machines_layout_v1_controllers_and_an_empty_v2(tmp_path: t.Any) ->
     hier = cg.detect(mi)
     assert hier.places == {"memory": (fs + "/memory", 1), "cpu": (fs + "/cpu", 1), "pids": (fs + "/pids", 1)}
     assert hier.missing == []
-    assert hier.dirs("bai-x-main1") == sorted("%s/%s/backendai-cluster/bai-x-main1" % (fs, c) for c in cg.CONTROLLERS)
+    assert hier.dirs("bai-x-main1") == sorted("%s/%s/backendai-cluster.bai-x-main1" % (fs, c) for c in cg.CONTROLLERS)
 
 
 def test_unified_only_and_hybrid_and_none(tmp_path: t.Any) -> None:
     fs = str(tmp_path / "fs")
     unified = cg.detect(_mountinfo(tmp_path, {}, fs, "cpuset cpu io memory hugetlb pids rdma"))
-    assert unified.places == {c: (fs, 2) for c in cg.CONTROLLERS} and unified.dirs("n") == [fs + "/backendai-cluster/n"]
+    assert unified.places == {c: (fs, 2) for c in cg.CONTROLLERS} and unified.dirs("n") == [fs + "/backendai-cluster.n"]
     hybrid = cg.detect(_mountinfo(tmp_path, {"cpu,cpuacct": fs + "/cpu,cpuacct"}, fs + "/unified", "memory pids"))
     assert hybrid.places == {"cpu": (fs + "/cpu,cpuacct", 1), "memory": (fs + "/unified", 2), "pids": (fs + "/unified", 2)}
     none = cg.detect(_mountinfo(tmp_path, {}, fs + "/empty", ""))
@@ -83,7 +83,6 @@ def test_create_writes_the_limits_and_remove_is_safe_to_repeat(tmp_path: t.Any, 
         mi = _mountinfo(tmp_path, {c: "%s/%s" % (fs, c) for c in cg.CONTROLLERS}, None)
     else:
         mi = _mountinfo(tmp_path, {}, fs, "memory cpu pids")
-        os.makedirs(fs + "/backendai-cluster", exist_ok=True)
     hier = cg.detect(mi)
     # (a real hierarchy has the controllers' files in a new cgroup; here: files this test makes first)
     for d in hier.dirs("bai-x-main1"):

@@ -46,8 +46,10 @@ LOGIN_RECORDS = ("/var/log/wtmp", "/var/log/btmp", "/var/log/lastlog")
 # sshd and what it starts (logins) may never gain privileges through exec (setuid binaries, file caps).
 NO_NEW_PRIVS = "setpriv --no-new-privs --"
 # The user's command: no_new_privs and no capabilities at all (none it holds, none it could inherit or get
-# back by exec'ing anything: the bounding set is empty), whichever user it runs as.
-CONFINED = "setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all --"
+# back by exec'ing anything: the bounding set is empty), whichever user it runs as. setpriv options: the one
+# setpriv that runs the command also switches the user (after the switch it could no longer drop the bounding
+# set, before it it could no longer switch).
+CONFINE_OPTIONS = "--no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all"
 
 
 @dataclass
@@ -208,9 +210,8 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         assignments = " ".join(q("%s=%s" % kv) for kv in sorted(env.items()))
         lines += [
             "cd %s 2>/dev/null || cd /" % q(env["HOME"]),
-            "CONFINED=%s" % q(CONFINED),
-            "$CONFINED env -i --default-signal %s %s >> %s 2>&1 < /dev/null" % (
-                assignments, " ".join(q(a) for a in setup.command),
+            "setpriv %s -- env -i --default-signal %s %s >> %s 2>&1 < /dev/null" % (
+                CONFINE_OPTIONS, assignments, " ".join(q(a) for a in setup.command),
                 q(paths.in_container(paths.log(setup.hostname)))),
             "echo $? > %s.tmp && mv -f %s.tmp %s" % (exitcode, exitcode, exitcode),
             "kill $S 2>/dev/null",

@@ -19,14 +19,16 @@ Two complementary checks, both reported by :func:`leaks`:
   ignored), the forwarding/route_localnet/bridge-netfilter sysctls changed, session state under
   ``/run/backendai-cluster`` (slots, IPAM leases, per-container and per-session files of the session network
   plugin; its installation there — lib, bin, configs, key — stays by design) and
-  ``/run/backendai-cluster-mounts``, and new processes (sshd, containers' commands...) living in a network
+  ``/run/backendai-cluster-mounts``, the containers' cgroups (``backendai-cluster.*`` in every cgroup
+  hierarchy mounted, v1 or v2), and new processes (sshd, containers' commands...) living in a network
   namespace that was not there before or that has no name;
 * the **record** (:func:`record`, read from the state directories before destroying): state directories, CNI
   configs, namespaces, bridge/veth/vxlan links, host addresses in the session's subnet, recorded processes
-  (pid and start time), processes tagged with a state directory (``BACKENDAI_CLUSTER_LOCAL_OWNER``) or a
-  session ID, and iptables rules naming the session's bridge, namespaces, addresses, subnet, published port
-  or isolation comment, or in a chain recorded as the session's (portmap's ``CNI-DN-*``). It works without a
-  baseline (Molecule's first destroy) and finds a leftover of something that existed before the baseline.
+  (pid and start time), the containers' cgroups (recorded, or named after a recorded namespace), processes
+  tagged with a state directory (``BACKENDAI_CLUSTER_LOCAL_OWNER``) or a session ID, and iptables rules naming
+  the session's bridge, namespaces, addresses, subnet, published port or isolation comment, or in a chain
+  recorded as the session's (portmap's ``CNI-DN-*``). It works without a baseline (Molecule's first destroy)
+  and finds a leftover of something that existed before the baseline.
 
 Run the snapshots under ``flock /work/.netns-tests.lock`` like everything that makes namespaces: a change
 another developer's test makes at the same time is reported as a leak.
@@ -57,6 +59,9 @@ SYSCTLS = ("net/ipv4/ip_forward", "net/ipv4/conf/all/forwarding", "net/ipv4/conf
 RUN_ROOTS = ("/run/backendai-cluster", "/run/backendai-cluster-mounts")
 #: what under RUN_ROOTS belongs to a session (the rest is the session network plugin's installation)
 RUN_SESSION_PARTS = ("slots", "ipam", "containers", "sessions")
+#: how the local containers' cgroups are named at the top of each cgroup hierarchy (then the container's
+#: network namespace)
+CGROUP_PREFIX = "backendai-cluster."
 
 Snapshot = t.Dict[str, t.Any]
 Record = t.Dict[str, t.Any]
@@ -150,6 +155,33 @@ def run_state() -> t.List[str]:
     return sorted(out)
 
 
+def cgroup_mounts() -> t.List[str]:
+    """Every cgroup hierarchy (v1 and v2) mounted on this machine."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        pre, _sep, post = line.partition(" - ")
+        if post.split()[:1] in (["cgroup"], ["cgroup2"]):
+            out.append(pre.split()[4].replace("\\040", " "))
+    return sorted(set(out))
+
+
+def cgroups() -> t.List[str]:
+    """The local containers' cgroups that exist now."""
+    out = []
+    for mount in cgroup_mounts():
+        try:
+            out += [os.path.join(mount, n) for n in os.listdir(mount)
+                    if n.startswith(CGROUP_PREFIX) and os.path.isdir(os.path.join(mount, n))]
+        except OSError:
+            pass
+    return sorted(out)
+
+
 def _proc_starttime(pid: int) -> t.Optional[int]:
     """The start time of a live process (None: gone or a zombie)."""
     try:
@@ -189,7 +221,7 @@ def processes() -> t.Dict[str, t.Dict[str, t.Any]]:
 def snapshot() -> Snapshot:
     """Everything :func:`leaks` compares (JSON-serialisable)."""
     return {"netns": netns(), "links": links(), "iptables": iptables(), "sysctls": sysctls(), "run": run_state(),
-            "processes": processes(), "host_netns": _inode("/proc/self/ns/net")}
+            "processes": processes(), "host_netns": _inode("/proc/self/ns/net"), "cgroups": cgroups()}
 
 
 # ------------------------------------------------------------------ what sessions and agents made
@@ -199,7 +231,7 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
     """What the sessions (``names`` under ``sessions_root``, or all of them) and the local agents under
     ``agents_root`` made, read from their state directories and this machine before they are destroyed."""
     rec: Record = {"dirs": [], "session_ids": [], "netns": [], "links": [], "subnets": [],
-                   "addresses": [], "pids": [], "ports": [], "chains": [], "conflists": [], "names": []}
+                   "addresses": [], "pids": [], "ports": [], "chains": [], "conflists": [], "names": [], "cgroups": []}
     session_dirs = []
     if sessions_root:
         root = os.path.abspath(sessions_root)
@@ -220,6 +252,9 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
         for e in entries:
             if e.get("op") in ("netns", "network"):
                 rec["netns"] += list(e.get("names") or e.get("netns") or [])
+            elif e.get("op") == "cgroups":
+                rec["cgroups"] += list(e.get("dirs") or [])
+        rec["cgroups"] += [d for c in containers for d in c.get("cgroups") or []]
         bridges = [b for b in (info.get("bridge"), begin.get("bridge"), info.get("vxlan")) if b]
         rec["links"] += bridges + [n for n, link in now_links.items() if link["master"] in bridges]
         if info.get("subnet"):
@@ -237,7 +272,9 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
                 if e.get("op") == "netns":
                     rec["netns"] += list(e.get("names") or [])
             rec["conflists"] += glob.glob(os.path.join(d, "cni", "*", "*.conflist"))
-    for key in ("netns", "links"):
+    # a container's cgroups are named after its namespace: also those of a creator killed before recording them
+    rec["cgroups"] += [os.path.join(m, CGROUP_PREFIX + n) for m in cgroup_mounts() for n in rec["netns"]]
+    for key in ("netns", "links", "cgroups"):
         rec[key] = sorted(set(rec[key]))
     for table, lines in iptables().items():
         for line in lines:
@@ -275,6 +312,7 @@ def _diff(before: Snapshot, after: Snapshot) -> t.List[str]:
     left += ["sysctl %s: %s -> %s" % (k, before["sysctls"].get(k), v) for k, v in after["sysctls"].items()
              if before["sysctls"].get(k, v) != v]
     left += ["session state %s" % p for p in after["run"] if p not in before["run"]]
+    left += ["cgroup %s" % d for d in after.get("cgroups", []) if d not in before.get("cgroups", [])]
     known = {before["host_netns"]} | {i for i in before["netns"].values()} | {
         p["netns"] for p in before["processes"].values()}
     for key, proc in after["processes"].items():
@@ -287,6 +325,7 @@ def _from_record(rec: Record, now: Snapshot) -> t.List[str]:
     left = ["state directory %s" % d for d in rec["dirs"] if os.path.lexists(d)]
     left += ["CNI config %s" % c for c in rec["conflists"] if os.path.exists(c)]
     left += ["network namespace %s" % n for n in rec["netns"] if n in now["netns"]]
+    left += ["cgroup %s" % d for d in rec.get("cgroups", []) if os.path.isdir(d)]
     left += ["link %s" % n for n in rec["links"] if n in now["links"]]
     subnets = [ipaddress.ip_network(s, strict=False) for s in rec["subnets"]]
     reused = False  # a subnet (so its addresses) now belongs to another session's bridge

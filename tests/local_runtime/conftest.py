@@ -56,16 +56,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def keypair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    key = tmp_path_factory.mktemp("key") / "id"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "backendai-cluster", "-f", str(key)],
-                   check=True)
-    return key.read_text(), (key.parent / "id.pub").read_text()
+    return new_keypair(str(tmp_path_factory.mktemp("key")))
 
 
 def make_session(name: str, keypair: tuple[str, str], size: int = 3, command: list[str] | None = None,
                  mounts: list[dict[str, Any]] | None = None, port: int = 2200,
-                 user: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The dict the collection's core code produces for a single-node cluster session."""
+                 user: dict[str, Any] | None = None, resources: dict[str, int] | None = None) -> dict[str, Any]:
+    """The dict the collection's core code produces for a single-node cluster session (``resources``: every
+    container's cpu MHz and memory MB; the spec's defaults when not given)."""
     sid = str(uuid.uuid4())
     hosts = ["main1"] + ["sub%d" % i for i in range(1, size)]
     containers = []
@@ -93,6 +91,8 @@ def make_session(name: str, keypair: tuple[str, str], size: int = 3, command: li
         }
         containers.append({"hostname": host, "role": role, "idx": idx, "agent": "local", "env": env,
                            "command": list(command or []), "publish": rank == 0})
+        if resources:
+            containers[-1]["resources"] = dict(resources)
     return {"name": name, "session_id": sid, "containers": containers,
             "ssh": {"port": port, "key_type": "ed25519", "private_key": keypair[0], "public_key": keypair[1]},
             "mounts": list(mounts or []), **({"user": user} if user else {})}
@@ -200,7 +200,8 @@ def sessions(state_root: str, keypair: tuple[str, str]) -> Iterator[Callable[...
     made: list[dict[str, Any]] = []
 
     def create(name: str, **kw: Any) -> dict[str, Any]:
-        session = make_session(name, keypair, **kw)
+        """``keypair=`` gives the session a keypair of its own (default: the one of the test run)."""
+        session = make_session(name, kw.pop("keypair", None) or keypair, **kw)
         made.append(session)
         result = rt.create_session(session, state_root, MOUNT_ROOTS)
         return dict(result, spec=session)
@@ -251,4 +252,13 @@ def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> s
 def helpers() -> types.SimpleNamespace:
     """This file's helpers, for the tests (a second ``conftest`` module cannot be imported by name)."""
     return types.SimpleNamespace(collections=COLLECTIONS, make_session=make_session, host_snapshot=host_snapshot,
-                                 assert_clean=assert_clean, ssh=ssh, start_creator=start_creator, MOUNT_ROOTS=MOUNT_ROOTS)
+                                 assert_clean=assert_clean, ssh=ssh, start_creator=start_creator, new_keypair=new_keypair,
+                                 MOUNT_ROOTS=MOUNT_ROOTS)
+
+
+def new_keypair(directory: str) -> tuple[str, str]:
+    """A keypair of its own (private, public), made in ``directory``."""
+    key = os.path.join(directory, "id_%s" % uuid.uuid4().hex[:8])
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "backendai-cluster", "-f", key], check=True)
+    with open(key, encoding="ascii") as f, open(key + ".pub", encoding="ascii") as g:
+        return f.read(), g.read()

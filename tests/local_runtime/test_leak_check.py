@@ -60,6 +60,7 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
         sysctl_was = f.read().strip()
     before = leaks.snapshot()
     procs: t.List[subprocess.Popen[bytes]] = []
+    cgroups_made: t.List[str] = []
     try:
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", br, "type", "bridge")
@@ -79,10 +80,17 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
         slot = os.path.join(fake_run_root, "agent", "slots", "7")
         with open(slot, "w", encoding="ascii") as f:
             f.write("{}")
+        # a container's cgroups: one named after its namespace, one only in its record
+        mounts = leaks.cgroup_mounts()
+        cg_named = os.path.join(mounts[0], leaks.CGROUP_PREFIX + ns)
+        cg_recorded = os.path.join(mounts[-1], leaks.CGROUP_PREFIX + TAG + "-rec")
+        for d in (cg_named, cg_recorded):
+            os.mkdir(d)
+            cgroups_made.append(d)
         os.makedirs(owner)
         with open(os.path.join(owner, "session.json"), "w", encoding="utf-8") as f:
             json.dump({"session_id": TAG, "bridge": br, "subnet": "10.250.7.0/24", "containers": [
-                {"netns": ns, "address": "10.250.7.2", "pid": procs[0].pid,
+                {"netns": ns, "address": "10.250.7.2", "pid": procs[0].pid, "cgroups": [cg_recorded],
                  "pid_starttime": leaks._proc_starttime(procs[0].pid)}]}, f)
         sh("ip", "addr", "add", "10.250.7.1/24", "dev", br)
         rec = leaks.record(str(tmp_path / "sessions"))
@@ -98,7 +106,8 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
                          "address 127.77.0.1/32 on lo",
                          "sysctl net.ipv4.conf.default.route_localnet", "session state " + slot,
                          "process %d in a network namespace made since" % procs[0].pid,
-                         "process %d in an unnamed network namespace" % procs[1].pid]:
+                         "process %d in an unnamed network namespace" % procs[1].pid,
+                         "cgroup " + cg_named, "cgroup " + cg_recorded]:
             assert expected in left, (expected, left)
         for table in leaks.TABLES:
             assert "iptables -t %s added: :%s" % (table, chain) in left
@@ -109,7 +118,7 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
         for expected in ["state directory " + owner, "CNI config " + conflist, "network namespace " + ns,
                          "link " + br, "host address 10.250.7.1/24 on " + br,
                          "process %d (recorded, still running)" % procs[0].pid,
-                         "process %d of the session" % procs[2].pid]:
+                         "process %d of the session" % procs[2].pid, "cgroup " + cg_named, "cgroup " + cg_recorded]:
             assert expected in left, (expected, left)
         # the command line Molecule's playbooks run, through JSON files
         baseline = os.path.join(tmp_path, "baseline.json")
@@ -128,6 +137,9 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
         for link in (br, veth, vx):
             sh("ip", "link", "del", link, check=False)
         sh("ip", "netns", "del", ns, check=False)
+        for d in reversed(cgroups_made):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
         with open(sysctl, "w", encoding="ascii") as f:
             f.write(sysctl_was + "\n")
         with contextlib.suppress(OSError):

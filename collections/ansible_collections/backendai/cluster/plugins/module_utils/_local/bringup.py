@@ -16,6 +16,7 @@ import time
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import account
+from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as _cgroups
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
     PRIVATE_DIRS,
@@ -111,7 +112,9 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
     if taken:
         raise LocalRuntimeError("network namespace %s already exists (left over by another session?)"
                                 % ", ".join(taken))
-    published = _write_files(spec, paths, names)
+    hier = _cgroups.detect()
+    cgroup_dirs = {h: hier.dirs(names["netns"][h]) for h in hosts}
+    published = _write_files(spec, paths, names, cgroup_dirs)
 
     missing = _missing_dirs(targets, PRIVATE_DIRS + (() if account.is_root(spec["user"]) else (account.HOME_ROOT,)))
     if missing:
@@ -136,10 +139,17 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
         write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
                                                           spec["ssh"]["port"], spec["user"]["name"]), mode=0o644)
 
+    isolation = _make_cgroups(spec, names, hier, journal)
+    for host in hosts if isolation["warnings"] else []:  # said where a container's start-up is logged
+        with open(paths.system_log(host), "a", encoding="utf-8") as log:
+            log.write("".join("backendai.cluster: warning: %s\n" % w for w in isolation["warnings"]))
+
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
     _start_containers(spec, paths, names, addresses, published, journal)
     t_ready = time.monotonic() - t_ready
+    for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
+        isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
 
     containers = []
     for c in spec["containers"]:
@@ -151,12 +161,13 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
             "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
             "pid_starttime": _starttime(pid), "sshd_starttime": _starttime(sshd_pid),
             "has_command": bool(c["command"]), "log": paths.log(host), "system_log": paths.system_log(host),
+            "resources": c["resources"], "cgroups": cgroup_dirs[host],
             "published": "%s:%d" % published[host] if host in published else None,
         })
     info = {
         "name": spec["name"], "session_id": spec["session_id"], "state_dir": paths.root,
         "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
-        "ssh_port": spec["ssh"]["port"], "user": spec["user"]["name"],
+        "ssh_port": spec["ssh"]["port"], "user": spec["user"]["name"], "isolation": isolation,
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
@@ -171,7 +182,33 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
     return dict(public_info(info), changed=True, state="RUNNING")
 
 
-def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any]) -> t.Dict[str, t.Tuple[str, int]]:
+def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
+                  journal: Journal) -> t.Dict[str, t.Any]:
+    """Every container's cgroups with its limits (journaled first); returns what the session's containers
+    are confined by and the warnings of what is missing (the README's isolation table says what that means)."""
+    warnings = ["no %s cgroup controller on this machine: the containers run without %s" % (
+        c, {"memory": "a memory limit", "cpu": "a CPU quota", "pids": "a pids limit"}[c]) for c in hier.missing]
+    core_mhz = _cgroups.mhz_per_core()
+    if "cpu" in hier.places and core_mhz <= 0:
+        warnings.append("this machine tells no CPU MHz (cpufreq, /proc/cpuinfo): the containers run without a CPU quota")
+    dirs = [d for c in spec["containers"] for d in hier.dirs(names["netns"][c["hostname"]])]
+    if dirs:
+        journal.record("cgroups", dirs=dirs)
+    quotas = {}
+    for c in spec["containers"]:
+        quotas[c["hostname"]] = _cgroups.cpu_quota_us(c["resources"]["cpu"], core_mhz, os.cpu_count() or 1)
+        try:
+            warnings += _cgroups.create(hier, names["netns"][c["hostname"]], c["resources"]["memory"])
+        except OSError as e:
+            raise LocalRuntimeError("cannot make the cgroups of container %s: %s" % (c["hostname"], e)) from None
+    versions = sorted({"v%d" % v for _m, v in hier.places.values()})
+    return {"cgroups": "+".join(versions) or "none", "controllers": sorted(hier.places),
+            "cpu_mhz_per_core": round(core_mhz, 1), "pids_limit": _cgroups.PIDS_LIMIT if "pids" in hier.places else None,
+            "warnings": warnings, "cpu_quota_us": quotas}
+
+
+def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any],
+                 cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Dict[str, t.Tuple[str, int]]:
     """Everything in the state dir a container needs (no journal: destroy removes the dir);
     returns the published address of each container that publishes its ssh port."""
     for d in (paths.logs_dir, paths.cni_dir):
@@ -194,7 +231,8 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
         os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
         account.make_home(paths.home_dir(host), user, ssh["private_key"], ssh["public_key"])
         write_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
-        setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"], user)
+        setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"], user,
+                               cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c["resources"]["memory"]))
         for fname, text in render_container(paths, setup).items():
             write_file(os.path.join(cdir, fname), text, mode=0o600)
         if c["publish"]:

@@ -3,13 +3,16 @@
 """Namespaces and the processes in them: what makes a local "container".
 
 A container is a process tree in its own network namespace (a named ``ip netns``), UTS
-namespace (its hostname) and mount namespace (private /run and /tmp, the session user's account
-and its own home, /etc/hosts and ssh client config, the session's mounts: ``_local.account``).
-Its first process is a small ``sh`` supervisor (``init.sh``) that sets the namespaces up, starts
-sshd (as root), runs the user command as the session user with exactly its environment once the
-session is up, records the command's exit code
-and then ends the container (stops sshd); without a command it waits for sshd.  The supervisor is started through ``setsid -f`` so that it is never a child
-of the caller (an Ansible module exits long before its containers do).
+namespace (its hostname), IPC namespace, PID namespace (with its own /proc: ``ps`` shows the container
+only) and mount namespace (private /run and /tmp, the session user's account and its own home, /etc/hosts
+and ssh client config, the session's mounts: ``_local.account``; a private /dev/shm, a read-only /sys of its
+own), in its cgroups (``_local.cgroups``).  Its first process, the PID namespace's init, is a small ``sh``
+supervisor (``init.sh``) that joins the cgroups first, sets the namespaces up, starts sshd (as root, with
+no_new_privs), runs the user command as the session user with exactly its environment, no capabilities and
+no_new_privs once the session is up, records the command's exit code and then ends the container (the kernel
+kills whatever is left in the PID namespace when its init ends); without a command it waits for sshd.  The
+supervisor is started through ``setsid -f`` so that it is never a child of the caller (an Ansible module
+exits long before its containers do).
 """
 from __future__ import annotations
 
@@ -41,6 +44,13 @@ MOUNTS_STAGE = "/run/backendai-cluster-mounts"
 PRIVATE_DIRS = ("/tmp", "/run")
 # Login records sshd would otherwise append to on the host.
 LOGIN_RECORDS = ("/var/log/wtmp", "/var/log/btmp", "/var/log/lastlog")
+# sshd and what it starts (logins) may never gain privileges through exec (setuid binaries, file caps).
+NO_NEW_PRIVS = "setpriv --no-new-privs --"
+# The user's command: no_new_privs and no capabilities at all (none it holds, none it could inherit or get
+# back by exec'ing anything: the bounding set is empty), whichever user it runs as. setpriv options: the one
+# setpriv that runs the command also switches the user (after the switch it could no longer drop the bounding
+# set, before it it could no longer switch).
+CONFINE_OPTIONS = "--no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all"
 
 
 @dataclass
@@ -54,6 +64,8 @@ class ContainerSetup:
     mounts: t.List[t.Dict[str, object]] = field(default_factory=list)
     #: The session user (``_local.account``): name, uid, gid, home.
     user: t.Dict[str, t.Any] = field(default_factory=account.default_user)
+    cgroups: t.List[str] = field(default_factory=list)  # the container's cgroup directories, joined first
+    shm_mb: int = 64  # size of its private /dev/shm (see _local.cgroups.shm_size_mb)
 
 
 def netns_path(name: str) -> str:
@@ -146,6 +158,10 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
     final += account.user_mounts(setup.user, paths.in_container(paths.home_dir(setup.hostname)),
                                  paths.in_container(paths.passwd), paths.in_container(paths.group))
     final += [("/dev/null", f, "none", "bind") for f in LOGIN_RECORDS if os.path.isfile(f)]
+    # Its own IPC namespace's shared memory; and its own sysfs, read-only (its network namespace's links;
+    # the machine's cgroup tree is not in it: a process cannot move itself out of its cgroups).
+    final.append(("container-shm", "/dev/shm", "tmpfs", "nosuid,nodev,mode=1777,size=%dm" % setup.shm_mb))
+    final.append(("container-sysfs", "/sys", "sysfs", "ro,nosuid,nodev,noexec"))
     for i, mount in enumerate(setup.mounts):
         # Sources are bound before /tmp is covered, targets after: both may live under /tmp.
         ro = ",ro" if mount.get("read_only") else ""
@@ -154,19 +170,32 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         # X-mount.mkdir: targets under the private /tmp or /run exist only in here.
         final.append(("%s/%d" % (MOUNTS_STAGE, i), str(mount["target"]), "none", "bind%s,X-mount.mkdir" % ro))
 
+    # The PID namespace's own /proc (over the machine's), with the kernel's knobs read-only. (The sources of
+    # new proc/sysfs/tmpfs mounts are named container-*: mount -a skips an entry whose source and target
+    # are mounted already, and the machine's /proc is "proc" on /proc.)
+    procs = [("container-proc", "/proc", "proc", "nosuid,nodev,noexec")]
+    procs += [(p, p, "none", "bind,ro") for p in ("/proc/sys", "/proc/sysrq-trigger") if os.path.exists(p)]
+
     q = shlex.quote
     lines = [
         "# backendai.cluster local runtime: container %s of session %s" % (setup.hostname, paths.name),
         "set -eu",
-        "echo $$ > %s" % q(os.path.join(cdir, "pid")),
+    ]
+    # Into the cgroups before anything else (0: this process); all the container's processes descend from it.
+    lines += ["echo 0 > %s" % q(os.path.join(d, "cgroup.procs")) for d in setup.cgroups]
+    lines += [
+        # The pids the runtime records are the machine's: read while /proc is still the machine's.
+        "read -r P _ < /proc/self/stat",
+        "echo $P > %s" % q(os.path.join(cdir, "pid")),
         "echo %s > /proc/sys/kernel/hostname" % q(setup.hostname),
         "mount -n -a -T %s" % q(os.path.join(cdir, "stage.fstab")),
         "mount -n --move %s /run" % q(staging),
         "mount -n -a -T %s" % q(inside + "/final.fstab"),
+        # sshd records its pid, then mounts the container's /proc (so before it accepts anyone).
         # env --default-signal: a background job of sh starts with SIGINT/SIGQUIT ignored.
-        "env --default-signal %s -D -e -f %s &" % (SSHD, q(inside + "/sshd_config")),
+        "(read -r P _ < /proc/self/stat; echo $P > %s; mount -n -a -T %s; exec env --default-signal %s %s -D -e -f %s) &" % (
+            q(inside + "/sshd.pid"), q(inside + "/proc.fstab"), NO_NEW_PRIVS, SSHD, q(inside + "/sshd_config")),
         "S=$!",
-        "echo $S > %s" % q(inside + "/sshd.pid"),
         "set +e",
     ]
     if setup.command:
@@ -184,9 +213,9 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         assignments = " ".join(q("%s=%s" % kv) for kv in sorted(env.items()))
         lines += [
             "cd %s 2>/dev/null || cd /" % q(env["HOME"]),
-            # as the session user (sshd switches to it for logins itself)
-            "%s env -i --default-signal %s %s >> %s 2>&1 < /dev/null" % (
-                account.switch_prefix(setup.user), assignments, " ".join(q(a) for a in setup.command),
+            # as the session user (sshd switches to it for logins itself), confined: one setpriv does both
+            "%s %s -- env -i --default-signal %s %s >> %s 2>&1 < /dev/null" % (
+                account.switch_prefix(setup.user), CONFINE_OPTIONS, assignments, " ".join(q(a) for a in setup.command),
                 q(paths.in_container(paths.log(setup.hostname)))),
             "echo $? > %s.tmp && mv -f %s.tmp %s" % (exitcode, exitcode, exitcode),
             "kill $S 2>/dev/null",
@@ -197,17 +226,22 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         "init.sh": "\n".join(lines) + "\n",
         "stage.fstab": _fstab(stage),
         "final.fstab": _fstab(final),
+        "proc.fstab": _fstab(procs),
     }
 
 
 def launch(paths: SessionPaths, hostname: str, netns: str) -> subprocess.Popen[bytes]:
     """Start the container's supervisor, detached (``setsid -f``); wait() on the result
-    only waits for the short-lived setsid parent."""
+    only waits for the short-lived setsid parent.
+
+    The supervisor is the init of a new PID namespace (``--fork``: unshare stays as its parent in the
+    machine's, and ``--kill-child`` takes the container down if unshare is killed); killing that init
+    kills every process of the container."""
     cdir = paths.container_dir(hostname)
     with open(paths.system_log(hostname), "ab") as log:
         return subprocess.Popen(
             ["setsid", "-f", "nsenter", "--net=" + netns_path(netns), "--",
-             "unshare", "--uts", "--mount", "--propagation", "private", "--",
+             "unshare", "--uts", "--mount", "--propagation", "private", "--ipc", "--pid", "--fork", "--kill-child", "--",
              "/bin/sh", os.path.join(cdir, "init.sh")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
             env=owner_env(paths.root), close_fds=True)

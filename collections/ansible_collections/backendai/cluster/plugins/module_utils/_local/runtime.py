@@ -11,7 +11,8 @@ Public API::
     list_sessions(state_root) -> list[dict]
 
 and ``LocalRuntimeError``.  Every container of the session is a process tree with its own
-network, UTS and mount namespaces (``_local.containers``), attached by the CNI plugins to the
+network, UTS, IPC, PID and mount namespaces (``_local.containers``) in cgroups holding its memory, CPU
+and pids limits (``_local.cgroups``), attached by the CNI plugins to the
 session's network, and runs sshd on the session's ssh port (``_local.sshd``).  Each side effect is
 journaled before it is made (``_local.bringup``); a failed create is rolled back and destroy
 replays the journal backwards (``_local.teardown``), so a creator killed at any point leaves
@@ -35,6 +36,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.cni impor
     CNI_PATH,
     REQUIRED_PLUGINS,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._local.cgroups import oom_kills
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
     SSHD,
     is_alive,
@@ -71,6 +73,7 @@ _TOOLS = {
     "nsenter": "util-linux",
     "unshare": "util-linux",
     "setsid": "util-linux",
+    "setpriv": "util-linux",
     "mount": "mount",
     "ssh": "openssh-client",
     "env": "coreutils",
@@ -198,6 +201,14 @@ def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int
     exit_code = int(code_text) if code_text.lstrip("-").isdigit() else None
     has_command = bool(c.get("has_command", True))
     status, reason = local_container_status(has_command, supervisor, sshd, exit_code)
+    killed = oom_kills(c.get("cgroups") or []) if status == "failed" else 0
+    if killed and exit_code in (None, 137):
+        # The kernel's OOM killer, at the container's memory limit: its SIGKILL is what 137 (128 + 9) means.
+        exit_code = 137
+        reason = "OOM: the kernel killed %d process(es) at the container's memory limit (%s MB)" % (
+            killed, (c.get("resources") or {}).get("memory", "?"))
+    elif killed:
+        reason += " (the kernel's OOM killer also killed %d process(es) in it)" % killed
     if not has_command:
         command = "none"
     elif exit_code is not None:

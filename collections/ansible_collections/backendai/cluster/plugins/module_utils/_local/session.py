@@ -39,6 +39,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.schema 
     ENV_NAME_RE,
     HOSTNAME_RE,
     NAME_RE,
+    Resources,
     kernel_fs,
     protected_source,
 )
@@ -57,7 +58,8 @@ def session_record(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Map
         "name": spec.name,
         "session_id": plan.session_id,
         "containers": [{"hostname": c.hostname, "role": c.role, "idx": c.idx, "agent": c.agent if agents else LOCAL_AGENT,
-                        "env": container_env(plan, c), "command": list(c.command), "publish": c.is_main}
+                        "env": container_env(plan, c), "command": list(c.command), "publish": c.is_main,
+                        "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory}}
                        for c in plan.containers],
         "ssh": {"port": spec.ssh.port, "private_key": keys.private_key, "public_key": keys.public_key},
         "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts],
@@ -144,6 +146,21 @@ def _prepare(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT,
     return dict(session, mounts=mounts, agents=agents)
 
 
+def _raw_resources(raw: t.Any, host: str) -> t.Dict[str, int]:
+    """A container's cpu (MHz) and memory (MB), the spec's defaults for what is not given."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise _fail("%s: resources must be a dict of cpu (MHz) and memory (MB)" % host)
+    out = {}
+    for key, default in (("cpu", Resources().cpu), ("memory", Resources().memory)):
+        value = raw.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _fail("%s: resources.%s must be a positive integer, got %r" % (host, key, value))
+        out[key] = value
+    return out
+
+
 def from_raw(session: t.Any, state_root: str = DEFAULT_STATE_ROOT,
              mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
     """A session dict from a caller of the runtime itself, checked and normalised (LocalRuntimeError naming the field)."""
@@ -196,7 +213,8 @@ def from_raw(session: t.Any, state_root: str = DEFAULT_STATE_ROOT,
             raise _fail("%s: command must be a list of strings" % host)
         out.append({"hostname": host, "role": str(c.get("role", "main" if i == 0 else "sub")),
                     "idx": c.get("idx", i + 1), "env": dict(env), "command": list(command),
-                    "publish": bool(c.get("publish", False)), "agent": str(c.get("agent", LOCAL_AGENT))})
+                    "publish": bool(c.get("publish", False)), "agent": str(c.get("agent", LOCAL_AGENT)),
+                    "resources": _raw_resources(c.get("resources"), host)})
     mounts = []
     for i, m in enumerate(session.get("mounts") or []):
         if not isinstance(m, dict):

@@ -8,6 +8,7 @@ import os
 import shutil
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as _cgroups
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
     prune_shared_chains,
@@ -29,6 +30,7 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     begin = next((e for e in entries if e["op"] == "begin"), None)
     # First every process of the session: containers, and whatever a killed creator left
     # running (a CNI plugin finishing its ADD after our DEL would leave its rules behind).
+    _cgroups.release_cpu([d for e in entries if e["op"] == "cgroups" for d in e["dirs"]])
     errors = kill_session_processes(begin["netns"] if begin else [], paths.root)
     if errors:
         return errors
@@ -38,6 +40,8 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
             errors += _local_network.network_down(paths, entry)
         elif op == "slot" and not errors:  # only once the session's network is gone from every agent
             _local_network.release_slots(entry["slots_dir"], entry["owner"])
+        elif op == "cgroups":
+            errors += _cgroups.remove(entry["dirs"])
         elif op == "netns":
             errors += delete_netns(entry["names"])
         elif op == "mkdirs":

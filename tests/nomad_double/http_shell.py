@@ -213,6 +213,9 @@ class HTTPDouble:
         self._recorded: t.List[RecordedRequest] = []
         #: seconds spent handling requests (for benchmarks: the double's own share of a measured time)
         self.busy_seconds = 0.0
+        #: CPU seconds of the request threads while answering (``time.thread_time``: a blocking query's wait costs
+        #: none): in a benchmark that runs the double in its own process, the double's share of the process's CPU
+        self.cpu_seconds = 0.0
         #: per request thread: seconds it spent blocked (a blocking query), not counted in busy_seconds
         self._blocked = threading.local()
         self._stop = threading.Event()
@@ -357,7 +360,7 @@ class HTTPDouble:
             if fault.status is not None:
                 record.status = fault.status
                 return fault.status, {"Content-Type": fault.content_type}, fault.body.encode("utf-8")
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             answer = self._route(req)
         except BadRequest as err:
@@ -366,6 +369,7 @@ class HTTPDouble:
             answer = text_response(500, "%s internal error: %r" % (self.name, err))
         with self._lock:
             self.busy_seconds += time.perf_counter() - started - getattr(self._blocked, "seconds", 0.0)
+            self.cpu_seconds += time.thread_time() - cpu_started
         self._blocked.seconds = 0.0
         record.status, record.finished, record.response_bytes = answer[0], time.monotonic(), len(answer[2])
         if fault is not None and fault.handled:  # handled, then the answer is lost

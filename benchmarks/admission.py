@@ -282,9 +282,9 @@ def print_scale(rows: t.List[t.Dict[str, t.Any]], before: t.Optional[t.List[t.Di
     for name, count in sorted(last["requests_by_endpoint"].items(), key=lambda kv: (-kv[1], kv[0])):
         if count >= 0.05:
             print("    %5.2f  %s" % (count, name))
+    cpu_ms, double_ms = last["cpu_per_session"] * 1000, last["double_cpu_per_session"] * 1000
     print("  the process's CPU bounds what one process can reach: at most %.1f sessions/s at %.0f ms of CPU per session "
-          "(the double's own answers: %.0f ms of it)" % (1 / last["cpu_per_session"], last["cpu_per_session"] * 1000,
-                                                          last["double_cpu_per_session"] * 1000))
+          "(the double's own answers: %.0f ms of it)" % (1000 / cpu_ms, cpu_ms, double_ms))
     met = {k: (last[k] >= v if k == "sessions_per_s" else last[k] <= v) for k, v in SCALE_TARGETS.items()}
     print("  targets at N = %d: sessions/s >= 20: %s; requests per session <= 15: %s; lock-acquire attempts per "
           "session <= 2: %s" % (last["creates"], *("met" if met[k] else "MISSED" for k in SCALE_TARGETS)))

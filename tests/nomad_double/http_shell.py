@@ -156,6 +156,15 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def handle_error(self, request: t.Any, client_address: t.Any) -> None:  # quiet: TLS failures, dropped clients
         pass
 
+    def process_request_thread(self, request: t.Any, client_address: t.Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:  # one thread per connection (HTTP/1.0): its whole CPU time is the double's
+            double = getattr(self.RequestHandlerClass, "double", None)
+            if double is not None:
+                with double._lock:
+                    double.cpu_seconds += time.thread_time()
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive thread at shutdown
@@ -213,8 +222,9 @@ class HTTPDouble:
         self._recorded: t.List[RecordedRequest] = []
         #: seconds spent handling requests (for benchmarks: the double's own share of a measured time)
         self.busy_seconds = 0.0
-        #: CPU seconds of the request threads while answering (``time.thread_time``: a blocking query's wait costs
-        #: none): in a benchmark that runs the double in its own process, the double's share of the process's CPU
+        #: CPU seconds of the request threads, each from its start to its end (``time.thread_time``: parsing, the
+        #: model, the answer's JSON and socket; a blocking query's wait costs none; the accept loop is not counted):
+        #: in a benchmark that runs the double in its own process, the double's share of the process's CPU
         self.cpu_seconds = 0.0
         #: per request thread: seconds it spent blocked (a blocking query), not counted in busy_seconds
         self._blocked = threading.local()
@@ -360,7 +370,7 @@ class HTTPDouble:
             if fault.status is not None:
                 record.status = fault.status
                 return fault.status, {"Content-Type": fault.content_type}, fault.body.encode("utf-8")
-        started, cpu_started = time.perf_counter(), time.thread_time()
+        started = time.perf_counter()
         try:
             answer = self._route(req)
         except BadRequest as err:
@@ -369,7 +379,6 @@ class HTTPDouble:
             answer = text_response(500, "%s internal error: %r" % (self.name, err))
         with self._lock:
             self.busy_seconds += time.perf_counter() - started - getattr(self._blocked, "seconds", 0.0)
-            self.cpu_seconds += time.thread_time() - cpu_started
         self._blocked.seconds = 0.0
         record.status, record.finished, record.response_bytes = answer[0], time.monotonic(), len(answer[2])
         if fault is not None and fault.handled:  # handled, then the answer is lost

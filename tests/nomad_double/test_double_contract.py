@@ -730,7 +730,11 @@ def test_cpu_seconds_count_the_answers_and_not_a_blocking_wait(nomad: NomadAPIDo
     before = nomad.cpu_seconds
     for _ in range(20):
         assert get(nomad, "/v1/vars", params={"prefix": "app/"}).status_code == 200
+    deadline = time.monotonic() + 2  # counted when each request thread ends, just after its answer
+    while nomad.cpu_seconds <= before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert nomad.cpu_seconds > before
+    time.sleep(0.1)
     before = nomad.cpu_seconds
     started = time.monotonic()
     assert get(nomad, path, params={"index": str(index), "wait": "500ms"}).status_code == 200

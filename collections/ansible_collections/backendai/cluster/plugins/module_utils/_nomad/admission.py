@@ -113,11 +113,19 @@ class AdmissionLock:
                     taken, index = self._try(lock_id)
                     if taken:
                         return self._acquired(start)
-                    self._wait_on(LOCK_PATH, index, start)
+                    while True:  # a slice that ends with the lock unchanged (its holder renewing): no new attempt
+                        # (the index of a lost attempt is its own raft index, above the variable's: the variable
+                        # changed, or went, only if the index answered is above it)
+                        _var, seen = self._wait_on(LOCK_PATH, index, start)
+                        if seen > index or index <= 0:
+                            break
                     continue
                 path, modify_index = ahead
-                var = self._wait_on(path, modify_index, start)
-                if var is not None and int(var.get("ModifyIndex") or 0) != modify_index:
+                while True:  # the entry ahead unchanged at the end of a slice (its waiter renewing): block again
+                    var, _seen = self._wait_on(path, modify_index, start)
+                    if var is None or int(var.get("ModifyIndex") or 0) != modify_index:
+                        break
+                if var is not None:
                     # changed but still there: its waiter is leaving (released, deleting next) or died (the entry's
                     # lock lapsed); passed over now, removed at our release if it is still there then
                     self._passed.add(path)
@@ -162,9 +170,10 @@ class AdmissionLock:
         _place, ahead_path, modify_index = max(ahead)
         return ahead_path, modify_index
 
-    def _wait_on(self, path: str, index: int, start: float) -> t.Optional[t.Dict[str, t.Any]]:
+    def _wait_on(self, path: str, index: int, start: float) -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
         """Block on variable ``path`` until its index is above ``index`` (a slice of the time left: the queue entry
-        is renewed between slices); AdmissionBusy when the time is up. The variable, or None if absent."""
+        is renewed between slices); AdmissionBusy when the time is up. (The variable or None if absent, the index
+        Nomad answered: ``index`` again when the slice ended with nothing changed.)"""
         left = self.wait - (self._clock() - start)
         if left <= 0:
             raise AdmissionBusy("the admission lock (Nomad variable %s in namespace %s) is still held by another "
@@ -174,9 +183,9 @@ class AdmissionLock:
                                    self.ttl, self.lock_delay))
         if index <= 0:  # no index known yet: read it (at once), then block on it
             _var, index = self.nomad.wait_variable(path, 0, 0.001)
-        var, _index = self.nomad.wait_variable(path, index, min(left, self.ttl / 2))
+        var, seen = self.nomad.wait_variable(path, index, min(left, self.ttl / 2))
         self._keep_ticket()
-        return var
+        return var, seen
 
     # Hold and release ---------------------------------------------------------------------------
     def _keep_ticket(self) -> None:

@@ -487,3 +487,16 @@ def test_waiters_behind_a_long_hold_block_again_without_listing_or_trying_when_n
     # w0: its first, one on joining at the head, one at the release; w1: its first, one on becoming the head
     assert [w.attempts for w in waiters] == [3, 2], [w.attempts for w in waiters]
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
+
+
+def test_the_view_a_create_returns_uses_the_allocation_list_its_wait_read_last(nomad_double_factory: t.Any) -> None:
+    """The wait for the containers ends on a read of the job's allocations in which every one runs: the view returned
+    after it builds on that list (one request less per create) and still shows every container running."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    two_nodes(double)
+    kind, result = create(backend(double), "v1")
+    assert kind == "ok" and result["session"]["state"] == "RUNNING", result
+    assert {c["status"] for c in result["session"]["containers"]} == {"running"}, result["session"]["containers"]
+    reads = [r for r in double.requests if r.method == "GET" and r.path in ("/v1/job/v1", "/v1/job/v1/allocations")]
+    assert reads[-1].path == "/v1/job/v1", [r.path for r in reads]  # no allocation list after the view's job read
+    assert [r.path for r in reads].count("/v1/job/v1/allocations") >= 1

@@ -27,9 +27,12 @@ Nomad, not in a poll loop. The queue is one variable per waiter under :data:`QUE
 lock-acquire (so that a killed waiter's entry lapses like a killed holder's lock, ``TTL × 2 + delay``);
 its raft ``CreateIndex`` is the waiter's place. Each waiter blocks (``GET /v1/var/:path?index=&wait=``,
 Nomad's blocking query) on the entry just ahead of it, and only the head blocks on the lock variable
-itself and tries to acquire when it changed. So a release wakes one waiter, not all of them: a
-create makes one acquire attempt, two when it had to queue (more only if a newcomer's first attempt
-lands in the instant between a release and the head's acquire: then the head waits one more hold).
+itself and tries to acquire when it changed (a waiter that is the head as it joins blocks from the index
+of its lost first attempt, so a release made while it joined answers at once). So a release wakes one waiter,
+not all of them: a create makes one acquire attempt, two when it had to queue (more only if a newcomer's first
+attempt lands in the instant between a release and the head's acquire: then the head waits one more hold).
+A blocking read ends after TTL / 2 (the entry is renewed between slices); one that ends with nothing changed
+blocks again, without listing the queue or trying the lock.
 Order: first come (by raft index), first served among the queued; no waiter is starved by the queue,
 only newcomers' single first attempts can overtake the head. An entry ahead that changed without
 going away belongs to a waiter that is leaving or died (its lock lapsed): it is passed over (the queue is read
@@ -106,20 +109,26 @@ class AdmissionLock:
         if taken:
             return self._acquired(start)
         self._join()
+        #: the raft index of our last lost attempt while nothing was waited on since: a head with one blocks from
+        #: it before trying again (a release made meanwhile has a higher index: the read answers at once)
+        lost_at: t.Optional[int] = index
         try:
             while True:
                 ahead = self._ahead()
                 if ahead is None:  # the head: wait on the lock itself
-                    taken, index = self._try(lock_id)
-                    if taken:
-                        return self._acquired(start)
+                    if lost_at is None:
+                        taken, lost_at = self._try(lock_id)
+                        if taken:
+                            return self._acquired(start)
                     while True:  # a slice that ends with the lock unchanged (its holder renewing): no new attempt
                         # (the index of a lost attempt is its own raft index, above the variable's: the variable
                         # changed, or went, only if the index answered is above it)
-                        _var, seen = self._wait_on(LOCK_PATH, index, start)
-                        if seen > index or index <= 0:
+                        _var, seen = self._wait_on(LOCK_PATH, lost_at, start)
+                        if seen > lost_at or lost_at <= 0:
                             break
+                    lost_at = None
                     continue
+                lost_at = None
                 path, modify_index = ahead
                 while True:  # the entry ahead unchanged at the end of a slice (its waiter renewing): block again
                     var, _seen = self._wait_on(path, modify_index, start)

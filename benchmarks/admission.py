@@ -33,6 +33,7 @@ import contextlib
 import inspect
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -206,6 +207,15 @@ def hold_times(requests: t.Sequence[t.Any]) -> t.List[float]:
     return holds
 
 
+def endpoint(request: t.Any) -> str:
+    """A request's endpoint with its IDs and names folded (``GET /v1/job/:id``), and its query's keys."""
+    path = re.sub(r"/v1/(job|evaluation|allocation|node)/[^/]+", r"/v1/\1/:id", request.path)
+    path = re.sub(r"/v1/var/nomad/jobs/.*", "/v1/var/nomad/jobs/:job", path)
+    path = re.sub(r"/(admission-queue|network/slots)/[^/]+$", r"/\1/:entry", path)
+    keys = sorted(k for k in request.query if k not in ("namespace", "filter", "per_page", "resources", "task_states"))
+    return "%s %s%s" % (request.method, path, "?" + "&".join(keys) if keys else "")
+
+
 def scale_run(creates: int, nodes: int, key_file: str) -> t.Dict[str, t.Any]:
     """``creates`` creates at once on ``nodes`` nodes with capacity for all, against a fresh double; the creates share
     a node catalogue in a temporary directory (as creates from one control node with BACKENDAI_NODE_CACHE_DIR do),
@@ -215,16 +225,22 @@ def scale_run(creates: int, nodes: int, key_file: str) -> t.Dict[str, t.Any]:
             double.add_node("node-%04d" % i, cpu=4000, memory=8192)
         create = creator(double, key_file, cache)
         with ThreadPoolExecutor(creates) as pool:
-            start = time.perf_counter()
+            start, cpu, double_cpu = time.perf_counter(), time.process_time(), double.cpu_seconds
             states = list(pool.map(create, ["s%03d" % i for i in range(creates)]))
             wall = time.perf_counter() - start
+            cpu, double_cpu = time.process_time() - cpu, double.cpu_seconds - double_cpu
         seen = double.requests
     holds = hold_times(seen)
+    by_endpoint: t.Dict[str, int] = {}
+    for r in seen:
+        by_endpoint[endpoint(r)] = by_endpoint.get(endpoint(r), 0) + 1
     return {"creates": creates, "running": states.count("RUNNING"), "wall": wall, "sessions_per_s": creates / wall,
             "requests_per_session": len(seen) / creates,
             "acquires_per_session": sum(r.path == LOCK and "lock-acquire" in r.query for r in seen) / creates,
             "bytes_per_create": sum(r.response_bytes for r in seen) / creates,
             "median_hold": statistics.median(holds) if holds else 0.0,
+            "cpu_per_session": cpu / creates, "double_cpu_per_session": double_cpu / creates,
+            "requests_by_endpoint": {k: v / creates for k, v in by_endpoint.items()},
             "failures": sorted({s for s in states if s != "RUNNING"})[:3]}
 
 
@@ -250,15 +266,25 @@ def print_scale(rows: t.List[t.Dict[str, t.Any]], before: t.Optional[t.List[t.Di
                 nodes: int) -> bool:
     print("cluster scale: N creates at once on %d nodes, capacity for all (2-container sessions; against the Nomad "
           "API double, in this process):" % nodes)
-    header = ("client", "N", "wall s", "sessions/s", "requests/s'n", "acquires/s'n", "bytes/create", "hold ms", "RUNNING")
-    print("  %-9s %4s %8s %10s %12s %12s %14s %10s %s" % header)
+    header = ("client", "N", "wall s", "sessions/s", "requests/s'n", "acquires/s'n", "bytes/create", "hold ms",
+              "CPU ms/s'n", "of it double", "RUNNING")
+    print("  %-9s %4s %8s %10s %12s %12s %14s %10s %10s %12s %s" % header)
     for label, runs in (("before " + rev, before or []), ("this tree", rows)):
         for r in runs:
-            print("  %-9s %4d %8.2f %10.1f %12.1f %12.1f %14.0f %10.1f %d/%d%s" % (
+            print("  %-9s %4d %8.2f %10.1f %12.1f %12.1f %14.0f %10.1f %10s %12s %d/%d%s" % (
                 label[:9], r["creates"], r["wall"], r["sessions_per_s"], r["requests_per_session"],
-                r["acquires_per_session"], r["bytes_per_create"], r["median_hold"] * 1000, r["running"], r["creates"],
-                (" " + "; ".join(r["failures"]))[:200] if r["failures"] else ""))
+                r["acquires_per_session"], r["bytes_per_create"], r["median_hold"] * 1000,
+                "%.0f" % (r["cpu_per_session"] * 1000) if "cpu_per_session" in r else "-",
+                "%.0f" % (r["double_cpu_per_session"] * 1000) if "double_cpu_per_session" in r else "-",
+                r["running"], r["creates"], (" " + "; ".join(r["failures"]))[:200] if r["failures"] else ""))
     last = rows[-1]
+    print("  requests per session by endpoint, this tree at N = %d:" % last["creates"])
+    for name, count in sorted(last["requests_by_endpoint"].items(), key=lambda kv: (-kv[1], kv[0])):
+        if count >= 0.05:
+            print("    %5.2f  %s" % (count, name))
+    cpu_ms, double_ms = last["cpu_per_session"] * 1000, last["double_cpu_per_session"] * 1000
+    print("  the process's CPU bounds what one process can reach: at most %.1f sessions/s at %.0f ms of CPU per session "
+          "(the double's own answers: %.0f ms of it)" % (1000 / cpu_ms, cpu_ms, double_ms))
     met = {k: (last[k] >= v if k == "sessions_per_s" else last[k] <= v) for k, v in SCALE_TARGETS.items()}
     print("  targets at N = %d: sessions/s >= 20: %s; requests per session <= 15: %s; lock-acquire attempts per "
           "session <= 2: %s" % (last["creates"], *("met" if met[k] else "MISSED" for k in SCALE_TARGETS)))

@@ -456,3 +456,47 @@ def test_a_waiter_that_died_in_the_queue_is_passed_once_its_entry_lapses(nomad_d
     assert waiter.attempts <= 2, waiter.attempts
     waiter.release()
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
+
+
+def test_waiters_behind_a_long_hold_block_again_without_listing_or_trying_when_nothing_changed(
+        nomad_double_factory: t.Any) -> None:
+    """A blocking read ends after a slice of the wait (TTL / 2: the queue entry is renewed between slices). A slice
+    that ends with the lock, or the entry ahead, unchanged (a renewal is no raft write) blocks again: no new
+    acquire attempt by the head, no new queue listing by anyone, however long the hold (before: an acquire and
+    a listing per waiter and slice, so the requests of a long hold grew with its length)."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
+    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
+    holder.acquire()
+    waiters = [AdmissionLock(client, "w%d" % i, ttl=10, lock_delay=1, wait=60) for i in range(2)]
+    order: t.List[str] = []
+    threads = []
+    for waiter in waiters:
+        threads.append(threading.Thread(target=lambda w=waiter: (w.acquire(), order.append(w.owner), w.release())))
+        threads[-1].start()
+        time.sleep(0.3)  # w0 queues first
+    lists_before, attempts_before = len(double.find("GET", "^/v1/vars$")), acquire_attempts(double)
+    time.sleep(11)  # two slices of 5 s each, the holder renewing its lock
+    holder.keep()
+    assert len(double.find("GET", "^/v1/vars$")) == lists_before, "a slice that ended unchanged listed the queue again"
+    assert acquire_attempts(double) == attempts_before, "a slice that ended unchanged made another acquire attempt"
+    holder.release()
+    for th in threads:
+        th.join(10)
+    assert order == ["w0", "w1"]
+    # each: its first, one on becoming the head (w0, the head as it joined, blocked from its lost attempt's index)
+    assert [w.attempts for w in waiters] == [2, 2], [w.attempts for w in waiters]
+    assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
+
+
+def test_the_view_a_create_returns_uses_the_allocation_list_its_wait_read_last(nomad_double_factory: t.Any) -> None:
+    """The wait for the containers ends on a read of the job's allocations in which every one runs: the view returned
+    after it builds on that list (one request less per create) and still shows every container running."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    two_nodes(double)
+    kind, result = create(backend(double), "v1")
+    assert kind == "ok" and result["session"]["state"] == "RUNNING", result
+    assert {c["status"] for c in result["session"]["containers"]} == {"running"}, result["session"]["containers"]
+    reads = [r for r in double.requests if r.method == "GET" and r.path in ("/v1/job/v1", "/v1/job/v1/allocations")]
+    assert reads[-1].path == "/v1/job/v1", [r.path for r in reads]  # no allocation list after the view's job read
+    assert [r.path for r in reads].count("/v1/job/v1/allocations") >= 1

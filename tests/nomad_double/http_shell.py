@@ -156,6 +156,15 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def handle_error(self, request: t.Any, client_address: t.Any) -> None:  # quiet: TLS failures, dropped clients
         pass
 
+    def process_request_thread(self, request: t.Any, client_address: t.Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:  # one thread per connection (HTTP/1.0): its whole CPU time is the double's
+            double = getattr(self.RequestHandlerClass, "double", None)
+            if double is not None:
+                with double._lock:
+                    double.cpu_seconds += time.thread_time()
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive thread at shutdown
@@ -213,6 +222,10 @@ class HTTPDouble:
         self._recorded: t.List[RecordedRequest] = []
         #: seconds spent handling requests (for benchmarks: the double's own share of a measured time)
         self.busy_seconds = 0.0
+        #: CPU seconds of the request threads, each from its start to its end (``time.thread_time``: parsing, the
+        #: model, the answer's JSON and socket; a blocking query's wait costs none; the accept loop is not counted):
+        #: in a benchmark that runs the double in its own process, the double's share of the process's CPU
+        self.cpu_seconds = 0.0
         #: per request thread: seconds it spent blocked (a blocking query), not counted in busy_seconds
         self._blocked = threading.local()
         self._stop = threading.Event()

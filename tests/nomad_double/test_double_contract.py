@@ -744,3 +744,24 @@ def test_a_reset_connection_after_handling_keeps_the_effect(nomad: NomadAPIDoubl
     with pytest.raises(requests.ConnectionError):
         put(nomad, "/v1/var/app/other", {"Items": {"k": "v"}})
     assert nomad.stored_variable("app/other") is None
+
+
+def test_cpu_seconds_count_the_answers_and_not_a_blocking_wait(nomad: NomadAPIDouble) -> None:
+    """``cpu_seconds`` (the benchmarks' split of a process's CPU between the client and the double) grows with the
+    work of answering, and a blocking query's wait adds (next to) nothing to it."""
+    path = "/v1/var/app/cpu"
+    assert put(nomad, path, {"Items": {"k": "1"}}).status_code == 200
+    index = int(get(nomad, path).headers["X-Nomad-Index"])
+    before = nomad.cpu_seconds
+    for _ in range(20):
+        assert get(nomad, "/v1/vars", params={"prefix": "app/"}).status_code == 200
+    deadline = time.monotonic() + 2  # counted when each request thread ends, just after its answer
+    while nomad.cpu_seconds <= before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert nomad.cpu_seconds > before
+    time.sleep(0.1)
+    before = nomad.cpu_seconds
+    started = time.monotonic()
+    assert get(nomad, path, params={"index": str(index), "wait": "500ms"}).status_code == 200
+    assert time.monotonic() - started >= 0.5
+    assert nomad.cpu_seconds - before < 0.1, nomad.cpu_seconds - before

@@ -27,9 +27,12 @@ Nomad, not in a poll loop. The queue is one variable per waiter under :data:`QUE
 lock-acquire (so that a killed waiter's entry lapses like a killed holder's lock, ``TTL × 2 + delay``);
 its raft ``CreateIndex`` is the waiter's place. Each waiter blocks (``GET /v1/var/:path?index=&wait=``,
 Nomad's blocking query) on the entry just ahead of it, and only the head blocks on the lock variable
-itself and tries to acquire when it changed. So a release wakes one waiter, not all of them: a
-create makes one acquire attempt, two when it had to queue (more only if a newcomer's first attempt
-lands in the instant between a release and the head's acquire: then the head waits one more hold).
+itself and tries to acquire when it changed (a waiter that is the head as it joins blocks from the index
+of its lost first attempt, so a release made while it joined answers at once). So a release wakes one waiter,
+not all of them: a create makes one acquire attempt, two when it had to queue (more only if a newcomer's first
+attempt lands in the instant between a release and the head's acquire: then the head waits one more hold).
+A blocking read ends after TTL / 2 (the entry is renewed between slices); one that ends with nothing changed
+blocks again, without listing the queue or trying the lock.
 Order: first come (by raft index), first served among the queued; no waiter is starved by the queue,
 only newcomers' single first attempts can overtake the head. An entry ahead that changed without
 going away belongs to a waiter that is leaving or died (its lock lapsed): it is passed over (the queue is read
@@ -106,18 +109,32 @@ class AdmissionLock:
         if taken:
             return self._acquired(start)
         self._join()
+        #: the raft index of our last lost attempt while nothing was waited on since: a head with one blocks from
+        #: it before trying again (a release made meanwhile has a higher index: the read answers at once)
+        lost_at: t.Optional[int] = index
         try:
             while True:
                 ahead = self._ahead()
                 if ahead is None:  # the head: wait on the lock itself
-                    taken, index = self._try(lock_id)
-                    if taken:
-                        return self._acquired(start)
-                    self._wait_on(LOCK_PATH, index, start)
+                    if lost_at is None:
+                        taken, lost_at = self._try(lock_id)
+                        if taken:
+                            return self._acquired(start)
+                    while True:  # a slice that ends with the lock unchanged (its holder renewing): no new attempt
+                        # (the index of a lost attempt is its own raft index, above the variable's: the variable
+                        # changed, or went, only if the index answered is above it)
+                        _var, seen = self._wait_on(LOCK_PATH, lost_at, start)
+                        if seen > lost_at or lost_at <= 0:
+                            break
+                    lost_at = None
                     continue
+                lost_at = None
                 path, modify_index = ahead
-                var = self._wait_on(path, modify_index, start)
-                if var is not None and int(var.get("ModifyIndex") or 0) != modify_index:
+                while True:  # the entry ahead unchanged at the end of a slice (its waiter renewing): block again
+                    var, _seen = self._wait_on(path, modify_index, start)
+                    if var is None or int(var.get("ModifyIndex") or 0) != modify_index:
+                        break
+                if var is not None:
                     # changed but still there: its waiter is leaving (released, deleting next) or died (the entry's
                     # lock lapsed); passed over now, removed at our release if it is still there then
                     self._passed.add(path)
@@ -162,9 +179,10 @@ class AdmissionLock:
         _place, ahead_path, modify_index = max(ahead)
         return ahead_path, modify_index
 
-    def _wait_on(self, path: str, index: int, start: float) -> t.Optional[t.Dict[str, t.Any]]:
+    def _wait_on(self, path: str, index: int, start: float) -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
         """Block on variable ``path`` until its index is above ``index`` (a slice of the time left: the queue entry
-        is renewed between slices); AdmissionBusy when the time is up. The variable, or None if absent."""
+        is renewed between slices); AdmissionBusy when the time is up. (The variable or None if absent, the index
+        Nomad answered: ``index`` again when the slice ended with nothing changed.)"""
         left = self.wait - (self._clock() - start)
         if left <= 0:
             raise AdmissionBusy("the admission lock (Nomad variable %s in namespace %s) is still held by another "
@@ -174,9 +192,9 @@ class AdmissionLock:
                                    self.ttl, self.lock_delay))
         if index <= 0:  # no index known yet: read it (at once), then block on it
             _var, index = self.nomad.wait_variable(path, 0, 0.001)
-        var, _index = self.nomad.wait_variable(path, index, min(left, self.ttl / 2))
+        var, seen = self.nomad.wait_variable(path, index, min(left, self.ttl / 2))
         self._keep_ticket()
-        return var
+        return var, seen
 
     # Hold and release ---------------------------------------------------------------------------
     def _keep_ticket(self) -> None:

@@ -246,9 +246,10 @@ class NomadBackend(Watching, Updating, Removing):
                                 {"changed": False, "failed_step": STEP_REGISTER, "rollback": rollback,
                                  "plan": plan_summary(rendered.plan), "unplaced": reason})
         job = t.cast(t.Dict[str, t.Any], rendered.job)
+        stubs: t.Optional[t.List[t.Dict[str, t.Any]]] = None
         if wait:
             try:
-                self._wait(job, wait_timeout)
+                stubs = self._wait(job, wait_timeout)
             except BaseException as exc:
                 rollback = self._rollback(spec.name, session_id, store, keypair.public_key, slot_of_job(job))
                 if isinstance(exc, (NomadError, VaultError, BackendAIClusterError)):
@@ -257,7 +258,7 @@ class NomadBackend(Watching, Updating, Removing):
                                          "plan": plan_summary(rendered.plan)}) from None
                 raise
         try:
-            view: t.Optional[t.Dict[str, t.Any]] = self.view(self.nomad.get_job(spec.name) or job)
+            view: t.Optional[t.Dict[str, t.Any]] = self.view(self.nomad.get_job(spec.name) or job, stubs=stubs)
         except NomadError as err:  # the session is made; only reading it back failed
             self._warn("session %s was created, but reading its state failed: %s" % (spec.name, err))
             view = None

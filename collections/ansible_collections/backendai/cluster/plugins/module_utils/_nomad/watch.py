@@ -41,9 +41,11 @@ class Watching(BackendState):
                 out.append("[%s unavailable: %s]" % (stream, err))
         return out
 
-    def view(self, job: t.Mapping[str, t.Any], log_lines: int = 0) -> t.Dict[str, t.Any]:
-        """The session view of a job (allocations read now)."""
-        stubs = self.nomad.job_allocations(job["ID"])
+    def view(self, job: t.Mapping[str, t.Any], log_lines: int = 0,
+             stubs: t.Optional[t.List[t.Dict[str, t.Any]]] = None) -> t.Dict[str, t.Any]:
+        """The session view of a job (allocations read now, or ``stubs``: the job's allocation list just read)."""
+        if stubs is None:
+            stubs = self.nomad.job_allocations(job["ID"])
         current = current_allocations(stubs)
         full: t.Dict[str, t.Mapping[str, t.Any]] = {}
         for alloc in current.values():
@@ -64,14 +66,17 @@ class Watching(BackendState):
                     c["address"] = nodes.get(c["node_id"], "")
         return view
 
-    def _wait(self, job: t.Mapping[str, t.Any], timeout: float, version: t.Optional[int] = None) -> None:
-        """Until every container's allocation runs (a batch container may also have completed)."""
+    def _wait(self, job: t.Mapping[str, t.Any], timeout: float,
+              version: t.Optional[int] = None) -> t.List[t.Dict[str, t.Any]]:
+        """Until every container's allocation runs (a batch container may also have completed); the job's allocation
+        list read last (every one running: the view after the wait needs no new read of it)."""
         deadline = self._clock() + max(0.0, timeout)
         groups = [g.get("Name") for g in job.get("TaskGroups") or []]
         batch = job.get("Type") == "batch"
         delay = min(0.25, self.poll_interval)
         while True:
-            stubs = [a for a in self.nomad.job_allocations(job["ID"]) if version is None or a.get("JobVersion") == version]
+            listed = self.nomad.job_allocations(job["ID"])
+            stubs = [a for a in listed if version is None or a.get("JobVersion") == version]
             current = current_allocations(stubs)
             status = {g: container_status(current.get(g)) for g in groups}
             broken = [g for g, s in status.items() if s in ("failed", "lost")]
@@ -83,7 +88,7 @@ class Watching(BackendState):
                     details.append("%s %s%s" % (g, status[g], (" (%s)" % why) if why else ""))
                 raise WaitFailed("container(s) failed: %s" % ", ".join(details))
             if all(s == "running" or (batch and s == "complete") for s in status.values()):
-                return
+                return listed
             remaining = deadline - self._clock()
             if remaining <= 0:
                 progress = wait_progress([{"hostname": g, "status": s, "agent": (current.get(g) or {}).get("NodeName")}

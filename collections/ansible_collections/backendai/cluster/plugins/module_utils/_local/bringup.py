@@ -143,6 +143,7 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
         "vxlan": names["vxlan"] if network["spans"] else None,
+        "underlay_encryption": network["underlay_encryption"],
         "created_at": time.time(),
         "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
                     "total": round(time.monotonic() - t0, 3)},

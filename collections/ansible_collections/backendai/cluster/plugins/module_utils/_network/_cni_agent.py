@@ -484,8 +484,8 @@ def _make_wireguard(cfg: Config) -> str:
 
 
 def wireguard_up(cfg: Config, st: t.Mapping[str, t.Any], sessions: t.Mapping[str, t.Mapping[str, t.Any]]) -> None:
-    """Under the lock: the agent's WireGuard interface (made once, with this agent's key and its tunnel address),
-    and the session's peers on it: each peer's public key, its tunnel address as its only allowed IP, its underlay
+    """Under the lock: the agent's WireGuard interface (made with the first encrypted session on the agent, with
+    this agent's key and its tunnel address), and the session's peers on it: each peer's public key, its tunnel address as its only allowed IP, its underlay
     address as endpoint. Idempotent. An interface found missing while sessions are recorded (wireguard-go killed)
     is made again with every recorded session's peers. Refused when the session was signed with another public key
     for this agent than the one its agent key gives (the cluster key changed since)."""
@@ -520,9 +520,14 @@ def _set_peers(name: str, port: int, peers: t.Sequence[t.Sequence[str]]) -> None
 
 
 def wireguard_prune(cfg: Config, sessions: t.Mapping[str, t.Mapping[str, t.Any]]) -> None:
-    """Under the lock: the peers no session on this agent uses any more go (the interface stays: it is the agent's,
-    like its key; ``local_agents state=absent`` or the role's removal takes it)."""
-    if not isinstance(wireguard_record(cfg), dict) or not link_exists(cfg.wg_interface):
+    """Under the lock: the peers no session on this agent uses any more go; with the last encrypted session, the
+    interface (and so its wireguard-go, which ends when its link is deleted and removes its UAPI socket): like a
+    session's bridge, nothing of WireGuard is on an agent that carries no encrypted session."""
+    if not any(st.get("encryption") == "wireguard" for st in sessions.values()):
+        run(["ip", "link", "delete", cfg.wg_interface], check=False)
+        remove_file(cfg.path("wireguard.json"))
+        return
+    if not link_exists(cfg.wg_interface):
         return
     keep = {p[0] for st in sessions.values() for p in st.get("wg_peers") or []}
     have = run(["wg", "show", cfg.wg_interface, "peers"], check=False).stdout.decode().split()

@@ -75,15 +75,29 @@ def read_var_spec(path: str) -> t.Dict[str, t.Any]:
     return {"path": parsed["path"].strip('"'), "namespace": parsed.get("namespace", '""').strip('"'), "items": items}
 
 
+def group_key(job: t.Mapping[str, t.Any], group: str, cluster_key: bytes) -> bytes:
+    """The MAC key the plugin of the agent ``group`` is pinned to (its ``${node.unique.name}`` constraint) checks
+    with: ``_session_network.signing_key(cluster_key, agent)``."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import signing_key
+
+    for g in job["TaskGroups"]:
+        if g["Name"] == group:
+            agents = [c["RTarget"] for c in g.get("Constraints") or [] if c.get("LTarget") == "${node.unique.name}"]
+            assert len(agents) == 1, g.get("Constraints")
+            return signing_key(cluster_key, agents[0])
+    raise KeyError(group)
+
+
 def admitted_groups(job: t.Mapping[str, t.Any], key: bytes, namespace: str = "default",
                     region: str = "global") -> t.List[t.Any]:
-    """Every group of ``job`` admitted by the CNI plugin's own check (``_session_network.admit``), with CNI_ARGS built
-    as Nomad's client builds them for an allocation of that group in ``namespace``; raises AdmissionError if not."""
+    """Every group of ``job`` admitted by the CNI plugin's own check (``_session_network.admit``) on the agent it is
+    pinned to (``key``: the cluster key), with CNI_ARGS built as Nomad's client builds them for an allocation of that
+    group in ``namespace``; raises AdmissionError if not."""
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import client_args
     from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import admit, nomad_cni_args, parse_cni_args
 
     out = []
     for group in job["TaskGroups"]:
         args = nomad_cni_args(client_args(job, group["Name"]), region, namespace, job["ID"], group["Name"], "alloc-1")
-        out.append(admit(key, parse_cni_args(args)))
+        out.append(admit(group_key(job, group["Name"], key), parse_cni_args(args)))
     return out

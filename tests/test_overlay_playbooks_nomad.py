@@ -28,7 +28,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
 from module_helpers import ENV_VARS, NOMAD_TOKEN
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
-from repo_helpers import run_playbook, task_results
+from repo_helpers import group_key, run_playbook, task_results
 
 AGENTS = {"agent1": "192.0.2.11", "agent2": "192.0.2.12", "agent3": "192.0.2.13"}
 
@@ -79,7 +79,7 @@ def test_multinode_create_and_destroy_only_talk_to_nomad(nomad: NomadAPIDouble, 
     for group in job["TaskGroups"]:
         args = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "ovl", group["Name"],
                                              "alloc"))
-        assert admit(key, args).params.agents == tuple(AGENTS.values())
+        assert admit(group_key(job, group["Name"], key), args).params.agents == tuple(AGENTS.values())
     slot = slot_of_job(job)[0]
     assert nomad.stored_variable(claim_path(slot))["Items"]["job"] == "ovl"
     assert not os.path.exists(os.path.join(home, ".local", "state", "backendai-cluster", "overlays"))

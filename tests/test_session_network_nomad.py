@@ -30,7 +30,7 @@ from module_helpers import ENV_VARS, NOMAD_TOKEN, ModuleRun, spec
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
-from repo_helpers import admitted_groups, lint_job_files, read_var_spec, run_playbook
+from repo_helpers import admitted_groups, group_key, lint_job_files, read_var_spec, run_playbook
 
 PREFIX = "backendai-cluster/network/slots/"
 
@@ -156,9 +156,9 @@ def test_the_submitted_job_is_admitted_for_itself_only_and_passes_the_lint(nomad
     job = nomad.stored_job("mn")
     for group in job["TaskGroups"]:
         mine = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "mn", group["Name"], "a"))
-        assert admit(key, mine).params.agents == ("192.168.60.1", "10.9.0.2")
+        assert admit(group_key(job, group["Name"], key), mine).params.agents == ("192.168.60.1", "10.9.0.2")
         with pytest.raises(AdmissionError):
-            admit(key, parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "other",
+            admit(group_key(job, group["Name"], key), parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "other",
                                                      group["Name"], "b")))
     path = tmp_path / "mn.json"
     path.write_text(json.dumps(result["job"]))
@@ -177,8 +177,9 @@ def test_a_session_of_an_earlier_release_keeps_its_args_version(nomad: NomadAPID
     job = nomad.stored_job(name)
     for group in job["TaskGroups"]:  # what the earlier release registered: the same parameters, version 1
         cni = group["Networks"][0]["CNI"]
-        params = admit(key, parse_cni_args(nomad_cni_args(cni["Args"], "global", "default", name, group["Name"], "a"))).params
-        cni["Args"] = signed_args(key, "default", name, group["Name"], params.args("1"))
+        mine = group_key(job, group["Name"], key)
+        params = admit(mine, parse_cni_args(nomad_cni_args(cni["Args"], "global", "default", name, group["Name"], "a"))).params
+        cni["Args"] = signed_args(mine, "default", name, group["Name"], params.args("1"))
     client = NomadClient(NomadConnection(nomad_addr=nomad.url, token=NOMAD_TOKEN))
     client.register_job({"Job": job})
     allocs = sorted(a["ID"] for a in nomad.allocations_of(name))

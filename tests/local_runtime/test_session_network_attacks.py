@@ -205,8 +205,9 @@ def world(run_dir: str, keypair: tuple[str, str]) -> t.Iterator[World]:
         w.close()
 
 
-def _key(w: World) -> bytes:
-    return net.read_key(os.path.join(w.fabric, "network.key"))
+def _key(w: World, agent: str) -> bytes:
+    """What the control node (here: this machine) signs the groups pinned to ``agent`` with."""
+    return net.signing_key(net.read_key(os.path.join(w.fabric, "network.key")), agent)
 
 
 def _params(w: World, session: str) -> net.NetworkParams:
@@ -229,11 +230,14 @@ os.replace = _killed_at
 
 
 def _plugin(w: World, agent: str, command: str, container: str, netns: str, cni_args: str,
-            prev: dict[str, t.Any] | None = None, killed_at_rename: int = 0) -> dict[str, t.Any]:
-    """Run the agent's ``backendai`` plugin once, as libcni would (loopback left out); with
-    ``killed_at_rename`` N, SIGKILLed when its Nth atomic write is about to rename its temporary file."""
-    with open(os.path.join(w.fabric, "cni", agent, "backendai.conflist"), encoding="utf-8") as f:
-        conf = json.load(f)
+            prev: dict[str, t.Any] | None = None, killed_at_rename: int = 0,
+            conf: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """Run the agent's ``backendai`` plugin once, as libcni would (loopback left out), with the agent's conflist
+    (or ``conf``); with ``killed_at_rename`` N, SIGKILLed when its Nth atomic write is about to rename its
+    temporary file."""
+    if conf is None:
+        with open(os.path.join(w.fabric, "cni", agent, "backendai.conflist"), encoding="utf-8") as f:
+            conf = json.load(f)
     plugin = dict(conf["plugins"][1], cniVersion=conf["cniVersion"], name=conf["name"])
     if prev is not None:
         plugin["prevResult"] = prev
@@ -255,7 +259,7 @@ def _plugin(w: World, agent: str, command: str, container: str, netns: str, cni_
 
 def test_admission_refuses_copied_tampered_and_missing_parameters(world: World) -> None:
     w = world
-    key, params = _key(w), _params(w, "sb")
+    key, params = _key(w, "agent1"), _params(w, "sb")
     b_main1 = net.job_args(key, lnet.LOCAL_NAMESPACE, "sb", "main1", params)
     evil_ns = "bai-t-%s-evil" % w.tag
     w.made.append(evil_ns)
@@ -306,7 +310,7 @@ def test_check_re_admits_and_finds_the_links(world: World) -> None:
     main1 = info["by_host"]["main1"]
     with open(os.path.join(info["state_dir"], "cni", "main1.json"), encoding="utf-8") as f:
         prev = json.load(f)["result"]
-    args = net.job_args(_key(w), lnet.LOCAL_NAMESPACE, "sb", "main1", _params(w, "sb"))
+    args = net.job_args(_key(w, "agent1"), lnet.LOCAL_NAMESPACE, "sb", "main1", _params(w, "sb"))
 
     def check(job: str, prev_result: dict[str, t.Any] | None = prev) -> dict[str, t.Any]:
         return _plugin(w, "agent1", "CHECK", main1["netns"], main1["netns"],
@@ -469,7 +473,7 @@ def test_del_after_add_killed_mid_write_leaves_nothing(world: World, rename: int
     with _claimed_slots(w, 1, 1100) as claims:
         (owner, slot), = claims
         params = net.make_params(owner["session_id"], slot, [w.agents[agent]["underlay_ip"]])
-        args = net.nomad_cni_args(net.job_args(_key(w), "load", "killed", "g", params), "local", "load", "killed", "g",
+        args = net.nomad_cni_args(net.job_args(_key(w, agent), "load", "killed", "g", params), "local", "load", "killed", "g",
                                   str(uuid.uuid4()))
         killed = _plugin(w, agent, "ADD", name, name, args, killed_at_rename=rename)
         assert killed["rc"] == -9, killed
@@ -487,7 +491,7 @@ def test_16_concurrent_adds_and_dels_on_one_agent(world: World, sessions: int) -
     w = world
     agent = "agent3"
     before = w.agent_state(agent)
-    key = _key(w)
+    key = _key(w, agent)
     names = ["bai-t-%s-%d-c%02d" % (w.tag, sessions, i) for i in range(16)]
     w.made += names
     subprocess.run(["ip", "-batch", "-"], input="".join("netns add %s\n" % n for n in names), text=True, check=True)

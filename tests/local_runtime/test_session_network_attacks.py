@@ -502,6 +502,32 @@ def test_the_underlay_sees_only_wireguard_between_agents(world: World) -> None:
     assert plain["marker"], "the capture does not see the underlay: the test proves nothing"
 
 
+def test_a_killed_wireguard_go_makes_the_session_degraded_with_the_reason(world: World) -> None:
+    """wireguard-go of agent3 (session A's only) is killed: the interface goes with it, A is DEGRADED naming it,
+    CHECK of A's container there fails; recreating A (what ``state: present`` does) makes the interface again."""
+    w = world
+    wg = lnet.wireguard_interface(w.fabric, "agent3")
+    pids = [p for p in local_agents.wireguard_processes(wg)]
+    assert pids, "agent3 runs no wireguard-go for %s" % wg
+    assert rt.session_status("sa", w.state_root)["state"] == "RUNNING"
+    for pid in pids:
+        os.kill(pid, 9)
+    for _ in range(100):
+        if subprocess.run(["ip", "-n", w.agents["agent3"]["netns"], "link", "show", wg], capture_output=True).returncode:
+            break
+        __import__("time").sleep(0.05)
+    st = rt.session_status("sa", w.state_root)
+    assert st["state"] == "DEGRADED", st["state"]
+    failed = {c["hostname"]: c["reason"] for c in st["containers"] if c["state"] == "failed"}
+    assert sorted(failed) == ["sub1", "sub2"] and all("WireGuard interface %s of agent agent3 is gone" % wg in r
+                                                      for r in failed.values()), failed
+    assert rt.session_status("sb", w.state_root)["state"] == "RUNNING"  # B has no container on agent3
+    rt.destroy_session("sa", w.state_root)
+    w.session("sa", {"main1": "agent1", "sub1": "agent3", "sub2": "agent3"})
+    assert rt.session_status("sa", w.state_root)["state"] == "RUNNING" and local_agents.wireguard_processes(wg)
+    assert _probe(w.netns("sa", "sub1"), w.addr("sa", "main1")) == "open"
+
+
 # ---------------------------------------------------------------------------- 4. reachability
 
 def _probe(netns: str, address: str, port: int = PORT) -> str:

@@ -165,8 +165,8 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
     ("Nomad v1.8.12+ent", "is 1.8.12"),
     ("", "Cannot tell the Nomad client version"),
 ])
-def test_a_nomad_client_older_than_1_10_is_refused_before_anything_is_written(tmp_path: t.Any, version_line: str,
-                                                                             found: str) -> None:
+def test_a_nomad_client_older_than_1_10_is_refused_before_anything_is_written(
+        tmp_path: t.Any, version_line: str, found: str) -> None:
     playbook = tmp_path / "prepare.yml"
     playbook.write_text(PLAYBOOK)
     params = role_params(tmp_path, version_line)

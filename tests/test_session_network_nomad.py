@@ -158,8 +158,8 @@ def test_the_submitted_job_is_admitted_for_itself_only_and_passes_the_lint(nomad
         mine = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "mn", group["Name"], "a"))
         assert admit(group_key(job, group["Name"], key), mine).params.agents == ("192.168.60.1", "10.9.0.2")
         with pytest.raises(AdmissionError):
-            admit(group_key(job, group["Name"], key), parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "other",
-                                                     group["Name"], "b")))
+            other = nomad_cni_args(client_args(job, group["Name"]), "global", "default", "other", group["Name"], "b")
+            admit(group_key(job, group["Name"], key), parse_cni_args(other))
     path = tmp_path / "mn.json"
     path.write_text(json.dumps(result["job"]))
     lint = lint_job_files(str(path))

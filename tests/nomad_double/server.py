@@ -244,6 +244,10 @@ class NomadAPIDouble(HTTPDouble):
         return self._ok(self.model.plan(spec, bool(body.get("Diff"))))
 
     def _job_allocations(self, req: Request, job_id: str) -> Response:
+        """``GET /v1/job/:id/allocations`` (``command/agent/job_endpoint.go`` ``jobAllocations`` -> ``nomad/
+        job_endpoint.go`` ``Job.Allocations``; ``api/jobs.go`` ``Jobs.Allocations``): the job's allocation stubs in the
+        request's namespace. Not modelled: ACL policies (Nomad needs ``read-job``; any valid token passes here),
+        ``all`` (allocations of an earlier job that had the same ID), blocking queries."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
         ns = self._namespace(req)
@@ -252,6 +256,10 @@ class NomadAPIDouble(HTTPDouble):
 
     # Allocations, logs, evaluations (alloc_endpoint.go, fs_endpoint.go, eval_endpoint.go) ----
     def _allocation(self, req: Request, alloc_id: str) -> Response:
+        """``GET /v1/allocation/:id`` (``command/agent/alloc_endpoint.go`` -> ``nomad/alloc_endpoint.go``
+        ``Alloc.GetAlloc``; ``api/allocations.go`` ``Allocations.Info``): by ID alone, in any namespace. Not modelled:
+        ACL policies (any valid token reads every allocation; Nomad answers 404 to a token without ``read-job`` in
+        the allocation's namespace), ``SignedIdentities`` sanitising, blocking queries."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
         return self._ok(self.model.allocation(alloc_id))

@@ -12,9 +12,11 @@ options:
   network_key_file:
     description:
       - The cluster network key on this control node - the file the role C(backendai.cluster.overlay_agent)
-        creates here once (mode 0600) and copies to every agent. Every group of a Nomad session carries its network
-        parameters with an HMAC made with this key over the job's namespace, job ID and group name, which the agents'
-        CNI plugin checks before it lets an allocation join the session's network.
+        creates here once (mode 0600); it never leaves the control node, each agent holds only a key derived from it
+        for the agent's Nomad node name (HKDF-SHA256). Every group of a Nomad session carries its network parameters
+        with an HMAC made with the key of the agent the group is pinned to, over the job's namespace, job ID and group
+        name, which that agent's CNI plugin checks, against the allocation as the local Nomad agent reports it, before
+        it lets an allocation join the session's network.
       - The key itself never appears in a result, diff, job, variable or log; only this path is shown.
       - If not set, the value of the E(BACKENDAI_NETWORK_KEY_FILE) environment variable is used.
     type: path

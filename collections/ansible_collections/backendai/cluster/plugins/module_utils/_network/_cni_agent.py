@@ -244,8 +244,8 @@ class Config:
         self.nomad_token_file = str(conf.get("nomadTokenFile") or "")
         self.nomad_ca_file = str(conf.get("nomadCACert") or "")
         if self.identity not in net.IDENTITY_SOURCES:
-            raise PluginError(E_CONFIG, "identity must be one of %s, got %r" % (", ".join(net.IDENTITY_SOURCES),
-                                                                              self.identity))
+            raise PluginError(E_CONFIG, "identity must be one of %s, got %r"
+                              % (", ".join(net.IDENTITY_SOURCES), self.identity))
         # The agent's one WireGuard interface (sessions with underlay encryption): its name, UDP port, and how it
         # runs (kernel, userspace = wireguard-go, or auto: the kernel module where it loads, else wireguard-go).
         wg = conf.get("wireguard") or {}
@@ -257,7 +257,8 @@ class Config:
                               "interface name of at most 15 characters, got %r, %r" % (self.wg_mode, self.wg_interface))
         if self.identity == "nomad" and not self.agent_name:
             raise PluginError(E_CONFIG, "agentName (this agent's Nomad node name) must be set in the backendai "
-                              "plugin's config: the overlay_agent role writes it")
+                              "plugin's config: the overlay_agent role writes it (re-run it; local agents made by an "
+                              "earlier release: recreate them with playbooks/local_agents.yml)")
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)

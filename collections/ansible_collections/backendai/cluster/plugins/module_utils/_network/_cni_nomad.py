@@ -17,7 +17,8 @@ Installed next to ``_cni_plugin.py``. At every ADD and CHECK on a Nomad client t
 Both need ``read-job`` in the allocation's namespace (``Alloc.GetAlloc`` checks
 ``acl.NamespaceCapabilityReadJob``, ``Job.Allocations`` ``AllowNsOp(..., NamespaceCapabilityReadJob)``),
 so the token's policy is ``namespace "*" { capabilities = ["read-job"] }`` (or the sessions' namespaces
-only). An allocation is *live* while Nomad wants it running (``DesiredStatus`` ``run``) and its client
+only). Without it ``Alloc.GetAlloc`` answers as for an unknown allocation (``NewErrUnknownAllocation``: 404), and
+``Job.Allocations`` 403. An allocation is *live* while Nomad wants it running (``DesiredStatus`` ``run``) and its client
 has not finished it (``ClientStatus`` ``pending`` or ``running``: Nomad's ``Allocation.ClientTerminalStatus``
 is the others).
 
@@ -183,8 +184,9 @@ def confirmed_identity(cfg: agent.Config, cni_args: t.Mapping[str, str], contain
                       "allocation as the container of its own ID" % (container_id[:64], alloc_id))
     nomad = NomadAgent(cfg)
     alloc = nomad.get_json("/v1/allocation/" + alloc_id, "allocation %s" % alloc_id)
-    if not isinstance(alloc, dict):
-        raise _refuse("the local Nomad agent knows no allocation %s" % alloc_id)
+    if not isinstance(alloc, dict):  # Alloc.GetAlloc answers a token without read-job as if it did not exist
+        raise _refuse("the local Nomad agent knows no allocation %s (or the token in %s lacks read-job in its "
+                      "namespace)" % (alloc_id, cfg.nomad_token_file or "(no token file)"))
     identity = (str(alloc.get("Namespace") or ""), str(alloc.get("JobID") or ""), str(alloc.get("TaskGroup") or ""))
     where = "allocation %s (job %r, group %r in namespace %r)" % ((alloc_id,) + identity[1:] + identity[:1])
     if alloc.get("ID") != alloc_id:
@@ -192,8 +194,8 @@ def confirmed_identity(cfg: agent.Config, cni_args: t.Mapping[str, str], contain
     if alloc.get("NodeName") != cfg.agent_name:
         raise _refuse("%s runs on node %r, not on this agent (%r)" % (where, alloc.get("NodeName"), cfg.agent_name))
     if not live(alloc):
-        raise _refuse("%s is not live (desired %s, client %s)" % (where, alloc.get("DesiredStatus"),
-                                                                    alloc.get("ClientStatus")))
+        raise _refuse("%s is not live (desired %s, client %s)"
+                      % (where, alloc.get("DesiredStatus"), alloc.get("ClientStatus")))
     return identity, nomad
 
 

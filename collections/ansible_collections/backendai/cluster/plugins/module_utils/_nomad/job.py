@@ -155,8 +155,8 @@ def _templates(plan: SessionPlan, service: str) -> t.List[t.Dict[str, t.Any]]:
 
 def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t.Optional[bytes],
            namespace: str, templates: t.Sequence[t.Mapping[str, t.Any]], service: str) -> t.Dict[str, t.Any]:
-    """One container's task group (``key``: the signing key of its agent, None: unsigned). Made once per job: ``templates`` (:func:`_templates`, copied per group) and
-    ``service`` (:func:`service_name`)."""
+    """One container's task group (``key``: the signing key of its agent, None: unsigned). Made once per job:
+    ``templates`` (:func:`_templates`, copied per group) and ``service`` (:func:`service_name`)."""
     spec = plan.spec
     network: t.Dict[str, t.Any] = {"Mode": plan.network_mode, "Hostname": container.hostname,
                                    "CNI": {"Args": group_args(net, key, namespace, spec.name, container.hostname)}}

@@ -5,8 +5,9 @@
 Every group of a session is ``network { mode = "cni/backendai" }`` with ``cni { args = {...} }``
 = ``_session_network.job_args(key, namespace, job, group, params)``, every value written out in
 every group, ``key`` being the signing key of the agent the group is pinned to
-(``_session_network.signing_key(cluster_key, agent)``: that agent's plugin admits it, no other). Nomad's client passes a group's ``cni { args }`` to the plugins as the job has them,
-not interpolated: ``client/allocrunner/networking_cni.go`` (``Setup``: ``addCustomCNIArgs`` reads
+(``_session_network.signing_key(cluster_key, agent)``: that agent's plugin admits it, no other).
+Nomad's client passes a group's ``cni { args }`` to the plugins as the job has them, not
+interpolated: ``client/allocrunner/networking_cni.go`` (``Setup``: ``addCustomCNIArgs`` reads
 ``alloc.Job.LookupTaskGroup(...).Networks``), while ``InterpolateNetworks`` in the network hook
 only feeds the hostname. So ``BAI_AGENTS`` cannot live once in job ``Meta``: a group would send
 ``${NOMAD_META_...}`` itself. A session's job therefore grows by about 5.3 bytes per agent in every

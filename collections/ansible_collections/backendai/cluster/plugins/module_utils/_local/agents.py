@@ -21,6 +21,7 @@ that the local backend needs. Every side effect is journaled before it is made (
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import hashlib
@@ -257,7 +258,7 @@ def wireguard_processes(interface: str) -> t.List[int]:
             except OSError:
                 continue
             if len(argv) >= 2 and os.path.basename(argv[0]) == b"wireguard-go" and argv[-2:] in (
-                    [interface.encode(), b""], [interface.encode()]) :
+                    [interface.encode(), b""], [interface.encode()]):
                 out.append(int(pid))
     return out
 
@@ -270,23 +271,16 @@ def remove_wireguard(interfaces: t.Mapping[str, str]) -> t.List[str]:
     for netns, name in interfaces.items():
         if os.path.exists(netns_path(netns)):
             run(["ip", "-n", netns, "link", "delete", name], check=False)
-        for _ in range(50):
-            pids = wireguard_processes(name)
-            if not pids:
-                break
-            for pid in pids:
-                try:
+        deadline = time.monotonic() + 1.0
+        while wireguard_processes(name) and time.monotonic() < deadline:
+            for pid in wireguard_processes(name):  # (SIGTERM: it removes its socket as it ends)
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.02)
-        else:
-            errors.append("wireguard-go of %s (pid %s) does not end" % (name, ", ".join(map(str, pids))))
-        sock = os.path.join(WIREGUARD_RUN_DIR, name + ".sock")
-        try:
-            os.unlink(sock)
-        except FileNotFoundError:
-            pass
+        if wireguard_processes(name):
+            errors.append("wireguard-go of %s (pid %s) does not end" % (name, ", ".join(map(str, wireguard_processes(name)))))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(WIREGUARD_RUN_DIR, name + ".sock"))
     return errors
 
 

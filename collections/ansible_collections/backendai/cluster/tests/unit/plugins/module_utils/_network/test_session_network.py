@@ -217,8 +217,8 @@ def test_bad_parameters_are_named(change, message):
 
 def test_records_behave_as_named_tuples():
     p = params()
-    assert p.session_id == p[0] == SID and p._fields == ("session_id", "vni", "subnet", "agents", "mtu",
-                                                                 "encryption", "wg_keys", "tunnel_prefix")
+    fields = ("session_id", "vni", "subnet", "agents", "mtu", "encryption", "wg_keys", "tunnel_prefix")
+    assert p.session_id == p[0] == SID and p._fields == fields
     assert p._replace(mtu=1400).mtu == 1400 and p._replace(mtu=1400)[:4] == p[:4]
     assert repr(p).startswith("NetworkParams(session_id='%s', vni=" % SID)
     assert p == net.NetworkParams(*p) and hash(p) == hash(tuple(p))

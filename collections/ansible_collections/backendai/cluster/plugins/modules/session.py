@@ -232,7 +232,7 @@ session:
     underlay_encryption:
       description:
         - How the session's VXLAN crosses the underlay between its agents - C(wireguard) (inside WireGuard), C(none)
-          (as it is - the spec's C(network.underlay_encryption: none), a session on one agent, or a job of an earlier release).
+          (as it is - the spec's network.underlay_encryption none, a session on one agent, or a job of an earlier release).
         - Nomad - from the job's C(BAI_ENC); empty when the job carries no session network args.
       type: str
       sample: wireguard

@@ -505,11 +505,21 @@ def wireguard_up(cfg: Config, st: t.Mapping[str, t.Any], sessions: t.Mapping[str
         record = {"interface": name, "mode": mode, "public_key": public, "port": cfg.wg_port}
         write_file(cfg.path("wireguard.json"), json_dumps(record))
         _set_peers(name, cfg.wg_port, [p for other in sessions.values() for p in other.get("wg_peers") or []])
-    if not isinstance(record, dict) or record.get("public_key") != st["wg_key"]:
+    elif not isinstance(record, dict):  # the interface is there, its record not (a state dir made anew): read it
+        record = {"interface": name, "mode": "kernel" if _kernel_link(name) else "userspace", "port": cfg.wg_port,
+                  "public_key": run(["wg", "show", name, "public-key"]).stdout.decode().strip()}
+        write_file(cfg.path("wireguard.json"), json_dumps(record))
+    if record.get("public_key") != st["wg_key"]:
         raise PluginError(E_CONFLICT, "this agent's WireGuard public key is not the one session %s was signed with "
                           "(was the cluster key changed after the session was made? recreate the session)" % st["sid"])
     run(["ip", "addr", "replace", "%s/48" % st["tunnel"], "dev", name, "nodad"])
     _set_peers(name, cfg.wg_port, st["wg_peers"])
+
+
+def _kernel_link(name: str) -> bool:
+    """Whether ``name`` is the kernel's WireGuard device (wireguard-go's is a ``tun``)."""
+    shown = json_loads(run(["ip", "-j", "-d", "link", "show", "dev", name]).stdout.decode() or "[]")
+    return bool(shown) and (shown[0].get("linkinfo") or {}).get("info_kind") == "wireguard"
 
 
 def _set_peers(name: str, port: int, peers: t.Sequence[t.Sequence[str]]) -> None:

@@ -8,7 +8,7 @@ What makes a session's network its own are the parameters each task group carrie
 ``network { cni { args = {...} } }``:
 
 =============  =========================================================================
-``BAI_V``      version of this format (``2``; the plugin also reads ``1``)
+``BAI_V``      version of this format (``3``; the plugin also reads ``2`` and ``1``)
 ``BAI_SID``    the session ID (a UUID, fresh for every create)
 ``BAI_VNI``    the session's VXLAN network identifier (claimed cluster-wide, see *slots*)
 ``BAI_NET``    the session's subnet (claimed with the VNI)
@@ -16,6 +16,9 @@ What makes a session's network its own are the parameters each task group carrie
                them (4 bytes each) in base64url without padding, version 1 joined dotted
                quads with ``,``
 ``BAI_MTU``    the MTU inside the session network
+``BAI_ENC``    version 3: how VXLAN crosses the underlay, ``wireguard`` or ``none`` (:data:`UNDERLAY_ENCRYPTIONS`)
+``BAI_WG``     with ``wireguard``: the agents' WireGuard public keys, plan order, packed (32 bytes each)
+``BAI_TUN``    with ``wireguard``: the cluster's tunnel prefix (a ULA /48 as 12 hex digits)
 ``BAI_MAC``    HMAC-SHA256, with the MAC key of the agent the group is pinned to (*keys* below),
                over all of the above and the allocation's namespace, job and group
 =============  =========================================================================
@@ -51,6 +54,13 @@ bytes per agent where version 1 wrote about 13. Its alphabet (``A-Z a-z 0-9 - _`
 or ``;``: the reference plugins parse ``CNI_ARGS`` with libcni's ``LoadArgs``, which refuses a
 pair holding a second ``=``. ``CNI_ARGS`` is one environment string of the plugin's process, which
 Linux caps at ``MAX_ARG_STRLEN`` (128 KiB): :func:`check_params` refuses more agents than fit.
+
+*Underlay encryption* (version 3, ``BAI_ENC=wireguard``, the default for sessions spanning agents): each agent
+has one WireGuard interface; its private key is :func:`wireguard_private_key` of its agent key, its tunnel address
+:func:`tunnel_address` (the cluster's /48 and 80 bits of a hash of its public key). The control node puts every
+agent's public key and the prefix into the args, so the plugin sets exactly the session's peers (public key, tunnel
+address as the only allowed IP, underlay address as endpoint) and runs the session's VXLAN between tunnel addresses
+over that interface. 48 bytes per agent instead of 5.3: :func:`max_agents` of an encrypted session is 2,688.
 
 Layout on an agent: the agent's position ``i`` in ``BAI_AGENTS`` gives it the ``i``-th disjoint
 block of the subnet for host-local IPAM; the block's first address is the bridge's (the

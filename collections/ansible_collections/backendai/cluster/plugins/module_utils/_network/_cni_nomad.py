@@ -62,10 +62,12 @@ def _address(addr: str) -> t.Tuple[str, str, int]:
     if not sep or scheme not in ("http", "https") or not host:
         raise PluginError(E_CONFIG, "nomadAddr must be http://HOST:PORT or https://HOST:PORT, got %r" % addr)
     if host.startswith("["):
-        name, _, port = host[1:].partition("]")
+        name, port = host[1:].partition("]")[::2]
         port = port[1:]
+    elif ":" in host:
+        name, port = host.rpartition(":")[::2]
     else:
-        name, _, port = host.rpartition(":") if ":" in host else (host, "", "")
+        name, port = host, ""
     if port and not (port.isdigit() and 0 < int(port) < 65536):
         raise PluginError(E_CONFIG, "nomadAddr %r has no valid port" % addr)
     return scheme, name, int(port or (443 if scheme == "https" else 80))

@@ -432,6 +432,37 @@ def test_forged_vxlan_from_a_host_on_the_underlay_never_arrives(world: World) ->
     assert control["sub2"] and control["sub3"], "the control packet was not delivered: the test proves nothing"
 
 
+def test_a_host_on_the_underlay_cannot_join_with_a_wireguard_of_its_own(world: World) -> None:
+    """The stranger runs WireGuard itself, with agent1's public key (public: it is in every job) as its peer,
+    agent2's tunnel address as its own, and sends B's VXLAN to agent1's tunnel address: agent1 never completes a
+    handshake with a key that is not a session peer's, and 0 frames arrive."""
+    w = world
+    p = _params(w, "sb")
+    one, two = (net.layout(p, w.agents[a]["underlay_ip"]) for a in ("agent1", "agent2"))
+    name = "baiwgx" + w.tag
+    key = subprocess.run(["wg", "genkey"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["ip", "netns", "exec", w.stranger, "wireguard-go", name], capture_output=True, check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", w.stranger, "wg", "set", name, "private-key", "/dev/stdin", "peer",
+                        one.wg_key, "allowed-ips", one.tunnel + "/128", "endpoint",
+                        "%s:%d" % (w.agents["agent1"]["underlay_ip"], net.WIREGUARD_PORT)],
+                       input=key + "\n", text=True, check=True)
+        subprocess.run(["ip", "-n", w.stranger, "-batch", "-"], text=True, check=True,
+                       input="addr add %s/48 dev %s nodad\nlink set %s up\n" % (two.tunnel, name, name))
+        got = _forge_and_listen(w, lambda host, agent, pkt: _sender(w.stranger, SEND, pkt.hex(), one.tunnel),
+                                ("main1", "sub1"))
+        assert got == {h: [] for h in got}, "VXLAN through the stranger's own WireGuard reached B: %s" % got
+        shakes = subprocess.run(["ip", "netns", "exec", w.stranger, "wg", "show", name, "latest-handshakes"],
+                                capture_output=True, text=True, check=True).stdout.split()
+        assert shakes == [one.wg_key, "0"], shakes  # agent1 answered no handshake
+    finally:
+        subprocess.run(["ip", "-n", w.stranger, "link", "del", name], capture_output=True, check=False)
+        for _ in range(100):
+            if not local_agents.wireguard_processes(name):
+                break
+            __import__("time").sleep(0.02)
+
+
 CAPTURE = """
 import json, socket, struct, sys, time
 marker, seconds = sys.argv[1].encode(), float(sys.argv[2])

@@ -13,7 +13,8 @@ playbooks, which run it as a script::
 
 Two complementary checks, both reported by :func:`leaks`:
 
-* the **snapshot diff** (:func:`snapshot` before, again after): network namespaces and links of any kind
+* the **snapshot diff** (:func:`snapshot` before, again after): wireguard-go processes and UAPI sockets
+  (``/var/run/wireguard``, shared by every namespace) that appeared, network namespaces and links of any kind
   (veth, bridge, vxlan, dummy...) that appeared, addresses added to links that were there, every line of
   ``iptables-save`` in every table (filter, nat, mangle, raw, security) added or removed (packet counters
   ignored), the forwarding/route_localnet/bridge-netfilter sysctls changed, session state under
@@ -57,6 +58,8 @@ SYSCTLS = ("net/ipv4/ip_forward", "net/ipv4/conf/all/forwarding", "net/ipv4/conf
            "net/ipv4/conf/all/route_localnet", "net/ipv4/conf/default/route_localnet",
            "net/ipv6/conf/all/forwarding", "net/bridge/bridge-nf-call-iptables")
 RUN_ROOTS = ("/run/backendai-cluster", "/run/backendai-cluster-mounts")
+#: wireguard-go's UAPI sockets (one directory for every network namespace: ``<interface>.sock``)
+WIREGUARD_RUN = "/var/run/wireguard"
 #: what under RUN_ROOTS belongs to a session (the rest is the session network plugin's installation)
 RUN_SESSION_PARTS = ("slots", "ipam", "containers", "sessions")
 #: how the local containers' cgroups are named at the top of each cgroup hierarchy (then the container's
@@ -218,10 +221,25 @@ def processes() -> t.Dict[str, t.Dict[str, t.Any]]:
     return out
 
 
+def wireguard_sockets() -> t.List[str]:
+    """The interfaces with a wireguard-go UAPI socket (in any network namespace)."""
+    try:
+        return sorted(n[:-len(".sock")] for n in os.listdir(WIREGUARD_RUN) if n.endswith(".sock"))
+    except FileNotFoundError:
+        return []
+
+
+def _wireguard_go(proc: t.Mapping[str, t.Any]) -> str:
+    """The interface a wireguard-go process serves ('' for any other process)."""
+    argv = str(proc["cmd"]).split()
+    return argv[-1] if len(argv) >= 2 and os.path.basename(argv[0]) == "wireguard-go" else ""
+
+
 def snapshot() -> Snapshot:
     """Everything :func:`leaks` compares (JSON-serialisable)."""
     return {"netns": netns(), "links": links(), "iptables": iptables(), "sysctls": sysctls(), "run": run_state(),
-            "processes": processes(), "host_netns": _inode("/proc/self/ns/net"), "cgroups": cgroups()}
+            "processes": processes(), "host_netns": _inode("/proc/self/ns/net"), "cgroups": cgroups(),
+            "wireguard": wireguard_sockets()}
 
 
 # ------------------------------------------------------------------ what sessions and agents made
@@ -231,7 +249,8 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
     """What the sessions (``names`` under ``sessions_root``, or all of them) and the local agents under
     ``agents_root`` made, read from their state directories and this machine before they are destroyed."""
     rec: Record = {"dirs": [], "session_ids": [], "netns": [], "links": [], "subnets": [],
-                   "addresses": [], "pids": [], "ports": [], "chains": [], "conflists": [], "names": [], "cgroups": []}
+                   "addresses": [], "pids": [], "ports": [], "chains": [], "conflists": [], "names": [], "cgroups": [],
+                   "wireguard": []}
     session_dirs = []
     if sessions_root:
         root = os.path.abspath(sessions_root)
@@ -271,6 +290,8 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
             for e in _journal(os.path.join(d, "journal")):
                 if e.get("op") == "netns":
                     rec["netns"] += list(e.get("names") or [])
+                elif e.get("op") == "wireguard":  # each agent's WireGuard interface (and its wireguard-go)
+                    rec["wireguard"] += list((e.get("interfaces") or {}).values())
             rec["conflists"] += glob.glob(os.path.join(d, "cni", "*", "*.conflist"))
     # a container's cgroups are named after its namespace: also those of a creator killed before recording them
     rec["cgroups"] += [os.path.join(m, CGROUP_PREFIX + n) for m in cgroup_mounts() for n in rec["netns"]]
@@ -313,6 +334,10 @@ def _diff(before: Snapshot, after: Snapshot) -> t.List[str]:
              if before["sysctls"].get(k, v) != v]
     left += ["session state %s" % p for p in after["run"] if p not in before["run"]]
     left += ["cgroup %s" % d for d in after.get("cgroups", []) if d not in before.get("cgroups", [])]
+    left += ["WireGuard UAPI socket %s/%s.sock" % (WIREGUARD_RUN, n) for n in after.get("wireguard", [])
+             if n not in before.get("wireguard", [])]
+    left += ["wireguard-go process %d (%s)" % (proc["pid"], _wireguard_go(proc)) for key, proc in after["processes"].items()
+             if _wireguard_go(proc) and key not in before["processes"]]
     known = {before["host_netns"]} | {i for i in before["netns"].values()} | {
         p["netns"] for p in before["processes"].values()}
     for key, proc in after["processes"].items():
@@ -347,6 +372,11 @@ def _from_record(rec: Record, now: Snapshot) -> t.List[str]:
                     _mentions(line, tokens) or any("session %s isolation" % n in line for n in rec["names"])
                     or any(re.search(r"--dports? (\S+,)?%d\b" % p, line) for p in rec["ports"])):
                 left.append("iptables -t %s rule %s" % (table, line))
+    for name in rec.get("wireguard", []):
+        if name in now.get("wireguard", []):
+            left.append("WireGuard UAPI socket %s/%s.sock" % (WIREGUARD_RUN, name))
+        left += ["wireguard-go process %d (%s)" % (proc["pid"], name) for proc in now["processes"].values()
+                 if _wireguard_go(proc) == name]
     for pid, start in rec["pids"]:
         if start is not None and _proc_starttime(pid) == start:
             left.append("process %d (recorded, still running)" % pid)

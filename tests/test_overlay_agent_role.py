@@ -140,7 +140,8 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
     with open(tmp_path / "cni" / "config" / "backendai.conflist", encoding="utf-8") as f:
         assert json.load(f) == static_conflist("192.0.2.10", str(agent_key), str(tmp_path / "state"), egress=True,
                                                uplinks=["eth9"], underlay_mtu=9000, agent_name="node-a",
-                                               nomad_token_file=str(token_file))
+                                               nomad_token_file=str(token_file),
+                                               wireguard_mode="kernel" if os.path.isdir("/sys/module/wireguard") else "userspace")
     shim = bin_dir / "backendai"
     assert stat.S_IMODE(os.stat(shim).st_mode) == 0o755
     assert shim.read_text() == SHIM % {"lib": str(tmp_path / "lib")}  # the local backend installs the same

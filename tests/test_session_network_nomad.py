@@ -179,7 +179,8 @@ def test_a_session_of_an_earlier_release_keeps_its_args_version(nomad: NomadAPID
         cni = group["Networks"][0]["CNI"]
         mine = group_key(job, group["Name"], key)
         params = admit(mine, parse_cni_args(nomad_cni_args(cni["Args"], "global", "default", name, group["Name"], "a"))).params
-        cni["Args"] = signed_args(mine, "default", name, group["Name"], params.args("1"))
+        plain = params._replace(encryption="none", wg_keys=(), tunnel_prefix="", mtu=1450)  # (before WireGuard)
+        cni["Args"] = signed_args(mine, "default", name, group["Name"], plain.args("1"))
     client = NomadClient(NomadConnection(nomad_addr=nomad.url, token=NOMAD_TOKEN))
     client.register_job({"Job": job})
     allocs = sorted(a["ID"] for a in nomad.allocations_of(name))
@@ -191,7 +192,7 @@ def test_a_session_of_an_earlier_release_keeps_its_args_version(nomad: NomadAPID
     assert {a.params.agents for a in admitted_groups(kept, key)} == {("192.168.60.1", "10.9.0.2")}
     fresh = run(session_module, args(nomad, "new", spec=spec("new", 2, cluster_mode="multi-node")))
     assert not fresh.get("failed"), fresh.get("msg")
-    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in nomad.stored_job("new")["TaskGroups"]} == {"2"}
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in nomad.stored_job("new")["TaskGroups"]} == {"3"}
 
 
 def test_a_missing_key_fails_before_anything_is_written(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:

@@ -147,3 +147,32 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
     shutil.rmtree(tmp_path / "sessions")
     shutil.rmtree(tmp_path / "agents")
     assert leaks.leaks(before, rec) == []
+
+
+def test_a_wireguard_go_left_behind_is_reported_by_snapshot_and_by_record(tmp_path: t.Any) -> None:
+    """A local agent's WireGuard interface whose namespace was deleted while its wireguard-go lived on (the process
+    keeps the namespace): the process and its UAPI socket are reported, from the snapshot diff and from the agents'
+    journal; once the process is ended, nothing is."""
+    ns, name = TAG + "-wg", TAG + "wg"
+    before = leaks.snapshot()
+    agents = tmp_path / "agents" / "local"
+    agents.mkdir(parents=True)
+    (agents / "journal").write_text(json.dumps({"op": "wireguard", "interfaces": {ns: name}}) + "\n")
+    sh("ip", "netns", "add", ns)
+    try:
+        sh("ip", "netns", "exec", ns, "wireguard-go", name)
+        sh("ip", "netns", "delete", ns)
+        rec = leaks.record(agents_root=str(tmp_path / "agents"))
+        left = leaks.leaks(before, rec)
+        assert "WireGuard UAPI socket /var/run/wireguard/%s.sock" % name in left, left
+        assert [x for x in left if x.startswith("wireguard-go process") and x.endswith("(%s)" % name)], left
+    finally:
+        sh("ip", "netns", "delete", ns, check=False)
+        for pid in [p["pid"] for p in leaks.processes().values() if leaks._wireguard_go(p) == name]:
+            os.kill(pid, 15)
+        for _ in range(100):
+            if not os.path.exists("/var/run/wireguard/%s.sock" % name):
+                break
+            __import__("time").sleep(0.05)
+    shutil.rmtree(agents)
+    assert not [x for x in leaks.leaks(before) if name in x]

@@ -3,8 +3,9 @@
 Three local agents (network namespaces on a private underlay of MTU 1400) carry a 6-container
 session that cannot fit on one of them, placed by the real planner through the local backend.
 Checked: the spread and per-agent LOCAL_RANK, ssh by hostname between every pair across agents,
-the session network's devices on each agent (the claimed VNI, flood entries to exactly the other
-agents, MTU 1350, the agent's address block), the DF bit and a 20 MB transfer without any
+the session network's devices on each agent (the claimed VNI, a VXLAN device between tunnel
+addresses over the agent's WireGuard interface, flood entries to exactly the other agents' tunnel
+addresses, MTU 1400 - 80 - 70, the agent's address block), the DF bit and a 20 MB transfer without any
 fragmentation on the underlay, isolation from a second session on the same agents, and that
 destroy (also after a creator killed half-way) leaves nothing on any agent.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import signal
@@ -26,16 +28,17 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local import ba
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._local import session as local_session
+from ansible_collections.backendai.cluster.plugins.module_utils._local.network import wireguard_interface
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
-from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair, wireguard_peers
 
 from conftest import PROBE
 
 UNDERLAY_MTU = 1400
-OVERLAY_MTU = UNDERLAY_MTU - 50
+OVERLAY_MTU = UNDERLAY_MTU - 80 - 70  # WireGuard (IPv6 outer), then VXLAN over the IPv6 tunnel addresses
 HOSTS = ["main1", "sub1", "sub2", "sub3", "sub4", "sub5"]
 AGENT_OF = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2", "sub4": "agent3", "sub5": "agent3"}
 
@@ -52,6 +55,7 @@ class Fabric:
         self.root = root
         self.agents = agents
         self.netns = {a["name"]: a["local"]["netns"] for a in agents}
+        self.state_dir = os.path.join(root, "local")
 
     def ip(self, agent: str, *args: str) -> t.Any:
         out = subprocess.run(["ip", "-n", self.netns[agent], "-j", "-d"] + list(args), capture_output=True, text=True,
@@ -76,8 +80,8 @@ class Fabric:
     def conflists(self) -> list[str]:
         return sorted(f for a in self.agents for f in os.listdir(a["local"]["cni_config_dir"]))
 
-    def iptables(self, agent: str) -> list[str]:
-        out = subprocess.run(["ip", "netns", "exec", self.netns[agent], "iptables-save"], capture_output=True,
+    def iptables(self, agent: str, family: str = "iptables") -> list[str]:
+        out = subprocess.run(["ip", "netns", "exec", self.netns[agent], family + "-save"], capture_output=True,
                              text=True, check=True).stdout
         return [line for line in out.splitlines() if line.startswith((":", "-A"))]
 
@@ -95,7 +99,8 @@ class Fabric:
             except OSError:
                 pass
         return {"links": {a: sorted(self.links(a)) for a in self.netns}, "conflists": self.conflists(), "processes": procs,
-                "iptables": {a: self.iptables(a) for a in self.netns}, "sessions": self.sessions_on_agents()}
+                "iptables": {a: self.iptables(a) + self.iptables(a, "ip6tables") for a in self.netns},
+                "sessions": self.sessions_on_agents()}
 
     def assert_bare(self) -> None:
         """No session left on any agent: only lo and eth0, the one static CNI config, no rule of the plugin,
@@ -191,12 +196,20 @@ def test_overlay_devices_addresses_and_mtu(mn: Live, fabric: Fabric) -> None:
         links = fabric.links(agent)
         vx = links[vxlan]
         assert vx["linkinfo"]["info_data"]["id"] == mn.info["vni"] >= net.VNI_BASE
-        assert vx["linkinfo"]["info_data"]["local"] == underlay[agent]
-        assert vx["mtu"] == OVERLAY_MTU and links[vx["master"]]["mtu"] == OVERLAY_MTU
-        assert fabric.flood(agent, vxlan) == sorted(ip for a, ip in underlay.items() if a != agent)
         order = [underlay[a] for a in dict.fromkeys(AGENT_OF.values())]
-        params = net.NetworkParams(mn.info["session_id"], mn.info["vni"], mn.info["subnet"], tuple(order), OVERLAY_MTU)
+        prefix, keys = wireguard_peers(net.read_key(os.path.join(fabric.state_dir, "network.key")),
+                                       list(dict.fromkeys(AGENT_OF.values())))
+        params = net.NetworkParams(mn.info["session_id"], mn.info["vni"], mn.info["subnet"], tuple(order), OVERLAY_MTU,
+                                   "wireguard", keys, prefix)
         lay = net.layout(params, underlay[agent])
+        # session VXLAN runs between tunnel addresses over the agent's WireGuard interface, never the underlay's
+        wg = wireguard_interface(fabric.state_dir, agent)
+        assert mn.info["underlay_encryption"] == "wireguard"
+        assert ipaddress.IPv6Address(vx["linkinfo"]["info_data"]["local6"]) == ipaddress.IPv6Address(lay.tunnel)
+        assert links[wg]["mtu"] == UNDERLAY_MTU - net.WIREGUARD_OVERHEAD
+        assert vx["mtu"] == OVERLAY_MTU and links[vx["master"]]["mtu"] == OVERLAY_MTU
+        assert sorted(map(ipaddress.IPv6Address, fabric.flood(agent, vxlan))) == sorted(
+            ipaddress.IPv6Address(tun) for _key, tun, _ul in lay.wg_peers)
         lo, hi = (int.from_bytes(bytes(map(int, ip.split("."))), "big") for ip in (lay.range_start, lay.range_end))
         for host, c in mn.by_host.items():
             if AGENT_OF[host] == agent:

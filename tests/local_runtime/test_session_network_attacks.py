@@ -31,6 +31,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local import ne
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import Attachment, cni_add, cni_del
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import wireguard_peers
 
 from conftest import PROBE, make_session
 
@@ -59,10 +60,40 @@ print(__import__("json").dumps(got), flush=True)
 """
 SEND = """
 import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for dst in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET6 if ":" in dst else socket.AF_INET, socket.SOCK_DGRAM)
     for _ in range(3):
         s.sendto(bytes.fromhex(sys.argv[1]), (dst, 4789))
+print("sent")
+"""
+#: Raw IPv4 with any source address (the underlay attacker spoofing an agent): argv = src, dst, hex UDP payload.
+SEND_SPOOFED = """
+import socket, struct, sys
+src, dst, payload = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+udp = struct.pack("!HHHH", 4789, 4789, 8 + len(payload), 0) + payload
+ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 7, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton(dst))
+for _ in range(3):
+    s.sendto(ip + udp, (dst, 0))
+print("sent")
+"""
+#: A raw Ethernet frame on the underlay (AF_PACKET): IPv6/UDP VXLAN from a spoofed tunnel address straight to an
+#: agent's MAC, as if it had come out of WireGuard. argv = ifname, dst MAC, src6, dst6, hex VXLAN payload.
+SEND_FRAME6 = """
+import socket, struct, sys
+ifname, mac, src, dst, payload = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], bytes.fromhex(sys.argv[5])
+s6, d6 = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst)
+udp = struct.pack("!HHHH", 4789, 4789, 8 + len(payload), 0) + payload
+pseudo = s6 + d6 + struct.pack("!I3xB", len(udp), 17)
+data = pseudo + udp + (b"\\0" if len(udp) % 2 else b"")
+c = sum(struct.unpack("!%dH" % (len(data) // 2), data)); c = (c >> 16) + (c & 0xFFFF); c = ~(c + (c >> 16)) & 0xFFFF
+udp = udp[:6] + struct.pack("!H", c or 0xFFFF) + udp[8:]
+ip6 = struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + s6 + d6
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((ifname, 0))
+frame = bytes.fromhex(mac.replace(":", "")) + bytes.fromhex("02aabbccddee") + b"\\x86\\xdd" + ip6 + udp
+for _ in range(3):
+    s.send(frame)
 print("sent")
 """
 
@@ -211,10 +242,18 @@ def _key(w: World, agent: str) -> bytes:
 
 
 def _params(w: World, session: str) -> net.NetworkParams:
+    """The session's parameters as the control node signed them (underlay encryption on: args version 3)."""
     info = w.sessions[session]
     order = list(dict.fromkeys(c["agent"] for c in info["containers"]))
+    prefix, keys = wireguard_peers(net.read_key(os.path.join(w.fabric, "network.key")), order)
     return net.NetworkParams(info["session_id"], info["vni"], info["subnet"],
-                             tuple(w.agents[a]["underlay_ip"] for a in order), 1450)
+                             tuple(w.agents[a]["underlay_ip"] for a in order), 1500 - 150, "wireguard", keys, prefix)
+
+
+def _tunnel(w: World, agent: str) -> str:
+    """``agent``'s tunnel address (where B's VXLAN to it goes, inside WireGuard)."""
+    p = _params(w, "sb")
+    return net.layout(p, w.agents[agent]["underlay_ip"]).tunnel
 
 
 KILLED_AT_RENAME = """
@@ -336,40 +375,188 @@ def test_check_re_admits_and_finds_the_links(world: World) -> None:
 
 # ---------------------------------------------------------------------------- 2. and 3. forged VXLAN
 
-def _forge_and_listen(w: World, senders: list[tuple[str, list[str]]]) -> dict[str, list[list[str]]]:
-    """Send B's-VNI packets to each B container through its agent from every sender; what each B container got."""
+def _forge_and_listen(w: World, send: t.Callable[[str, str, bytes], None],
+                      targets: t.Sequence[str] = ("main1", "sub1", "sub2", "sub3")) -> dict[str, list[list[str]]]:
+    """Forge B's-VNI frames to each B container in ``targets``, sent by ``send(host, its agent, VXLAN payload)``;
+    what each B container got."""
     vni = w.sessions["sb"]["vni"]
-    targets = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2"}
+    agent_of = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2"}
     listeners = {h: Listener(w.netns("sb", h), "udp", 9999, 3.0) for h in targets}
-    for sender_ns, via in senders:
-        for host, agent in targets.items():
-            if w.agents[agent]["underlay_ip"] not in via:
-                continue
-            pkt = vxlan_packet(vni, w.mac(w.netns("sb", host)), w.addr("sb", "sub3" if host != "sub3" else "sub2"),
-                               w.addr("sb", host), 9999, "forged:" + sender_ns)
-            p = ns_python(sender_ns, SEND, pkt.hex(), w.agents[agent]["underlay_ip"])
-            assert p.returncode == 0, p.stderr
+    for host in targets:
+        pkt = vxlan_packet(vni, w.mac(w.netns("sb", host)), w.addr("sb", "sub3" if host != "sub3" else "sub2"),
+                           w.addr("sb", host), 9999, "forged")
+        send(host, agent_of[host], pkt)
     return {h: lis.result() for h, lis in listeners.items()}
+
+
+def _sender(netns: str, code: str, *args: str) -> None:
+    p = ns_python(netns, code, *args)
+    assert p.returncode == 0, p.stderr
+
+
+def _through_wireguard(w: World, sender: str) -> t.Callable[[str, str, bytes], None]:
+    """The control: the agent ``sender`` of B sends to the other agent's tunnel address, i.e. inside WireGuard."""
+    return lambda host, agent, pkt: _sender(w.agents[sender]["netns"], SEND, pkt.hex(), _tunnel(w, agent))
 
 
 def test_forged_vxlan_from_another_sessions_containers_never_arrives(world: World) -> None:
     w = world
-    b_agents = [w.agents[a]["underlay_ip"] for a in ("agent1", "agent2")]
-    senders = [(w.netns("sa", "main1"), b_agents),  # on an agent of B
-               (w.netns("sa", "sub1"), b_agents)]   # on an agent that is not B's
-    got = _forge_and_listen(w, senders)
-    assert got == {h: [] for h in got}, "forged VXLAN reached B: %s" % got
-    # control: the same packets from one of B's agents (agent2 -> B's containers on agent1) are delivered
-    control = _forge_and_listen(w, [(w.agents["agent2"]["netns"], [w.agents["agent1"]["underlay_ip"]])])
+    for sender in ("main1", "sub1"):  # A's main1 is on an agent of B (agent1), A's sub1 on one that is not (agent3)
+        got = _forge_and_listen(w, lambda host, agent, pkt: _sender(w.netns("sa", sender), SEND, pkt.hex(),
+                                                                    w.agents[agent]["underlay_ip"]))
+        assert got == {h: [] for h in got}, "forged VXLAN from A's %s reached B: %s" % (sender, got)
+    # control: the same packets from one of B's agents (agent2 -> B's containers on agent1), through WireGuard
+    control = _forge_and_listen(w, _through_wireguard(w, "agent2"), ("main1", "sub1"))
     assert control["main1"] and control["sub1"], "the control packet was not delivered: the test proves nothing"
 
 
 def test_forged_vxlan_from_a_host_on_the_underlay_never_arrives(world: World) -> None:
+    """The stranger on the underlay knows B's VNI, agents, MACs and addresses: plain VXLAN to B's agents, VXLAN with
+    another agent of B as its outer source (raw socket), and IPv6 VXLAN from another agent's tunnel address to an
+    agent's tunnel address put on the wire as an Ethernet frame to the agent (as if it had left WireGuard): 0 frames
+    reach B's containers. Only what arrives through WireGuard (authenticated by the peer's key) is delivered."""
     w = world
-    got = _forge_and_listen(w, [(w.stranger, [w.agents[a]["underlay_ip"] for a in ("agent1", "agent2")])])
-    assert got == {h: [] for h in got}, "forged VXLAN from the underlay reached B: %s" % got
-    control = _forge_and_listen(w, [(w.agents["agent1"]["netns"], [w.agents["agent2"]["underlay_ip"]])])
+    other = {"agent1": "agent2", "agent2": "agent1"}
+    attacks = {
+        "plain": lambda host, agent, pkt: _sender(w.stranger, SEND, pkt.hex(), w.agents[agent]["underlay_ip"]),
+        "spoofed outer source": lambda host, agent, pkt: _sender(
+            w.stranger, SEND_SPOOFED, w.agents[other[agent]]["underlay_ip"], w.agents[agent]["underlay_ip"], pkt.hex()),
+        "spoofed tunnel address": lambda host, agent, pkt: _sender(
+            w.stranger, SEND_FRAME6, "eth0", w.mac(w.agents[agent]["netns"]), _tunnel(w, other[agent]),
+            _tunnel(w, agent), pkt.hex()),
+    }
+    for what, send in attacks.items():
+        got = _forge_and_listen(w, send)
+        assert got == {h: [] for h in got}, "%s VXLAN from the underlay reached B: %s" % (what, got)
+    control = _forge_and_listen(w, _through_wireguard(w, "agent1"), ("sub2", "sub3"))
     assert control["sub2"] and control["sub3"], "the control packet was not delivered: the test proves nothing"
+
+
+def test_a_host_on_the_underlay_cannot_join_with_a_wireguard_of_its_own(world: World) -> None:
+    """The stranger runs WireGuard itself, with agent1's public key (public: it is in every job) as its peer,
+    agent2's tunnel address as its own, and sends B's VXLAN to agent1's tunnel address: agent1 never completes a
+    handshake with a key that is not a session peer's, and 0 frames arrive."""
+    w = world
+    p = _params(w, "sb")
+    one, two = (net.layout(p, w.agents[a]["underlay_ip"]) for a in ("agent1", "agent2"))
+    name = "baiwgx" + w.tag
+    key = subprocess.run(["wg", "genkey"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["ip", "netns", "exec", w.stranger, "wireguard-go", name], capture_output=True, check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", w.stranger, "wg", "set", name, "private-key", "/dev/stdin", "peer",
+                        one.wg_key, "allowed-ips", one.tunnel + "/128", "endpoint",
+                        "%s:%d" % (w.agents["agent1"]["underlay_ip"], net.WIREGUARD_PORT)],
+                       input=key + "\n", text=True, check=True)
+        subprocess.run(["ip", "-n", w.stranger, "-batch", "-"], text=True, check=True,
+                       input="addr add %s/48 dev %s nodad\nlink set %s up\n" % (two.tunnel, name, name))
+        got = _forge_and_listen(w, lambda host, agent, pkt: _sender(w.stranger, SEND, pkt.hex(), one.tunnel),
+                                ("main1", "sub1"))
+        assert got == {h: [] for h in got}, "VXLAN through the stranger's own WireGuard reached B: %s" % got
+        shakes = subprocess.run(["ip", "netns", "exec", w.stranger, "wg", "show", name, "latest-handshakes"],
+                                capture_output=True, text=True, check=True).stdout.split()
+        assert shakes == [one.wg_key, "0"], shakes  # agent1 answered no handshake
+    finally:
+        subprocess.run(["ip", "-n", w.stranger, "link", "del", name], capture_output=True, check=False)
+        for _ in range(100):
+            if not local_agents.wireguard_processes(name):
+                break
+            __import__("time").sleep(0.02)
+
+
+CAPTURE = """
+import json, socket, struct, sys, time
+marker, seconds = sys.argv[1].encode(), float(sys.argv[2])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))  # ETH_P_ALL, every interface of the netns
+s.settimeout(0.2)
+print("ready", flush=True)
+seen, kinds, frames, end = False, set(), 0, time.time() + seconds
+while time.time() < end:
+    try:
+        frame = s.recv(65535)
+    except socket.timeout:
+        continue
+    frames += 1
+    seen = seen or marker in frame
+    if frame[12:14] == b"\\x08\\x00":
+        ihl = (frame[14] & 15) * 4
+        src, dst, proto = socket.inet_ntoa(frame[26:30]), socket.inet_ntoa(frame[30:34]), frame[23]
+        sport, dport = struct.unpack("!HH", frame[14 + ihl:18 + ihl]) if proto in (6, 17) else (0, 0)
+        kinds.add("%d %s:%d>%s:%d" % (proto, src, sport, dst, dport))
+    elif frame[12:14] == b"\\x86\\xdd" and frame[20] == 17:
+        kinds.add("udp6 >%d" % struct.unpack("!H", frame[56:58])[0])
+print(json.dumps({"marker": seen, "frames": frames, "kinds": sorted(kinds)}), flush=True)
+"""
+EXCHANGE = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(20):
+    s.sendto(sys.argv[2].encode() * 8, (sys.argv[1], 9999)); time.sleep(0.02)
+print("sent")
+"""
+
+
+def _capture(w: World, marker: str, exchange: t.Callable[[], None]) -> dict[str, t.Any]:
+    underlay = local_agents.namespaces(w.fabric, [])[""]
+    cap = subprocess.Popen(["nsenter", "--net=/run/netns/" + underlay, "--", sys.executable, "-c", CAPTURE, marker,
+                            "2.5"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert cap.stdout is not None and cap.stdout.readline().strip() == "ready"
+        exchange()
+        out, _ = cap.communicate(timeout=30)
+    finally:
+        if cap.poll() is None:
+            cap.kill()
+            cap.wait()
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_the_underlay_sees_only_wireguard_between_agents(world: World) -> None:
+    """A capture of every frame on the underlay while B's main1 (agent1) sends a marker to B's sub2 (agent2): the
+    marker never appears; what crosses is UDP between the agents' WireGuard ports, no VXLAN."""
+    w = world
+    marker = "MARKER-" + uuid.uuid4().hex[:12]
+    lis = Listener(w.netns("sb", "sub2"), "udp", 9999, 3.0)
+    got = _capture(w, marker, lambda: _sender(w.netns("sb", "main1"), EXCHANGE, w.addr("sb", "sub2"), marker))
+    received = lis.result()
+    assert received and all(marker in data for data, _peer in received), "the marker did not cross: proves nothing"
+    assert not got["marker"], "the marker crossed the underlay in plaintext"
+    underlay_ips = {a["underlay_ip"] for a in w.agents.values()}
+    ipv4 = [k for k in got["kinds"] if not k.startswith("udp6")]
+    assert ipv4 and all(k.startswith("17 ") for k in ipv4), got["kinds"]
+    for kind in ipv4:
+        src, dst = kind.split()[1].split(">")
+        assert {src.split(":")[0], dst.split(":")[0]} <= underlay_ips, kind
+        assert src.split(":")[1] == dst.split(":")[1] == str(net.WIREGUARD_PORT), kind
+    assert not [k for k in got["kinds"] if k.endswith(">4789")], got["kinds"]
+    # control: the same capture sees a marker sent in plaintext on the underlay
+    plain = _capture(w, marker, lambda: _sender(w.stranger, EXCHANGE, w.agents["agent1"]["underlay_ip"], marker))
+    assert plain["marker"], "the capture does not see the underlay: the test proves nothing"
+
+
+def test_a_killed_wireguard_go_makes_the_session_degraded_with_the_reason(world: World) -> None:
+    """wireguard-go of agent3 (session A's only) is killed: the interface goes with it, A is DEGRADED naming it,
+    CHECK of A's container there fails; recreating A (what ``state: present`` does) makes the interface again."""
+    w = world
+    wg = lnet.wireguard_interface(w.fabric, "agent3")
+    pids = [p for p in local_agents.wireguard_processes(wg)]
+    assert pids, "agent3 runs no wireguard-go for %s" % wg
+    assert rt.session_status("sa", w.state_root)["state"] == "RUNNING"
+    for pid in pids:
+        os.kill(pid, 9)
+    for _ in range(100):
+        if subprocess.run(["ip", "-n", w.agents["agent3"]["netns"], "link", "show", wg], capture_output=True).returncode:
+            break
+        __import__("time").sleep(0.05)
+    st = rt.session_status("sa", w.state_root)
+    assert st["state"] == "DEGRADED", st["state"]
+    failed = {c["hostname"]: c["reason"] for c in st["containers"] if c["state"] == "failed"}
+    assert sorted(failed) == ["sub1", "sub2"] and all("WireGuard interface %s of agent agent3 is gone" % wg in r
+                                                      for r in failed.values()), failed
+    assert rt.session_status("sb", w.state_root)["state"] == "RUNNING"  # B has no container on agent3
+    rt.destroy_session("sa", w.state_root)
+    w.session("sa", {"main1": "agent1", "sub1": "agent3", "sub2": "agent3"})
+    assert rt.session_status("sa", w.state_root)["state"] == "RUNNING" and local_agents.wireguard_processes(wg)
+    assert _probe(w.netns("sa", "sub1"), w.addr("sa", "main1")) == "open"
 
 
 # ---------------------------------------------------------------------------- 4. reachability

@@ -6,7 +6,8 @@
 * every container's environment (ssh shell and its command's own): multi-node mode, global ranks,
   and LOCAL_RANK counting the session's containers on the same agent;
 * ``ssh <host>`` works between every pair of containers, across agents, by hostname;
-* the overlay: a VXLAN device on every agent flooding to the other two, MTU = underlay - 50 on every
+* the overlay: a VXLAN device on every agent flooding to the other two agents' tunnel addresses inside
+  WireGuard (the agent's wireguard-go interface holds exactly the other two as peers), MTU = underlay - 80 - 70 on every
   container interface, a full-size datagram with the DF bit crosses agents, a 20 MB transfer over ssh
   arrives intact and no VXLAN packet is fragmented on the underlay;
 * the second session on the same agents reaches none of this one's containers, nor they its.
@@ -79,15 +80,21 @@ def test_ssh_between_every_pair_of_containers_across_agents(session: Session) ->
 
 def test_overlay_on_every_agent(session: Session, agents: t.Sequence[t.Mapping[str, t.Any]]) -> None:
     underlay = {a["name"]: a["local"]["underlay_ip"] for a in agents}
-    mtu = agents[0]["local"]["underlay_mtu"] - 50
+    mtu = agents[0]["local"]["underlay_mtu"] - 80 - 70  # WireGuard over IPv6 80, VXLAN over IPv6 70
+    assert session.info["underlay_encryption"] == "wireguard"
     for name, ns in agent_ns(agents).items():
         (vx,) = json.loads(subprocess.run(["ip", "-n", ns, "-d", "-j", "link", "show", session.info["vxlan"]],
                                           capture_output=True, text=True, check=True).stdout)
-        assert vx["mtu"] == mtu and vx["linkinfo"]["info_data"]["local"] == underlay[name]
+        assert vx["mtu"] == mtu and "local6" in vx["linkinfo"]["info_data"]  # between tunnel addresses
+        wg = session.info["agents"][name]["wireguard"]
+        endpoints = subprocess.run(["ip", "netns", "exec", ns, "wg", "show", wg, "endpoints"], capture_output=True,
+                                   text=True, check=True).stdout.split()
+        assert sorted(e.rpartition(":")[0] for e in endpoints[1::2]) == sorted(
+            ip for a, ip in underlay.items() if a != name)
         fdb = json.loads(subprocess.run(["bridge", "-n", ns, "-j", "fdb", "show", "dev", session.info["vxlan"]],
                                         capture_output=True, text=True, check=True).stdout)
         flood = sorted(e["dst"] for e in fdb if e["mac"] == "00:00:00:00:00:00")
-        assert flood == sorted(ip for a, ip in underlay.items() if a != name)
+        assert len(flood) == len(underlay) - 1 and all(d.startswith("fd") for d in flood), flood
         assert [f for f in os.listdir(a_conf(agents, name)) if f.endswith(".conflist")], "no CNI config on " + name
     for hostname in session.hosts:
         line = session.ssh(hostname, "ip -o link show eth0").stdout.decode()
@@ -128,7 +135,7 @@ def test_mtu_df_bit_and_20mb_transfer_between_agents(session: Session, agents: t
     assert session.agent[src] != session.agent[dst]
     namespaces = agent_ns(agents).values()
     before = [frag_creates(ns) for ns in namespaces]
-    biggest = agents[0]["local"]["underlay_mtu"] - 50 - 28  # IPv4 20 + UDP 8 inside the overlay MTU
+    biggest = agents[0]["local"]["underlay_mtu"] - 150 - 28  # IPv4 20 + UDP 8 inside the overlay MTU
     recv = subprocess.Popen(["nsenter", "-t", str(session.pid[dst]), "-n", "--", PY, "-c", DF_RECV],
                             stdout=subprocess.PIPE, text=True)
     try:

@@ -155,6 +155,17 @@ options:
             type: str
             choices: [auto]
             default: auto
+          underlay_encryption:
+            description:
+              - How a multi-node session's VXLAN crosses the underlay between its agents.
+              - V(wireguard) - only inside WireGuard between agents (each agent's one WireGuard interface, keys
+                derived from its agent key, the session's peers in its signed C(cni { args })). The underlay
+                sees only WireGuard packets, and a host on it cannot inject frames.
+              - V(none) - VXLAN over the underlay as it is, for an underlay that is encrypted already. The job's
+                C(BAI_ENC) and O(spec.network.underlay_encryption) in the session's view show which.
+            type: str
+            choices: [wireguard, none]
+            default: wireguard
       master_port:
         description: C(MASTER_PORT) of every container (torch's rendezvous port), 1 to 65535.
         type: int

@@ -126,6 +126,13 @@ sessions:
       description: Always C(cni/backendai) - the session's own network on every agent's one static CNI network.
       type: str
       sample: cni/backendai
+    underlay_encryption:
+      description:
+        - How the session's VXLAN crosses the underlay between its agents - C(wireguard) (inside WireGuard), C(none)
+          (as it is - the spec's network.underlay_encryption none, a session on one agent, or a job of an earlier release).
+        - Nomad - from the job's C(BAI_ENC); empty when the job carries no session network args.
+      type: str
+      sample: wireguard
     state_dir:
       description: The local session's state directory (logs, C(ssh_config)); empty before it exists.
       type: str

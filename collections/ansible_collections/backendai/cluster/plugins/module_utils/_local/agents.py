@@ -21,6 +21,7 @@ that the local backend needs. Every side effect is journaled before it is made (
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import hashlib
@@ -29,6 +30,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import time
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
@@ -222,6 +225,8 @@ def _build(state_dir: str, desired: t.Dict[str, t.Any], journal: Journal) -> Non
                  netns=ns[a["name"]])
         # inside the agent's own namespace (as the role sets it on a Nomad client): egress is routed
         run(["ip", "netns", "exec", ns[a["name"]], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+    # each agent's WireGuard interface, made by its plugin with the first encrypted session and removed here
+    journal.record("wireguard", interfaces={ns[n]: _local_network.wireguard_interface(state_dir, n) for n in names})
     _local_network.install(state_dir, [(a["name"], a["underlay_ip"], mtu) for a in desired["agents"]],
                            egress=True, uplinks=["eth0"], lock=False)  # _build runs under the fabric's lock
     write_file(os.path.join(state_dir, AGENTS_FILE), json.dumps(desired, indent=1, sort_keys=True), durable=True)
@@ -230,10 +235,52 @@ def _build(state_dir: str, desired: t.Dict[str, t.Any], journal: Journal) -> Non
 def _teardown(state_dir: str) -> t.List[str]:
     errors: t.List[str] = []
     for entry in reversed(Journal.replay(os.path.join(state_dir, "journal"))):
-        if entry["op"] == "netns":
+        if entry["op"] == "wireguard":
+            errors += remove_wireguard(entry["interfaces"])
+        elif entry["op"] == "netns":
             errors += delete_netns(entry["names"])
     if not errors:
         shutil.rmtree(state_dir, ignore_errors=True)
+    return errors
+
+
+WIREGUARD_RUN_DIR = "/var/run/wireguard"
+
+
+def wireguard_processes(interface: str) -> t.List[int]:
+    """The wireguard-go processes serving ``interface`` (its command line is ``wireguard-go <interface>``)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if len(argv) >= 2 and os.path.basename(argv[0]) == b"wireguard-go" and argv[-2:] in (
+                    [interface.encode(), b""], [interface.encode()]):
+                out.append(int(pid))
+    return out
+
+
+def remove_wireguard(interfaces: t.Mapping[str, str]) -> t.List[str]:
+    """Each agent's WireGuard interface (netns -> name) goes: deleting the link ends its wireguard-go, which removes
+    its UAPI socket; a wireguard-go left (its namespace already deleted: the process keeps it alive) is ended, and
+    a socket left by a killed one removed."""
+    errors = []
+    for netns, name in interfaces.items():
+        if os.path.exists(netns_path(netns)):
+            run(["ip", "-n", netns, "link", "delete", name], check=False)
+        deadline = time.monotonic() + 1.0
+        while wireguard_processes(name) and time.monotonic() < deadline:
+            for pid in wireguard_processes(name):  # (SIGTERM: it removes its socket as it ends)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            time.sleep(0.02)
+        if wireguard_processes(name):
+            errors.append("wireguard-go of %s (pid %s) does not end" % (name, ", ".join(map(str, wireguard_processes(name)))))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(WIREGUARD_RUN_DIR, name + ".sock"))
     return errors
 
 

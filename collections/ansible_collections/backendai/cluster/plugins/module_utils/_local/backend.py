@@ -155,6 +155,7 @@ def _view(status: t.Mapping[str, t.Any], record: t.Optional[t.Mapping[str, t.Any
     return {
         "name": status["name"], "backend": "local", "session_id": status.get("session_id", plan.get("session_id", "")),
         "state": "SCHEDULED" if status["state"] == "CREATING" else status["state"], "mode": plan.get("mode", ""), "network_mode": plan.get("network_mode", ""),
+        "underlay_encryption": status.get("underlay_encryption") or "none",
         "state_dir": status.get("state_dir", ""), "containers": containers,
         "reason": broken_summary(containers) or status.get("message", ""),
         "main1": {"address": host, "ssh_port": int(port) if port.isdigit() else None,

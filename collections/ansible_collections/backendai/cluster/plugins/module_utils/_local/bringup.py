@@ -170,8 +170,11 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
         "ssh_port": spec["ssh"]["port"], "user": spec["user"]["name"], "isolation": isolation,
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
-        "agents": {a: {"netns": v["netns"], "underlay_ip": v["underlay_ip"]} for a, v in spec["agents"].items()},
+        "agents": {a: dict({"netns": v["netns"], "underlay_ip": v["underlay_ip"]}, **(
+            {"wireguard": _local_network.wireguard_interface(v["state_dir"], a)}
+            if network["underlay_encryption"] == "wireguard" else {})) for a, v in spec["agents"].items()},
         "vxlan": names["vxlan"] if network["spans"] else None,
+        "underlay_encryption": network["underlay_encryption"],
         "created_at": time.time(),
         "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
                     "total": round(time.monotonic() - t0, 3)},

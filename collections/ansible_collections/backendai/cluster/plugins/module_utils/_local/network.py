@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import ipaddress
 import json
 import os
@@ -96,6 +97,12 @@ def agent_key_file(root: str, name: str) -> str:
     return os.path.join(root, "keys", name + ".key")
 
 
+def wireguard_interface(root: str, name: str) -> str:
+    """A local agent's WireGuard interface: a name no other agent on this machine has (wireguard-go's UAPI socket,
+    ``/var/run/wireguard/<name>.sock``, is in one directory for every network namespace)."""
+    return "baiwg" + hashlib.sha256(("%s\0%s" % (root, name)).encode()).hexdigest()[:10]
+
+
 def install(root: str, agents: list[tuple[str, str, int]], egress: bool, uplinks: list[str],
             portmap: bool = True, lock: bool = True) -> dict[str, str]:
     """Install the plugin, the cluster key, and per agent its key and conflist under ``root`` (idempotent).
@@ -120,7 +127,7 @@ def install(root: str, agents: list[tuple[str, str, int]], egress: bool, uplinks
             ensure_file(own_key, net.derive_agent_key(cluster_key, name).hex() + "\n", mode=0o600)
             conf = net.static_conflist(ip, own_key, os.path.join(root, "state", name), egress=egress,
                                        uplinks=uplinks, underlay_mtu=mtu, portmap=portmap, agent_name=name,
-                                       identity="local")
+                                       identity="local", wireguard_interface=wireguard_interface(root, name))
             path = os.path.join(root, "cni", name, net.NETWORK_NAME + ".conflist")
             ensure_file(path, json.dumps(conf, indent=2, sort_keys=True) + "\n")
             out[name] = path
@@ -218,10 +225,15 @@ def bring_up(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], m
     journal.record("slot", slots_dir=agents[order[0]].slots_dir, owner=owner)
     start = int(uuid.UUID(spec["session_id"])) % net.slot_count()
     slot = claim_slot(agents[order[0]].slots_dir, owner, start, host_networks if not spec["agents"] else [])
+    # imported here: local_agents (which installs agents through this module) loads no planning code at once
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import wireguard_peers
     try:
-        params = net.make_params(spec["session_id"], slot, [agents[a].underlay_ip for a in order],
-                                 underlay_mtu=min(agents[a].underlay_mtu for a in order))
         cluster_key = net.read_key(agents[order[0]].key_file)
+        encryption = spec.get("underlay_encryption", "wireguard") if len(order) > 1 else "none"
+        prefix, wg_keys = wireguard_peers(cluster_key, order) if encryption == "wireguard" else ("", ())
+        params = net.make_params(spec["session_id"], slot, [agents[a].underlay_ip for a in order],
+                                 underlay_mtu=min(agents[a].underlay_mtu for a in order), encryption=encryption,
+                                 wg_keys=wg_keys, tunnel_prefix=prefix)
         keys = {a: net.signing_key(cluster_key, a) for a in order}  # each group signed for its own agent
     except net.NetworkError as e:
         raise LocalRuntimeError(str(e)) from None
@@ -244,7 +256,8 @@ def bring_up(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], m
 
     with ThreadPoolExecutor(max_workers=max(1, min(CNI_WORKERS, len(hosts)))) as pool:
         addresses = dict(zip(hosts, pool.map(attach, hosts)))
-    return addresses, {"subnet": params.subnet, "vni": params.vni, "spans": params.spans}
+    return addresses, {"subnet": params.subnet, "vni": params.vni, "spans": params.spans,
+                       "underlay_encryption": params.encryption}
 
 
 def _conflist(path: str) -> dict[str, Any]:

@@ -40,7 +40,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.cgroups i
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
     SSHD,
     is_alive,
+    netns_path,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, public_info
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan, from_raw
@@ -224,6 +226,27 @@ def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int
     return out
 
 
+def _check_wireguard(info: t.Dict[str, t.Any], containers: t.List[t.Dict[str, t.Any]]) -> None:
+    """An agent whose WireGuard interface is gone (its wireguard-go was killed: the interface goes with the process)
+    has cut its containers off from the session's other agents: they are ``failed`` with that reason, so the session
+    is DEGRADED (``state: present`` recreates it, and the plugin makes the interface again)."""
+    lost = {}
+    for agent, a in (info.get("agents") or {}).items():
+        wg = a.get("wireguard")
+        if wg and a.get("netns") and os.path.exists(netns_path(a["netns"])) and run(
+                ["ip", "-n", a["netns"], "link", "show", "dev", wg], check=False).returncode != 0:
+            lost[agent] = wg
+    if not lost:
+        return
+    agent_of = {c["hostname"]: c.get("agent") for c in info["containers"]}
+    for c in containers:
+        agent = agent_of.get(c["hostname"])
+        if agent in lost and c["state"] in ("running", "pending"):
+            c["state"] = "failed"
+            c["reason"] = ("the WireGuard interface %s of agent %s is gone (wireguard-go killed?): this container is cut "
+                           "off from the session's other agents" % (lost[agent], agent))
+
+
 def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> t.Dict[str, t.Any]:
     """The session's state by the rule both backends share (``_session.state.session_state``: RUNNING,
     DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
@@ -245,6 +268,7 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
             result["message"] = "creation did not complete (creator killed?); destroy the session"
         return result
     containers = [_container_status(paths, c, log_lines) for c in info["containers"]]
+    _check_wireguard(info, containers)
     state = session_state([c["state"] for c in containers], stopped=not has_journal)
     public = public_info(info)
     public.update(exists=True, state=state, containers=containers)

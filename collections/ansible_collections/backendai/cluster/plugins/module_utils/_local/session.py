@@ -65,6 +65,7 @@ def session_record(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Map
         "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts],
         "user": user_record(spec.user),
         "agents": {name: dict(agents[name]) for name in plan.agents_used} if agents else {},
+        "underlay_encryption": spec.underlay_encryption,
     }
 
 
@@ -236,8 +237,15 @@ def from_raw(session: t.Any, state_root: str = DEFAULT_STATE_ROOT,
         raise _fail(str(e)) from None
     return _prepare({"name": name, "session_id": session_id, "containers": out, "mounts": mounts,
                      "agents": session.get("agents") or {}, "user": user,
+                     "underlay_encryption": _underlay_encryption(session.get("underlay_encryption", "wireguard")),
                      "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}},
                     state_root, mount_roots)
+
+
+def _underlay_encryption(value: t.Any) -> str:
+    if value not in net.UNDERLAY_ENCRYPTIONS:
+        raise _fail("underlay_encryption must be one of %s, got %r" % (", ".join(net.UNDERLAY_ENCRYPTIONS), value))
+    return str(value)
 
 
 def resource_names(paths: SessionPaths, spec: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:

@@ -246,6 +246,15 @@ class Config:
         if self.identity not in net.IDENTITY_SOURCES:
             raise PluginError(E_CONFIG, "identity must be one of %s, got %r"
                               % (", ".join(net.IDENTITY_SOURCES), self.identity))
+        # The agent's one WireGuard interface (sessions with underlay encryption): its name, UDP port, and how it
+        # runs (kernel, userspace = wireguard-go, or auto: the kernel module where it loads, else wireguard-go).
+        wg = conf.get("wireguard") or {}
+        self.wg_interface = str(wg.get("interface") or net.WIREGUARD_INTERFACE)
+        self.wg_port = int(wg.get("port") or net.WIREGUARD_PORT)
+        self.wg_mode = str(wg.get("mode") or "auto")
+        if self.wg_mode not in net.WIREGUARD_MODES + ("auto",) or not 0 < len(self.wg_interface) <= 15:
+            raise PluginError(E_CONFIG, "wireguard.mode must be auto, kernel or userspace and wireguard.interface an "
+                              "interface name of at most 15 characters, got %r, %r" % (self.wg_mode, self.wg_interface))
         if self.identity == "nomad" and not self.agent_name:
             raise PluginError(E_CONFIG, "agentName (this agent's Nomad node name) must be set in the backendai "
                               "plugin's config: the overlay_agent role writes it (re-run it; local agents made by an "
@@ -257,11 +266,11 @@ class Config:
 
 # ---------------------------------------------------------------------------- iptables
 
-def save_rules() -> t.Dict[str, t.List[str]]:
-    """Every table's chains and rules (one iptables-save)."""
+def save_rules(family: str = "iptables") -> t.Dict[str, t.List[str]]:
+    """Every table's chains and rules (one iptables-save, or ip6tables-save with ``family`` ``ip6tables``)."""
     out: t.Dict[str, t.List[str]] = {}
     table = ""
-    for line in run(["iptables-save"]).stdout.decode("utf-8", "replace").splitlines():
+    for line in run([family + "-save"]).stdout.decode("utf-8", "replace").splitlines():
         if line.startswith("*"):
             table = line[1:].strip()
             out[table] = []
@@ -270,11 +279,11 @@ def save_rules() -> t.Dict[str, t.List[str]]:
     return out
 
 
-def restore_rules(lines: t.Mapping[str, t.Sequence[str]]) -> None:
-    """One iptables-restore --noflush for every table with lines."""
+def restore_rules(lines: t.Mapping[str, t.Sequence[str]], family: str = "iptables") -> None:
+    """One iptables-restore --noflush (``family``: or ip6tables) for every table with lines."""
     script = "".join("*%s\n%s\nCOMMIT\n" % (table, "\n".join(rules)) for table, rules in lines.items() if rules)
     if script:
-        run(["iptables-restore", "-w", "--noflush"], script)
+        run([family + "-restore", "-w", "--noflush"], script)
 
 
 def has_chain(saved: t.Sequence[str], chain: str) -> bool:
@@ -311,13 +320,41 @@ def base_rules(cfg: Config, uplinks: t.Sequence[str]) -> t.Dict[str, t.List[str]
 
 
 TABLES = {"mangle": (FORWARD_CHAIN, VXLAN_CHAIN), "filter": (FORWARD_CHAIN,), "nat": (NAT_CHAIN,)}
+#: ip6tables: session VXLAN inside WireGuard is IPv6 between tunnel addresses; its rules are in mangle only.
+TABLES6 = {"mangle": (FORWARD_CHAIN, VXLAN_CHAIN)}
+
+
+def base_rules6(cfg: Config) -> t.Dict[str, t.List[str]]:
+    """The agent-wide IPv6 rules (made with the first encrypted session, removed with the last session): VXLAN over
+    IPv6 to this agent is accepted only from its WireGuard interface (whose peers WireGuard has authenticated, each
+    only with its own tunnel address as source), never from the underlay or any other interface, whatever its
+    headers; and never forwarded."""
+    port, wg = str(cfg.vxlan_port), cfg.wg_interface
+    return {"mangle": [
+        ":%s - [0:0]" % FORWARD_CHAIN, ":%s - [0:0]" % VXLAN_CHAIN,
+        "-A %s -p udp -m udp --dport %s -m comment --comment \"backendai: forwarded VXLAN of session networks\" -j DROP"
+        % (FORWARD_CHAIN, port),
+        "-A %s ! -i %s -m comment --comment \"backendai: session VXLAN only from WireGuard\" -j DROP" % (VXLAN_CHAIN, wg),
+        "-A %s -m u32 --u32 \"%s\" -m comment --comment \"backendai: VXLAN of a session from elsewhere\" -j DROP"
+        % (VXLAN_CHAIN, net.VNI_RANGE_MATCH6),
+        "-I FORWARD 1 -j %s" % FORWARD_CHAIN,
+        "-I INPUT 1 -p udp -m udp --dport %s -j %s" % (port, VXLAN_CHAIN)]}
+
+
+def session_rules6(cfg: Config, st: t.Mapping[str, t.Any]) -> t.Dict[str, t.List[str]]:
+    """An encrypted session's IPv6 rules: its VNI only from its peers' tunnel addresses, through WireGuard."""
+    comment = "--comment \"%s\"" % (COMMENT % st["sid"])
+    return {"mangle": ["-I %s 1 -i %s -s %s/128 -m u32 --u32 \"%s\" -m comment %s -j RETURN"
+                       % (VXLAN_CHAIN, cfg.wg_interface, tun, net.vni_match6(st["vni"]), comment)
+                       for _key, tun, _ul in st.get("wg_peers") or []]}
 
 
 def session_rules(cfg: Config, st: t.Mapping[str, t.Any]) -> t.Dict[str, t.List[str]]:
     """The session's own rules (``-I`` lines: before the agent-wide DROPs of the chain)."""
     comment = "--comment \"%s\"" % (COMMENT % st["sid"])
     mangle = ["-I %s 2 -i %s -o %s -m comment %s -j RETURN" % (FORWARD_CHAIN, st["bridge"], st["bridge"], comment)]
-    for peer in st["peers"]:
+    # an encrypted session accepts no IPv4 VXLAN at all: its VNI falls to the chain's DROP (see session_rules6)
+    for peer in ([] if st.get("encryption") == "wireguard" else st["peers"]):
         mangle.append("-I %s 1 -s %s/32 -m u32 --u32 \"%s\" -m comment %s -j RETURN"
                       % (VXLAN_CHAIN, peer, net.vni_match(st["vni"]), comment))
     nat = []
@@ -334,31 +371,44 @@ def uplinks_of(cfg: Config) -> t.List[str]:
 
 
 def rules_up(cfg: Config, st: t.Mapping[str, t.Any], first_session: bool) -> None:
-    mine = session_rules(cfg, st)
-    all_saved = save_rules()
+    _rules_up(session_rules(cfg, st), TABLES, lambda: base_rules(cfg, uplinks_of(cfg)), first_session, "iptables")
+    if st.get("encryption") == "wireguard":
+        _rules_up(session_rules6(cfg, st), TABLES6, lambda: base_rules6(cfg), first_session, "ip6tables")
+
+
+def _rules_up(mine: t.Mapping[str, t.List[str]], tables: t.Mapping[str, t.Tuple[str, ...]],
+              make_base: t.Callable[[], t.Dict[str, t.List[str]]], first_session: bool, family: str) -> None:
+    all_saved = save_rules(family)
     base: t.Optional[t.Dict[str, t.List[str]]] = None  # the agent-wide rules (and the uplinks) only when missing
     script = {}
-    for table, chains in TABLES.items():
+    for table, chains in tables.items():
         saved = all_saved.get(table, [])
         lines = []
         if not has_chain(saved, chains[0]):
-            base = base or base_rules(cfg, uplinks_of(cfg))
+            base = base or make_base()
             lines += base[table]
         elif first_session:  # left over by a killed teardown: start from the agent-wide rules again
             lines += delete_lines(saved, lambda rule: "backendai session " in rule)
         lines += mine[table]
         script[table] = lines
-    restore_rules(script)
+    restore_rules(script, family)
 
 
 def delete_lines(saved: t.Sequence[str], pick: t.Callable[[str], bool]) -> t.List[str]:
     return ["-D " + line[3:] for line in saved if line.startswith("-A ") and pick(line)]
 
 
-def rules_down(sid: str, last_session: bool) -> None:
-    all_saved = save_rules()
+def rules_down(sid: str, last_session: bool, encrypted: bool = True) -> None:
+    """The session's rules go (IPv6 too when it was ``encrypted``); with the last session, the agent-wide chains."""
+    _rules_down(sid, last_session, TABLES, "iptables")
+    if encrypted or last_session:
+        _rules_down(sid, last_session, TABLES6, "ip6tables")
+
+
+def _rules_down(sid: str, last_session: bool, tables: t.Mapping[str, t.Tuple[str, ...]], family: str) -> None:
+    all_saved = save_rules(family)
     script = {}
-    for table, chains in TABLES.items():
+    for table, chains in tables.items():
         saved = all_saved.get(table, [])
         if last_session:
             lines = delete_lines(saved, lambda rule: any(("-j %s" % c) in rule for c in chains))
@@ -367,7 +417,7 @@ def rules_down(sid: str, last_session: bool) -> None:
         else:
             lines = delete_lines(saved, lambda rule: (COMMENT % sid) in rule)
         script[table] = lines
-    restore_rules(script)
+    restore_rules(script, family)
 
 
 # ---------------------------------------------------------------------------- links
@@ -391,18 +441,113 @@ def bridge_mac(session_id: str, underlay_ip: str) -> str:
 
 
 def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
+    """The session's bridge and, when it spans agents, its VXLAN device: between underlay addresses, or, encrypted,
+    between tunnel addresses over the agent's WireGuard interface (``dev``: it routes only there)."""
     br, vx, mtu = st["bridge"], st["vxlan"], st["mtu"]
     lines = ["link add %s address %s mtu %d type bridge" % (br, bridge_mac(st["sid"], cfg.underlay_ip), mtu),
              "addr add %s/%d dev %s" % (st["gateway"], st["prefixlen"], br)]
+    encrypted = st.get("encryption") == "wireguard"
+    dests = [tun for _key, tun, _ul in st["wg_peers"]] if encrypted else st["peers"]
     if st["peers"]:
-        lines += ["link add %s mtu %d type vxlan id %d local %s dstport %d"
-                  % (vx, mtu, st["vni"], cfg.underlay_ip, cfg.vxlan_port),
+        lines += ["link add %s mtu %d type vxlan id %d local %s dstport %d%s"
+                  % (vx, mtu, st["vni"], st["tunnel"] if encrypted else cfg.underlay_ip, cfg.vxlan_port,
+                     " dev %s" % cfg.wg_interface if encrypted else ""),
                   "link set %s master %s" % (vx, br), "link set %s up" % vx]
     lines.append("link set %s up" % br)
     run(["ip", "-batch", "-"], "".join(x + "\n" for x in lines))
     if st["peers"]:
         run(["bridge", "-batch", "-"], "".join("fdb append 00:00:00:00:00:00 dev %s dst %s\n" % (vx, p)
-                                               for p in st["peers"]))
+                                               for p in dests))
+
+
+# ---------------------------------------------------------------------------- WireGuard
+
+def wireguard_record(cfg: Config) -> t.Any:
+    """What the plugin recorded of the agent's WireGuard interface (``stateDir/wireguard.json``): interface, mode,
+    public key; None before the first encrypted session."""
+    return read_json(cfg.path("wireguard.json"))
+
+
+def link_exists(name: str) -> bool:
+    return run(["ip", "link", "show", "dev", name], check=False).returncode == 0
+
+
+def _make_wireguard(cfg: Config) -> str:
+    """The interface, made: with the kernel module, else (``auto``) wireguard-go, which puts itself in the
+    background once the interface is up (its UAPI socket is ``/var/run/wireguard/<interface>.sock``)."""
+    name = cfg.wg_interface
+    if cfg.wg_mode in ("kernel", "auto"):
+        made = run(["ip", "link", "add", name, "type", "wireguard"], check=cfg.wg_mode == "kernel")
+        if made.returncode == 0:
+            return "kernel"
+    run(["wireguard-go", name])  # (no LOG_LEVEL: then its daemon keeps none of our stdio)
+    return "userspace"
+
+
+def wireguard_up(cfg: Config, st: t.Mapping[str, t.Any], sessions: t.Mapping[str, t.Mapping[str, t.Any]]) -> None:
+    """Under the lock: the agent's WireGuard interface (made with the first encrypted session on the agent, with
+    this agent's key and its tunnel address), and the session's peers on it: each peer's public key, its tunnel address as its only allowed IP, its underlay
+    address as endpoint. Idempotent. An interface found missing while sessions are recorded (wireguard-go killed)
+    is made again with every recorded session's peers. Refused when the session was signed with another public key
+    for this agent than the one its agent key gives (the cluster key changed since)."""
+    name = cfg.wg_interface
+    record = wireguard_record(cfg)
+    if not link_exists(name):
+        mode = _make_wireguard(cfg)
+        try:
+            private = net.wireguard_private_key(net.read_key(cfg.key_file))
+        except net.NetworkError as e:
+            raise PluginError(E_CONFIG, str(e)) from None
+        run(["wg", "set", name, "private-key", "/dev/stdin", "listen-port", str(cfg.wg_port)],
+            net.wg_key_text(private) + "\n")
+        public = run(["wg", "show", name, "public-key"]).stdout.decode().strip()
+        run(["ip", "link", "set", name, "mtu", str(net.wireguard_mtu(cfg.underlay_mtu)), "up"])
+        record = {"interface": name, "mode": mode, "public_key": public, "port": cfg.wg_port}
+        write_file(cfg.path("wireguard.json"), json_dumps(record))
+        _set_peers(name, cfg.wg_port, [p for other in sessions.values() for p in other.get("wg_peers") or []])
+    elif not isinstance(record, dict):  # the interface is there, its record not (a state dir made anew): read it
+        record = {"interface": name, "mode": "kernel" if _kernel_link(name) else "userspace", "port": cfg.wg_port,
+                  "public_key": run(["wg", "show", name, "public-key"]).stdout.decode().strip()}
+        write_file(cfg.path("wireguard.json"), json_dumps(record))
+    if record.get("public_key") != st["wg_key"]:
+        raise PluginError(E_CONFLICT, "this agent's WireGuard public key is not the one session %s was signed with "
+                          "(was the cluster key changed after the session was made? recreate the session)" % st["sid"])
+    run(["ip", "addr", "replace", "%s/48" % st["tunnel"], "dev", name, "nodad"])
+    _set_peers(name, cfg.wg_port, st["wg_peers"])
+
+
+def _kernel_link(name: str) -> bool:
+    """Whether ``name`` is the kernel's WireGuard device (wireguard-go's is a ``tun``)."""
+    shown = json_loads(run(["ip", "-j", "-d", "link", "show", "dev", name]).stdout.decode() or "[]")
+    return bool(shown) and (shown[0].get("linkinfo") or {}).get("info_kind") == "wireguard"
+
+
+def _set_peers(name: str, port: int, peers: t.Sequence[t.Sequence[str]]) -> None:
+    argv = ["wg", "set", name]
+    for key, tun, underlay in peers:
+        argv += ["peer", key, "allowed-ips", "%s/128" % tun, "endpoint", "%s:%d" % (underlay, port)]
+    if len(argv) > 3:
+        run(argv)
+
+
+def wireguard_prune(cfg: Config, sessions: t.Mapping[str, t.Mapping[str, t.Any]]) -> None:
+    """Under the lock: the peers no session on this agent uses any more go; with the last encrypted session, the
+    interface (and so its wireguard-go, which ends when its link is deleted and removes its UAPI socket): like a
+    session's bridge, nothing of WireGuard is on an agent that carries no encrypted session."""
+    if not any(st.get("encryption") == "wireguard" for st in sessions.values()):
+        run(["ip", "link", "delete", cfg.wg_interface], check=False)
+        remove_file(cfg.path("wireguard.json"))
+        return
+    if not link_exists(cfg.wg_interface):
+        return
+    keep = {p[0] for st in sessions.values() for p in st.get("wg_peers") or []}
+    have = run(["wg", "show", cfg.wg_interface, "peers"], check=False).stdout.decode().split()
+    argv = ["wg", "set", cfg.wg_interface]
+    for key in have:
+        if key not in keep:
+            argv += ["peer", key, "remove"]
+    if len(argv) > 3:
+        run(argv, check=False)
 
 
 def links_down(st: t.Mapping[str, t.Any]) -> None:

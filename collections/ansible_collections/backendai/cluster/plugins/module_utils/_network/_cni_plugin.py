@@ -120,12 +120,15 @@ def _members(cfg: Config, sid: str) -> t.List[str]:
 def _session_state(cfg: Config, adm: "net.Admission") -> t.Dict[str, t.Any]:
     p = adm.params
     lay = net.layout(p, cfg.underlay_ip)
-    if p.mtu > cfg.underlay_mtu - net.VXLAN_OVERHEAD_IPV4 and p.spans:
+    if p.mtu > cfg.underlay_mtu - net.overhead(p.encryption) and p.spans:
         raise PluginError(E_CONFLICT, "the session MTU %d does not fit this agent's underlay MTU %d minus %d"
-                          % (p.mtu, cfg.underlay_mtu, net.VXLAN_OVERHEAD_IPV4))
+                          % (p.mtu, cfg.underlay_mtu, net.overhead(p.encryption)))
     return {"sid": p.session_id, "vni": p.vni, "subnet": p.subnet, "agents": list(p.agents), "mtu": p.mtu,
             "namespace": adm.namespace, "job": adm.job_id, "bridge": lay.bridge, "vxlan": lay.vxlan,
             "gateway": lay.gateway, "prefixlen": lay.prefixlen, "peers": list(lay.peers),
+            # underlay encryption: this agent's public key and tunnel address, the peers' (key, tunnel, underlay)
+            "encryption": p.encryption if p.spans else "none", "wg_key": lay.wg_key, "tunnel": lay.tunnel,
+            "wg_peers": [list(peer) for peer in lay.wg_peers],
             "delegate": {"cniVersion": cfg.cni_version, "name": cfg.name, "type": "bridge", "bridge": lay.bridge,
                          "isGateway": False, "ipMasq": False, "hairpinMode": True, "mtu": p.mtu,
                          "ipam": {"type": "host-local", "dataDir": cfg.path("ipam", p.session_id),
@@ -135,7 +138,7 @@ def _session_state(cfg: Config, adm: "net.Admission") -> t.Dict[str, t.Any]:
 
 
 def _same(a: t.Mapping[str, t.Any], b: t.Mapping[str, t.Any]) -> bool:
-    keys = ("vni", "subnet", "agents", "mtu", "namespace", "job")
+    keys = ("vni", "subnet", "agents", "mtu", "namespace", "job", "encryption", "wg_peers")
     return all(a.get(k) == b.get(k) for k in keys)
 
 
@@ -159,6 +162,8 @@ def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
     agent.check_subnet(want)
     # Recorded before anything is made: whatever a killed ADD made, the DEL of its container removes.
     agent.write_file(cfg.path("sessions", want["sid"] + ".json"), agent.json_dumps(want))
+    if want["encryption"] == "wireguard":  # the tunnel first: the VXLAN device is bound to its interface
+        agent.wireguard_up(cfg, want, sessions)
     agent.links_up(cfg, want)
     agent.rules_up(cfg, want, first_session=not sessions)
 
@@ -173,7 +178,10 @@ def _remove_session(cfg: Config, sid: str) -> None:
     st = agent.read_json(record)
     if isinstance(st, dict):  # else an ADD killed before the session was recorded made nothing but the record
         agent.links_down(st)
-        agent.rules_down(sid, last_session=len(_sessions(cfg)) == 1)
+        others = {k: v for k, v in _sessions(cfg).items() if k != sid}
+        agent.rules_down(sid, last_session=not others, encrypted=st.get("encryption") == "wireguard")
+        if st.get("encryption") == "wireguard":
+            agent.wireguard_prune(cfg, others)
         ipam = cfg.path("ipam", sid)
         if os.path.isdir(ipam):
             for root, dirs, files in os.walk(ipam, topdown=False):
@@ -322,7 +330,10 @@ def cmd_check(cfg: Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[
     if not isinstance(st, dict):
         raise PluginError(E_SYSTEM, "session %s has no network on this agent" % adm.params.session_id)
     links = {link["ifname"] for link in agent.json_loads(agent.run(["ip", "-j", "link", "show"]).stdout.decode() or "[]")}
-    for name in [st.get("bridge")] + ([st.get("vxlan")] if st.get("peers") else []):
+    names = [st.get("bridge")] + ([st.get("vxlan")] if st.get("peers") else [])
+    if st.get("encryption") == "wireguard":  # e.g. its wireguard-go was killed
+        names.append(cfg.wg_interface)
+    for name in names:
         if name not in links:
             raise PluginError(E_SYSTEM, "link %s of session %s is missing on this agent" % (name, adm.params.session_id))
     if prev is None:

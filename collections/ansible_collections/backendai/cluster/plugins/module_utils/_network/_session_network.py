@@ -8,7 +8,7 @@ What makes a session's network its own are the parameters each task group carrie
 ``network { cni { args = {...} } }``:
 
 =============  =========================================================================
-``BAI_V``      version of this format (``2``; the plugin also reads ``1``)
+``BAI_V``      version of this format (``3``; the plugin also reads ``2`` and ``1``)
 ``BAI_SID``    the session ID (a UUID, fresh for every create)
 ``BAI_VNI``    the session's VXLAN network identifier (claimed cluster-wide, see *slots*)
 ``BAI_NET``    the session's subnet (claimed with the VNI)
@@ -16,6 +16,9 @@ What makes a session's network its own are the parameters each task group carrie
                them (4 bytes each) in base64url without padding, version 1 joined dotted
                quads with ``,``
 ``BAI_MTU``    the MTU inside the session network
+``BAI_ENC``    version 3: how VXLAN crosses the underlay, ``wireguard`` or ``none`` (:data:`UNDERLAY_ENCRYPTIONS`)
+``BAI_WG``     with ``wireguard``: the agents' WireGuard public keys, plan order, packed (32 bytes each)
+``BAI_TUN``    with ``wireguard``: the cluster's tunnel prefix (a ULA /48 as 12 hex digits)
 ``BAI_MAC``    HMAC-SHA256, with the MAC key of the agent the group is pinned to (*keys* below),
                over all of the above and the allocation's namespace, job and group
 =============  =========================================================================
@@ -51,6 +54,13 @@ bytes per agent where version 1 wrote about 13. Its alphabet (``A-Z a-z 0-9 - _`
 or ``;``: the reference plugins parse ``CNI_ARGS`` with libcni's ``LoadArgs``, which refuses a
 pair holding a second ``=``. ``CNI_ARGS`` is one environment string of the plugin's process, which
 Linux caps at ``MAX_ARG_STRLEN`` (128 KiB): :func:`check_params` refuses more agents than fit.
+
+*Underlay encryption* (version 3, ``BAI_ENC=wireguard``, the default for sessions spanning agents): each agent
+has one WireGuard interface; its private key is :func:`wireguard_private_key` of its agent key, its tunnel address
+:func:`tunnel_address` (the cluster's /48 and 80 bits of a hash of its public key). The control node puts every
+agent's public key and the prefix into the args, so the plugin sets exactly the session's peers (public key, tunnel
+address as the only allowed IP, underlay address as endpoint) and runs the session's VXLAN between tunnel addresses
+over that interface. 48 bytes per agent instead of 5.3: :func:`max_agents` of an encrypted session is 2,688.
 
 Layout on an agent: the agent's position ``i`` in ``BAI_AGENTS`` gives it the ``i``-th disjoint
 block of the subnet for host-local IPAM; the block's first address is the bridge's (the
@@ -89,6 +99,8 @@ class _Record(tuple):
 
     __slots__ = ()
     _fields: t.Tuple[str, ...] = ()
+    #: Values of the last fields when not given (a record that gained fields keeps its old constructor calls).
+    _defaults: t.Tuple[t.Any, ...] = ()
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
@@ -96,6 +108,9 @@ class _Record(tuple):
             setattr(cls, name, property(lambda self, i=i: self[i]))
 
     def __new__(cls, *values: t.Any) -> t.Any:
+        missing = len(cls._fields) - len(values)
+        if 0 < missing <= len(cls._defaults):
+            values += cls._defaults[len(cls._defaults) - missing:]
         if len(values) != len(cls._fields):
             raise TypeError("%s takes %d values (%s), got %d"
                             % (cls.__name__, len(cls._fields), ", ".join(cls._fields), len(values)))
@@ -114,11 +129,12 @@ class _Record(tuple):
 NETWORK_NAME = "backendai"
 PLUGIN_TYPE = "backendai"
 CNI_VERSION = "1.0.0"
-ARGS_VERSION = "2"
-#: Versions admission reads: 1 is what jobs rendered before version 2 carry (a container of a running session
+ARGS_VERSION = "3"
+#: Versions admission reads: 1 and 2 are what jobs rendered before version 3 carry (a container of a running session
 #: that restarts after the role upgraded the plugin presents its job's original parameters; and an update of
-#: such a session keeps writing version 1, since new args in a group make Nomad replace its allocation).
-ARGS_VERSIONS = ("1", "2")
+#: such a session keeps writing its version, since new args in a group make Nomad replace its allocation).
+#: Versions 1 and 2 have no underlay encryption (their VXLAN crosses the underlay in plaintext, as before).
+ARGS_VERSIONS = ("1", "2", "3")
 #: Linux's limit on one environment string (``CNI_ARGS=...`` and its NUL): 32 pages.
 MAX_ARG_STRLEN = 32 * 4096
 #: Room left in CNI_ARGS for everything but BAI_AGENTS: ``IgnoreUnknown``, the other parameters and the MAC,
@@ -128,6 +144,20 @@ CNI_ARGS_RESERVE = 2048
 MIN_NOMAD_VERSION = "1.10.0"
 VXLAN_PORT = 4789
 VXLAN_OVERHEAD_IPV4 = 50
+#: VXLAN over IPv6 (the tunnel addresses): outer IPv6 40 + UDP 8 + VXLAN 8 + inner Ethernet 14.
+VXLAN_OVERHEAD_IPV6 = 70
+#: WireGuard around it, counted for an IPv6 underlay (the larger case): outer IPv6 40 + UDP 8 + WireGuard 32
+#: (type, receiver, counter 16 + Poly1305 tag 16).
+WIREGUARD_OVERHEAD = 80
+WIREGUARD_PORT = 51820
+#: The agent's one WireGuard interface (the conflist's ``wireguard.interface`` may name another: local agents
+#: share one UAPI socket directory, /var/run/wireguard, so each needs its own name).
+WIREGUARD_INTERFACE = "baiwg0"
+#: How session VXLAN crosses the underlay: inside WireGuard between agents (the default), or as it is (an
+#: operator whose underlay is encrypted already). Jobs of args versions 1 and 2 are ``none``.
+UNDERLAY_ENCRYPTIONS = ("wireguard", "none")
+#: How an agent runs WireGuard: the kernel module (``ip link add type wireguard``) or ``wireguard-go``.
+WIREGUARD_MODES = ("kernel", "userspace")
 MIN_MTU = 576
 VNI_BASE = 0x10000
 VNI_MAX = 0xFFFFFF
@@ -137,6 +167,10 @@ KEY_BYTES = 32
 BRIDGE_PREFIX = "bai"   # + 12 hex: every session bridge matches "bai+" in iptables
 VXLAN_PREFIX = "baix"   # + 11 hex
 PARAM_KEYS = ("BAI_V", "BAI_SID", "BAI_VNI", "BAI_NET", "BAI_AGENTS", "BAI_MTU")
+#: Version 3's parameters after PARAM_KEYS: the underlay encryption, and with ``wireguard`` the agents' WireGuard
+#: public keys (plan order, packed) and the cluster's tunnel prefix. Under the MAC whenever present.
+ENC_KEY, WG_KEY, TUN_KEY = "BAI_ENC", "BAI_WG", "BAI_TUN"
+V3_KEYS = (ENC_KEY, WG_KEY, TUN_KEY)
 MAC_KEY = "BAI_MAC"
 IDENTITY_KEYS = ("NOMAD_NAMESPACE", "NOMAD_JOB_ID", "NOMAD_GROUP_NAME")
 ALLOC_KEY = "NOMAD_ALLOC_ID"
@@ -144,6 +178,12 @@ ALLOC_KEY = "NOMAD_ALLOC_ID"
 AGENT_KEY_LABEL = b"backendai-cluster agent key v1"
 #: HKDF ``info`` of the session network's MAC key, derived from an agent key.
 NETWORK_MAC_LABEL = b"backendai-cluster session network mac v1"
+#: HKDF ``info`` of an agent's WireGuard private key (X25519, clamped), derived from its agent key.
+WIREGUARD_KEY_LABEL = b"backendai-cluster wireguard key v1"
+#: HKDF ``info`` of the cluster's tunnel prefix (a ULA /48), derived from the cluster key on the control node.
+TUNNEL_PREFIX_LABEL = b"backendai-cluster tunnel prefix v1"
+#: Hashed with an agent's WireGuard public key: the 80 interface bits of its tunnel address in that /48.
+TUNNEL_ADDRESS_LABEL = b"backendai-cluster tunnel address v1"
 #: The order in which Nomad's client adds its keys after the job's args (a ``map``: order is not kept
 #: in CNI_ARGS; the keys are what matters).
 NOMAD_KEYS = ("NOMAD_REGION", "NOMAD_NAMESPACE", "NOMAD_JOB_ID", "NOMAD_GROUP_NAME", "NOMAD_ALLOC_ID")
@@ -217,18 +257,38 @@ def _private(network: t.Tuple[int, int]) -> bool:
 
 class NetworkParams(_Record):
     """What a session's network is, the same for every group of the session: the session ID, its VNI and
-    subnet, the underlay IPv4 addresses of its agents (plan order), the MTU inside."""
+    subnet, the underlay IPv4 addresses of its agents (plan order), the MTU inside; how VXLAN crosses the
+    underlay (``encryption``, :data:`UNDERLAY_ENCRYPTIONS`) and, with ``wireguard``, the agents' WireGuard public
+    keys (32 bytes each, plan order) and the cluster's tunnel prefix (12 hex digits: a ULA /48)."""
 
     __slots__ = ()
-    _fields = ("session_id", "vni", "subnet", "agents", "mtu")
+    _fields = ("session_id", "vni", "subnet", "agents", "mtu", "encryption", "wg_keys", "tunnel_prefix")
+    _defaults = ("none", (), "")
 
     def args(self, version: str = ARGS_VERSION) -> t.Dict[str, str]:
         """The parameters as ``cni { args }`` of ``version`` (see :data:`ARGS_VERSIONS`), without the MAC."""
         if version not in ARGS_VERSIONS:
             raise NetworkError("BAI_V must be one of %s, got %r" % (", ".join(ARGS_VERSIONS), version))
+        if version != "3" and self.encryption != "none":
+            raise NetworkError("BAI_V %s has no underlay encryption: a %s session needs version 3"
+                               % (version, self.encryption))
         agents = ",".join(self.agents) if version == "1" else encode_agents(self.agents)
-        return {"BAI_V": version, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
-                "BAI_AGENTS": agents, "BAI_MTU": str(self.mtu)}
+        out = {"BAI_V": version, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
+               "BAI_AGENTS": agents, "BAI_MTU": str(self.mtu)}
+        if version == "3":
+            out[ENC_KEY] = self.encryption
+            if self.encryption == "wireguard":
+                out[WG_KEY] = _b64url(b"".join(self.wg_keys)).decode("ascii")
+                out[TUN_KEY] = self.tunnel_prefix
+        return out
+
+    @property
+    def encrypted(self) -> bool:
+        return self.encryption == "wireguard"
+
+    def tunnel_addresses(self) -> t.Tuple[str, ...]:
+        """The agents' tunnel addresses (plan order), from their public keys."""
+        return tuple(tunnel_address(self.tunnel_prefix, k) for k in self.wg_keys)
 
     @property
     def spans(self) -> bool:
@@ -263,6 +323,21 @@ def decode_agents(text: str, version: str = ARGS_VERSION) -> t.Tuple[str, ...]:
     return tuple(ip4_text(int.from_bytes(packed[i:i + 4], "big")) for i in range(0, len(packed), 4))
 
 
+def decode_wg_keys(text: str) -> t.Tuple[bytes, ...]:
+    """The 32-byte public keys packed in ``BAI_WG`` (base64url without padding; NetworkError if malformed)."""
+    if not _B64URL.issuperset(text) or len(text) % 128 not in (0, 43, 86):  # 32 bytes a key: 128 chars per 3
+        raise NetworkError("BAI_WG must be WireGuard public keys packed in base64url, got %r..." % (text[:24],))
+    packed = binascii.a2b_base64(text.encode("ascii").translate(_B64_FROM_URL) + b"=" * (-len(text) % 4))
+    if _b64url(packed) != text.encode("ascii") or len(packed) % 32:
+        raise NetworkError("BAI_WG is not in its one base64url form: %r..." % (text[:24],))
+    return tuple(packed[i:i + 32] for i in range(0, len(packed), 32))
+
+
+def wg_key_text(key: bytes) -> str:
+    """A 32-byte WireGuard key in the base64 form ``wg`` reads and shows."""
+    return binascii.b2a_base64(key, newline=False).decode("ascii")
+
+
 def slot_count(pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX) -> int:
     pool_len = net4(pool)[1]
     if not pool_len <= prefix <= 28:
@@ -278,19 +353,34 @@ def slot_network(slot: int, pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX
     return VNI_BASE + slot, net4_text((net4(pool)[0] + (slot << (32 - prefix)), prefix))
 
 
-def overlay_mtu(underlay_mtu: int) -> int:
-    mtu = int(underlay_mtu) - VXLAN_OVERHEAD_IPV4
+def overhead(encryption: str = "none") -> int:
+    """What the underlay MTU loses to the session network: VXLAN over IPv4 (50), or VXLAN over IPv6 tunnel
+    addresses (70) inside WireGuard (80, for an IPv6 underlay: IPv4 would take 60)."""
+    return VXLAN_OVERHEAD_IPV6 + WIREGUARD_OVERHEAD if encryption == "wireguard" else VXLAN_OVERHEAD_IPV4
+
+
+def wireguard_mtu(underlay_mtu: int) -> int:
+    """The MTU of the agent's WireGuard interface: the underlay's minus WireGuard's own overhead."""
+    return int(underlay_mtu) - WIREGUARD_OVERHEAD
+
+
+def overlay_mtu(underlay_mtu: int, encryption: str = "none") -> int:
+    """The MTU inside a session network: ``underlay - 50`` plain, ``underlay - 80 - 70`` in WireGuard."""
+    mtu = int(underlay_mtu) - overhead(encryption)
     if mtu < MIN_MTU:
-        raise NetworkError("underlay MTU %s leaves %d bytes inside the session network (VXLAN over IPv4 takes %d); "
-                           "at least %d are needed" % (underlay_mtu, mtu, VXLAN_OVERHEAD_IPV4, MIN_MTU))
+        raise NetworkError("underlay MTU %s leaves %d bytes inside the session network (%s takes %d); at least %d "
+                           "are needed" % (underlay_mtu, mtu, "VXLAN inside WireGuard" if encryption == "wireguard"
+                                           else "VXLAN over IPv4", overhead(encryption), MIN_MTU))
     return mtu
 
 
 def make_params(session_id: str, slot: int, agents: t.Sequence[str], underlay_mtu: int = 1500,
-                pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX) -> NetworkParams:
+                pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX, encryption: str = "none",
+                wg_keys: t.Sequence[bytes] = (), tunnel_prefix: str = "") -> NetworkParams:
     vni, subnet = slot_network(slot, pool, prefix)
     return check_params(NetworkParams(str(session_id), vni, subnet, tuple(str(a) for a in agents),
-                                      overlay_mtu(underlay_mtu)))
+                                      overlay_mtu(underlay_mtu, encryption), encryption, tuple(wg_keys),
+                                      tunnel_prefix))
 
 
 # Checked without re: the plugin imports this module once per container, and re costs more than its work.
@@ -332,12 +422,33 @@ def check_params(p: NetworkParams) -> NetworkParams:
     if not MIN_MTU <= p.mtu <= 65535:
         raise NetworkError("BAI_MTU must be from %d to 65535, got %r" % (MIN_MTU, p.mtu))
     agent_blocks(net4_text(subnet), len(agents))  # the subnet has room for every agent
-    return NetworkParams(sid, int(p.vni), net4_text(subnet), tuple(agents), int(p.mtu))
+    if p.encryption not in UNDERLAY_ENCRYPTIONS:
+        raise NetworkError("BAI_ENC must be one of %s, got %r" % (", ".join(UNDERLAY_ENCRYPTIONS), p.encryption))
+    keys: t.Tuple[bytes, ...] = ()
+    tun = ""
+    if p.encryption == "wireguard":
+        keys, tun = tuple(p.wg_keys), str(p.tunnel_prefix).lower()
+        if len(keys) != len(agents) or not all(isinstance(k, bytes) and len(k) == 32 for k in keys):
+            raise NetworkError("BAI_WG must hold one 32-byte WireGuard public key for each of the %d agents, got %d"
+                               % (len(agents), len(keys)))
+        if len(agents) > max_agents(True):
+            raise NetworkError("BAI_AGENTS lists %d agents; with their WireGuard keys, CNI_ARGS (at most %d bytes on "
+                               "Linux) holds at most %d" % (len(agents), MAX_ARG_STRLEN, max_agents(True)))
+        if len(tun) != 12 or not tun.startswith("fd") or not _HEX.issuperset(tun):
+            raise NetworkError("BAI_TUN must be a ULA /48 prefix as 12 hex digits starting with fd, got %r"
+                               % (p.tunnel_prefix,))
+        addresses = [tunnel_address(tun, k) for k in keys]
+        if len(set(addresses)) != len(addresses):  # the same key twice, or 80 bits of SHA-256 that collide
+            twice = sorted({agents[i] for i, a in enumerate(addresses) if addresses.count(a) > 1})
+            raise NetworkError("agents %s have the same WireGuard key or tunnel address: a session cannot span "
+                               "them (give one of them another Nomad node name)" % ", ".join(twice))
+    return NetworkParams(sid, int(p.vni), net4_text(subnet), tuple(agents), int(p.mtu), p.encryption, keys, tun)
 
 
-def max_agents() -> int:
-    """How many agents one session network can span: as many as ``BAI_AGENTS`` holds within CNI_ARGS's limit."""
-    return (MAX_ARG_STRLEN - CNI_ARGS_RESERVE) * 3 // 16
+def max_agents(encrypted: bool = False) -> int:
+    """How many agents one session network can span: as many as ``BAI_AGENTS`` (and ``BAI_WG``: 32 bytes more per
+    agent) holds within CNI_ARGS's limit. Packed base64url: 16/3 characters per agent, 48 with WireGuard."""
+    return (MAX_ARG_STRLEN - CNI_ARGS_RESERVE) * 3 // (16 + (128 if encrypted else 0))
 
 
 # ---------------------------------------------------------------------------- MAC and CNI_ARGS
@@ -372,6 +483,7 @@ def read_key(path: str) -> bytes:
 def _message(namespace: str, job_id: str, group: str, params: t.Mapping[str, str]) -> bytes:
     fields = [("NOMAD_NAMESPACE", namespace), ("NOMAD_JOB_ID", job_id), ("NOMAD_GROUP_NAME", group)]
     fields += [(k, params[k]) for k in PARAM_KEYS]
+    fields += [(k, params[k]) for k in V3_KEYS if k in params]  # (none in versions 1 and 2: their MACs unchanged)
     return ("backendai-session-network\n" + "".join("%s=%s\n" % kv for kv in fields)).encode("utf-8")
 
 
@@ -421,6 +533,29 @@ def derive_agent_key(cluster_key: bytes, agent_name: str, label: bytes = AGENT_K
     ``label``, NUL, the agent's name. The agent derives what it needs from it with other labels
     (:func:`network_mac_key`; a WireGuard keypair would be another)."""
     return hkdf_sha256(cluster_key, label + b"\0" + check_agent_name(agent_name).encode("utf-8"))
+
+
+def wireguard_private_key(agent_key: bytes) -> bytes:
+    """The WireGuard (X25519) private key of the agent holding ``agent_key``: HKDF-SHA256 with
+    :data:`WIREGUARD_KEY_LABEL`, clamped as RFC 7748 5 and ``wg genkey`` do. Its public key is ``wg pubkey`` of it
+    (the agent needs none: ``wg`` derives it), or X25519 on the control node (``_session.keys``)."""
+    k = bytearray(hkdf_sha256(agent_key, WIREGUARD_KEY_LABEL))
+    k[0] &= 248
+    k[31] = (k[31] & 127) | 64
+    return bytes(k)
+
+
+def tunnel_prefix(cluster_key: bytes) -> str:
+    """The cluster's tunnel prefix, a ULA /48 (RFC 4193: ``fd`` + 40 bits) derived from the cluster key: 12 hex
+    digits (the control node's: agents get it in ``BAI_TUN``)."""
+    return "fd" + hkdf_sha256(cluster_key, TUNNEL_PREFIX_LABEL, 5).hex()
+
+
+def tunnel_address(prefix: str, public_key: bytes) -> str:
+    """An agent's tunnel address: the /48 ``prefix`` and 80 bits of SHA-256 of its WireGuard public key (what a
+    peer's ``allowed-ips`` holds, so WireGuard accepts from it only packets of that address). Full form, no ``::``."""
+    digits = prefix + _sha256(TUNNEL_ADDRESS_LABEL + b"\0" + public_key).hexdigest()[:20]
+    return ":".join(digits[i:i + 4] for i in range(0, 32, 4))
 
 
 def network_mac_key(agent_key: bytes) -> bytes:
@@ -498,8 +633,22 @@ def admit(key: bytes, cni_args: t.Mapping[str, str],
     version = cni_args["BAI_V"]
     if version not in ARGS_VERSIONS:
         raise AdmissionError("BAI_V %r is not a version this plugin knows (%s)" % (version, ", ".join(ARGS_VERSIONS)))
+    v3 = {}
+    if version == "3":
+        enc = cni_args.get(ENC_KEY, "")
+        v3[ENC_KEY] = enc
+        if enc == "wireguard":
+            missing = [k for k in (WG_KEY, TUN_KEY) if not cni_args.get(k)]
+            if missing:
+                raise AdmissionError("CNI_ARGS lack %s: a session with underlay encryption carries its agents' "
+                                     "WireGuard keys" % ", ".join(missing))
+            v3.update((k, cni_args[k]) for k in (WG_KEY, TUN_KEY))
+        elif enc != "none":
+            raise AdmissionError("BAI_ENC must be one of %s, got %r" % (", ".join(UNDERLAY_ENCRYPTIONS), enc))
     ns, job, group = identity
-    want = _hmac_sha256(key, _message(ns, job, group, {k: cni_args[k] for k in PARAM_KEYS}))
+    signed = {k: cni_args[k] for k in PARAM_KEYS}
+    signed.update(v3)
+    want = _hmac_sha256(key, _message(ns, job, group, signed))
     if not compare_digest(want, cni_args[MAC_KEY].lower()):
         raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r "
                              "on this agent: their MAC does not match (parameters of another job or group, signed "
@@ -509,8 +658,11 @@ def admit(key: bytes, cni_args: t.Mapping[str, str],
     except ValueError:
         raise AdmissionError("BAI_VNI and BAI_MTU must be integers") from None
     try:
+        enc = v3.get(ENC_KEY, "none")
         params = check_params(NetworkParams(cni_args["BAI_SID"], vni, cni_args["BAI_NET"],
-                                            decode_agents(cni_args["BAI_AGENTS"], version), mtu))
+                                            decode_agents(cni_args["BAI_AGENTS"], version), mtu, enc,
+                                            decode_wg_keys(v3[WG_KEY]) if enc == "wireguard" else (),
+                                            v3.get(TUN_KEY, "")))
     except NetworkError as e:
         raise AdmissionError(str(e)) from None
     return Admission(ns, job, group, cni_args.get(ALLOC_KEY, ""), params)
@@ -520,10 +672,14 @@ def admit(key: bytes, cni_args: t.Mapping[str, str],
 
 class AgentLayout(_Record):
     """One session on one agent: its position among the session's agents, its bridge and VXLAN device, the
-    bridge's address (the first of the agent's block), the block for IPAM, the other agents' underlay addresses."""
+    bridge's address (the first of the agent's block), the block for IPAM, the other agents' underlay addresses;
+    with underlay encryption, this agent's WireGuard public key and tunnel address, and the other agents'
+    (public key as ``wg`` writes it, tunnel address, underlay address)."""
 
     __slots__ = ()
-    _fields = ("index", "bridge", "vxlan", "gateway", "prefixlen", "range_start", "range_end", "peers")
+    _fields = ("index", "bridge", "vxlan", "gateway", "prefixlen", "range_start", "range_end", "peers",
+               "wg_key", "tunnel", "wg_peers")
+    _defaults = ("", "", ())
 
 
 def agent_blocks(subnet: str, count: int) -> t.List[t.Tuple[str, str, str]]:
@@ -554,8 +710,14 @@ def layout(params: NetworkParams, underlay_ip: str) -> AgentLayout:
     index = params.agents.index(underlay_ip)
     gateway, start, end = agent_blocks(params.subnet, len(params.agents))[index]
     bridge, vxlan = link_names(params.session_id)
-    return AgentLayout(index, bridge, vxlan, gateway, net4(params.subnet)[1], start, end,
-                       tuple(a for a in params.agents if a != underlay_ip))
+    peers = tuple(a for a in params.agents if a != underlay_ip)
+    if not params.encrypted:
+        return AgentLayout(index, bridge, vxlan, gateway, net4(params.subnet)[1], start, end, peers)
+    tunnels = params.tunnel_addresses()
+    wg_peers = tuple((wg_key_text(params.wg_keys[i]), tunnels[i], params.agents[i])
+                     for i in range(len(params.agents)) if i != index)
+    return AgentLayout(index, bridge, vxlan, gateway, net4(params.subnet)[1], start, end, peers,
+                       wg_key_text(params.wg_keys[index]), tunnels[index], wg_peers)
 
 
 def vni_match(vni: int) -> str:
@@ -569,27 +731,40 @@ def vni_match(vni: int) -> str:
 VNI_RANGE_MATCH = "0>>22&0x3C@12>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
 
 
+def vni_match6(vni: int) -> str:
+    """The ``u32`` VNI match over IPv6 (a 40-byte header: the VNI word is at 40 + 12). A packet with extension
+    headers does not match; it is still dropped unless it came through WireGuard (``_cni_agent.base_rules6``)."""
+    return "52>>8=%s" % vni
+
+
+VNI_RANGE_MATCH6 = "52>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
+
+
 # ---------------------------------------------------------------------------- the static config
 
 def static_conflist(underlay_ip: str, key_file: str, state_dir: str, egress: bool = True,
                     uplinks: t.Sequence[str] = (), underlay_mtu: int = 1500, vxlan_port: int = VXLAN_PORT,
                     portmap: bool = True, agent_name: str = "", identity: str = "nomad",
                     nomad_addr: str = DEFAULT_NOMAD_ADDR, nomad_token_file: str = "",
-                    nomad_ca_file: str = "") -> t.Dict[str, t.Any]:
+                    nomad_ca_file: str = "", wireguard_interface: str = WIREGUARD_INTERFACE,
+                    wireguard_port: int = WIREGUARD_PORT, wireguard_mode: str = "auto") -> t.Dict[str, t.Any]:
     """The one network config of an agent (``<cni_config_dir>/backendai.conflist``).
 
     ``key_file``: the agent's own key (:func:`derive_agent_key`). ``uplinks``: interfaces egress may leave by
     (default: those of the agent's default routes). ``identity``: ``nomad`` (every allocation is looked up in the
     local Nomad agent at ``nomad_addr``, with the ACL token in ``nomad_token_file`` and the CA of
     ``nomad_ca_file`` for https; ``agent_name`` is the agent's Nomad node name) or ``local`` (the local runtime's
-    agents: the CNI_ARGS are the runtime's own).
+    agents: the CNI_ARGS are the runtime's own). ``wireguard_*``: the agent's one WireGuard interface, its UDP
+    port, and ``kernel``, ``userspace`` (wireguard-go) or ``auto`` (the kernel module where it loads).
     """
     if identity not in IDENTITY_SOURCES:
         raise NetworkError("identity must be one of %s, got %r" % (", ".join(IDENTITY_SOURCES), identity))
     plugin: t.Dict[str, t.Any] = {"type": PLUGIN_TYPE, "underlayIP": ip4_text(ip4(underlay_ip)),
                                   "underlayMTU": int(underlay_mtu), "vxlanPort": int(vxlan_port),
                                   "keyFile": key_file, "stateDir": state_dir, "egress": bool(egress),
-                                  "agentName": check_agent_name(agent_name), "identity": identity}
+                                  "agentName": check_agent_name(agent_name), "identity": identity,
+                                  "wireguard": {"interface": wireguard_interface, "port": int(wireguard_port),
+                                                "mode": wireguard_mode}}
     if identity == "nomad":
         plugin["nomadAddr"] = nomad_addr
         if nomad_token_file:

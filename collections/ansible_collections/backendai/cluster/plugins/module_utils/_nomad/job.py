@@ -356,7 +356,7 @@ def job_ui(plan: SessionPlan) -> t.Dict[str, t.Any]:
 def render_network(plan: SessionPlan, namespace: str = "", network: t.Optional[JobNetwork] = None) -> RenderedNetwork:
     """The session network of a PLACED plan (see ``_nomad.job_network``)."""
     return session_network(plan.session_id, plan.agents_used, namespace, plan.spec.name, network,
-                           session_slots([c.agent for c in plan.containers]))
+                           session_slots([c.agent for c in plan.containers]), plan.spec.underlay_encryption)
 
 
 def render_job(plan: SessionPlan, namespace: str = "", region: str = "",

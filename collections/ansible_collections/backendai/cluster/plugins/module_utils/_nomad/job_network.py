@@ -36,6 +36,7 @@ import typing as t
 from dataclasses import dataclass, field
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import wireguard_peers
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     ARGS_VERSION,
     ARGS_VERSIONS,
@@ -94,6 +95,14 @@ def placeholder_address(index: int) -> str:
     return ip4_text(_PLACEHOLDER_FIRST + index)
 
 
+#: An unsigned render's tunnel prefix and WireGuard keys (no cluster key to derive them from): never admitted.
+PLACEHOLDER_TUNNEL_PREFIX = "fd0000000000"
+
+
+def placeholder_wg_key(index: int) -> bytes:
+    return hashlib.sha256(b"backendai-cluster placeholder wireguard key\0%d" % index).digest()
+
+
 def slots_needed(agent_count: int, max_per_agent: int) -> int:
     """How many slots (a power of two) a session needs: the smallest subnet of whole /24s in which each agent's
     block (``_session_network.agent_blocks``) holds its containers besides the bridge's address."""
@@ -130,6 +139,7 @@ class RenderedNetwork:
         return {"name": NETWORK_NAME, "slot": self.slot, "slots": self.slots, "vni": self.params.vni,
                 "subnet": self.params.subnet,
                 "agents": list(self.params.agents), "mtu": self.params.mtu, "signed": self.signed,
+                "underlay_encryption": self.params.encryption,
                 "placeholder_agents": list(self.placeholders)}
 
 
@@ -140,9 +150,16 @@ def session_slots(hosts_agents: t.Sequence[str]) -> int:
 
 
 def session_network(session_id: str, agents: t.Sequence[str], namespace: str, job_id: str,
-                    network: t.Optional[JobNetwork], slots: int = 1) -> RenderedNetwork:
-    """The session's parameters (agents in plan order; ``slots``: its block size, :func:`session_slots`)."""
+                    network: t.Optional[JobNetwork], slots: int = 1, encryption: str = "wireguard") -> RenderedNetwork:
+    """The session's parameters (agents in plan order; ``slots``: its block size, :func:`session_slots`).
+
+    ``encryption`` (the spec's ``network.underlay_encryption``) applies to a session spanning agents in args
+    version 3: the control node derives every agent's WireGuard public key and the tunnel prefix from the cluster
+    key (``_session.keys.wireguard_peers``); an unsigned render shows placeholder keys. A session on one agent, or
+    one whose job carries version 1 or 2, has no underlay traffic to encrypt, or keeps its plaintext format."""
     network = network or JobNetwork()
+    if len(agents) < 2 or network.args_version != "3":
+        encryption = "none"
     slots = max(slots, network.slots or 0)
     slot = network.slot if network.slot is not None else preferred_slot(namespace, job_id) // slots * slots
     ips, placeholders = [], []
@@ -154,7 +171,12 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
         ips.append(ip)
     try:
         vni, subnet = block_network(slot, slots)
-        params = check_params(NetworkParams(str(session_id), vni, subnet, tuple(ips), overlay_mtu(network.underlay_mtu)))
+        prefix, wg_keys = "", ()  # type: t.Tuple[str, t.Tuple[bytes, ...]]
+        if encryption == "wireguard":
+            prefix, wg_keys = (wireguard_peers(network.key, agents) if network.key is not None
+                               else (PLACEHOLDER_TUNNEL_PREFIX, tuple(placeholder_wg_key(i) for i in range(len(agents)))))
+        params = check_params(NetworkParams(str(session_id), vni, subnet, tuple(ips),
+                                            overlay_mtu(network.underlay_mtu, encryption), encryption, wg_keys, prefix))
         return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders),
                                params.args(network.args_version), slots)
     except NetworkError as err:

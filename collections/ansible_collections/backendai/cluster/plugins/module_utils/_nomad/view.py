@@ -164,13 +164,16 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
     meta = job.get("Meta") or {}
     current = current_allocations(stubs)
     containers = []
-    network_mode = ""
+    network_mode, underlay_encryption = "", ""
     for group in job.get("TaskGroups") or []:
         name = group.get("Name") or ""
         gmeta = group.get("Meta") or {}
         networks = group.get("Networks") or []
         if networks and not network_mode:
             network_mode = str(networks[0].get("Mode") or "")
+            cni_args = (networks[0].get("CNI") or {}).get("Args") or {}
+            # args version 3 says it (BAI_ENC); versions 1 and 2 had no underlay encryption
+            underlay_encryption = str(cni_args.get("BAI_ENC") or ("none" if cni_args.get("BAI_V") else ""))
         alloc = current.get(name)
         alloc_full = full.get(alloc["ID"]) if alloc is not None else None
         task = _task_state(alloc) if alloc is not None else {}
@@ -201,6 +204,7 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
         "state": session_state(statuses, stopped=bool(job.get("Stop"))),
         "mode": meta.get("BACKENDAI_CLUSTER_MODE", ""),
         "network_mode": network_mode,
+        "underlay_encryption": underlay_encryption,
         "containers": containers,
         "reason": broken_summary(containers),
         "main1": _main1(job, current, full),

@@ -1,6 +1,6 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The session's SSH keypair, made with the ``cryptography`` library.
+"""The session's SSH keypair, made with the ``cryptography`` library; the agents' WireGuard public keys.
 
 One keypair per session: every container trusts it (authorized_keys), uses it as its client
 identity and as sshd's host key, so ``ssh sub1`` needs neither a password nor a host-key prompt
@@ -13,9 +13,11 @@ from __future__ import annotations
 import typing as t
 import uuid
 
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
+
 try:
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+    from cryptography.hazmat.primitives.asymmetric import ed25519, rsa, x25519
     HAS_CRYPTOGRAPHY = True
     CRYPTOGRAPHY_IMPORT_ERROR = None
 except ImportError as exc:  # pragma: no cover - exercised by the modules' missing_required_lib path
@@ -64,3 +66,18 @@ def derive_kernel_id(session_id: str, hostname: str, is_main: bool) -> str:
     if is_main:
         return session_id
     return str(uuid.uuid5(uuid.UUID(session_id), hostname))
+
+
+def wireguard_public_key(private_key: bytes) -> bytes:
+    """The X25519 public key of a WireGuard private key (what ``wg pubkey`` prints, as 32 bytes)."""
+    if not HAS_CRYPTOGRAPHY:
+        raise RuntimeError("cryptography is required for WireGuard public keys: %s" % CRYPTOGRAPHY_IMPORT_ERROR)
+    public = x25519.X25519PrivateKey.from_private_bytes(private_key).public_key()
+    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def wireguard_peers(cluster_key: bytes, agents: t.Sequence[str]) -> t.Tuple[str, t.Tuple[bytes, ...]]:
+    """(the cluster's tunnel prefix, each agent's WireGuard public key): what the control node, which holds the
+    cluster key, puts into a session's parameters; every agent derives its own private key from its agent key."""
+    return net.tunnel_prefix(cluster_key), tuple(
+        wireguard_public_key(net.wireguard_private_key(net.derive_agent_key(cluster_key, a))) for a in agents)

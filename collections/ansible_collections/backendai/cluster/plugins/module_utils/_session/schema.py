@@ -41,6 +41,8 @@ DRIVERS = ("docker", "podman")
 CLUSTER_MODES = ("single-node", "multi-node")
 KEY_TYPES = ("ed25519", "rsa")
 SECRET_BACKENDS = ("nomad-variables", "vault")
+#: How a multi-node session's VXLAN crosses the underlay between agents (``_network._session_network``).
+UNDERLAY_ENCRYPTIONS = ("wireguard", "none")
 STRATEGIES = ("concentrated", "dispersed")
 
 #: Variables the session sets in every container; user ``env`` may not override them.
@@ -85,7 +87,8 @@ SCHEMA: t.Dict[str, t.Dict[str, t.Any]] = {
         "path": {"type": "str"},
         "role": {"type": "str"}}},
     "network": {"type": "dict", "suboptions": {
-        "mode": {"type": "str", "choices": [NETWORK_MODE_AUTO], "default": NETWORK_MODE_AUTO}}},
+        "mode": {"type": "str", "choices": [NETWORK_MODE_AUTO], "default": NETWORK_MODE_AUTO},
+        "underlay_encryption": {"type": "str", "choices": list(UNDERLAY_ENCRYPTIONS), "default": "wireguard"}}},
     "master_port": {"type": "int", "default": 12345},
     "env": {"type": "dict"},
     "roles": {"type": "list", "elements": "dict", "suboptions": {
@@ -223,6 +226,8 @@ class SessionSpec:
     mpi_slots: int
     heterogeneous: bool = field(default=False)
     user: UserSpec = field(default=UserSpec())
+    #: wireguard (session VXLAN only inside WireGuard between agents) or none (an underlay encrypted already)
+    underlay_encryption: str = field(default="wireguard")
 
 
 #: Mount targets the container runtime owns (and everything below them).

@@ -210,6 +210,8 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
     if network_mode not in _choices("network", "mode")[0]:
         c.bad(path + ".network.mode", NETWORK_MODE_HELP, network_mode)
         network_mode = _default("network", "mode")
+    underlay_encryption = c.choice(net_raw, "underlay_encryption", path + ".network",
+                                   *_choices("network", "underlay_encryption"))
 
     master_port = c.integer(top, "master_port", path, _default("master_port"), 1, 65535, unit="MASTER_PORT")
     if master_port == ssh_port:
@@ -250,7 +252,7 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
         cluster_mode=cluster_mode, resources=resources, mounts=mounts, ssh=ssh, secrets=secrets,
         network_mode=network_mode, master_port=master_port, env=tuple(sorted(env.items())),
         roles=tuple(roles), strategy=strategy, datacenters=datacenters, ports=ports, mpi_slots=mpi_slots,
-        heterogeneous=heterogeneous, user=user,
+        heterogeneous=heterogeneous, user=user, underlay_encryption=underlay_encryption,
     )
 
 

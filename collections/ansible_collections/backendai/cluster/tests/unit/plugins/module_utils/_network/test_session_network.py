@@ -135,7 +135,7 @@ def test_agents_in_another_form_are_refused(text, why):
 
 def version_1_args(namespace, job, group, p):
     """What a job rendered before version 2 carries (agents as dotted quads joined by ","), signed as it was."""
-    return net.signed_args(KEY, namespace, job, group, dict(p.args(), BAI_V="1", BAI_AGENTS=",".join(p.agents)))
+    return net.signed_args(KEY, namespace, job, group, dict(p.args("2"), BAI_V="1", BAI_AGENTS=",".join(p.agents)))
 
 
 def test_version_1_args_of_a_running_session_are_still_admitted():
@@ -145,8 +145,8 @@ def test_version_1_args_of_a_running_session_are_still_admitted():
     assert adm.params == p
     with pytest.raises(net.AdmissionError, match="MAC does not match"):  # the version is under the MAC too
         net.admit(KEY, cni_args(dict(version_1_args("default", "train", "main1", p), BAI_V="2")))
-    with pytest.raises(net.AdmissionError, match="BAI_V '3' is not a version this plugin knows"):
-        net.admit(KEY, cni_args(dict(net.job_args(KEY, "default", "train", "main1", p), BAI_V="3")))
+    with pytest.raises(net.AdmissionError, match="BAI_V '4' is not a version this plugin knows"):
+        net.admit(KEY, cni_args(dict(net.job_args(KEY, "default", "train", "main1", p), BAI_V="4")))
 
 
 def big_params(count):
@@ -218,12 +218,14 @@ def test_bad_parameters_are_named(change, message):
 
 def test_records_behave_as_named_tuples():
     p = params()
-    assert p.session_id == p[0] == SID and p._fields == ("session_id", "vni", "subnet", "agents", "mtu")
+    fields = ("session_id", "vni", "subnet", "agents", "mtu", "encryption", "wg_keys", "tunnel_prefix")
+    assert p.session_id == p[0] == SID and p._fields == fields
     assert p._replace(mtu=1400).mtu == 1400 and p._replace(mtu=1400)[:4] == p[:4]
     assert repr(p).startswith("NetworkParams(session_id='%s', vni=" % SID)
     assert p == net.NetworkParams(*p) and hash(p) == hash(tuple(p))
-    with pytest.raises(TypeError, match="takes 5 values"):
+    with pytest.raises(TypeError, match="takes 8 values"):
         net.NetworkParams(SID, 1)
+    assert net.NetworkParams(*p[:5]) == p and p.encryption == "none"  # the fields added last have defaults
     with pytest.raises(TypeError, match="has no field color"):
         p._replace(color="red")
 

@@ -157,8 +157,36 @@ def test_a_job_can_be_rendered_in_the_version_a_running_session_carries() -> Non
         assert admit(key_of(job, "sub1"), cni_args_of(job, "sub1", "team-a", "train-42")).params.agents == ("192.168.50.11", "192.168.50.12")
     old["TaskGroups"][0]["Networks"][0]["CNI"]["Args"]["BAI_V"] = "2"  # groups that disagree: no version to keep
     assert args_version_of_job(old) is None
-    with pytest.raises(PlanError, match="BAI_V must be one of 1, 2, got '3'"):
-        multi_node_job(version="3")
+    with pytest.raises(PlanError, match="BAI_V must be one of 1, 2, 3, got '4'"):
+        multi_node_job(version="4")
+
+
+def test_a_new_multi_node_job_carries_every_agents_wireguard_key_under_the_mac() -> None:
+    """Version 3: BAI_ENC, BAI_WG (each agent's public key, derived from its agent key) and BAI_TUN are signed; an agent
+    finds its own key and its peers' (key, tunnel address, underlay address) in them, with no other list."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import wireguard_public_key
+    job = multi_node_job(version="3")
+    adm = admit(key_of(job, "sub1"), cni_args_of(job, "sub1", "team-a", "train-42"))
+    p = adm.params
+    assert p.encryption == "wireguard" and p.mtu == 1500 - 80 - 70
+    assert p.wg_keys == tuple(wireguard_public_key(net.wireguard_private_key(net.derive_agent_key(KEY, a)))
+                              for a in ("a1", "a2"))
+    lay = net.layout(p, "192.168.50.12")
+    assert lay.wg_key == net.wg_key_text(p.wg_keys[1]) and lay.tunnel.startswith(net.tunnel_prefix(KEY)[:4])
+    assert lay.wg_peers == ((net.wg_key_text(p.wg_keys[0]), p.tunnel_addresses()[0], "192.168.50.11"),)
+    for edit in ({"BAI_ENC": "none"}, {"BAI_WG": client_args(multi_node_job(version="3", key=b"k" * 32), "sub1")["BAI_WG"]}):
+        args = dict(cni_args_of(job, "sub1", "team-a", "train-42"), **edit)
+        with pytest.raises(AdmissionError, match="MAC does not match"):  # no stripping nor swapping keys
+            admit(key_of(job, "sub1"), args)
+    unsigned = client_args(multi_node_job(version="3", key=None), "sub1")
+    assert unsigned["BAI_TUN"] == "fd0000000000" and unsigned["BAI_MAC"] == UNSIGNED_MAC
+    opted_out = make_plan(agents_list(("a1", 2000, 4096, 0), ("a2", 2000, 4096, 0)), cluster_size=4, name="train-42",
+                          cluster_mode="multi-node", resources={"cpu": 1000, "memory": 2048},
+                          network={"underlay_encryption": "none"})
+    args = client_args(render_job(opted_out, namespace="team-a", network=JobNetwork(slot=7, underlay=UNDERLAY, key=KEY)),
+                       "sub1")
+    assert args["BAI_ENC"] == "none" and "BAI_WG" not in args and args["BAI_MTU"] == "1450"
 
 
 def test_placeholder_addresses_are_never_signed() -> None:

@@ -2,10 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A torch-style ``env://`` rendezvous across a real local session, using only the injected variables.
 
-PyTorch's ``env://`` init reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK: rank 0 listens on
-MASTER_PORT, every other rank connects to MASTER_ADDR:MASTER_PORT. The user command below does
-exactly that with plain sockets (torch is not needed to check the wiring), so the test passes only
-if the names resolve, the port is reachable inside the session network and the ranks are right.
+The session's batch command is tests/rendezvous.py's RENDEZVOUS (what torch's ``env://`` init does, with
+plain sockets), so the test passes only if the names resolve, the port is reachable inside the session
+network and the ranks are right.
 """
 
 from __future__ import annotations
@@ -19,35 +18,10 @@ import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import LocalBackend
 
+from rendezvous import RENDEZVOUS
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
                                 reason="the local backend needs root and the CNI plugins (scripts/setup)")
-
-RENDEZVOUS = r"""
-import os, socket, sys, time
-addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-if rank == 0:
-    srv = socket.create_server(("0.0.0.0", port))
-    srv.settimeout(20)
-    seen = []
-    for _ in range(world - 1):
-        conn, _peer = srv.accept()
-        seen.append(int(conn.recv(16).decode()))
-        conn.close()
-    print("rendezvous complete:", sorted(seen))
-else:
-    deadline = time.time() + 20
-    while True:
-        try:
-            with socket.create_connection((addr, port), timeout=2) as c:
-                c.sendall(str(rank).encode())
-            break
-        except OSError:
-            if time.time() > deadline:
-                sys.exit("rank %d could not reach %s:%d" % (rank, addr, port))
-            time.sleep(0.1)
-    print("rank", rank, "joined", addr)
-"""
 
 
 def test_env_rendezvous_finds_main1(tmp_path: t.Any) -> None:

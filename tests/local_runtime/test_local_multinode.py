@@ -6,7 +6,9 @@ Checked: the spread and per-agent LOCAL_RANK, ssh by hostname between every pair
 the session network's devices on each agent (the claimed VNI, a VXLAN device between tunnel
 addresses over the agent's WireGuard interface, flood entries to exactly the other agents' tunnel
 addresses, MTU 1400 - 80 - 70, the agent's address block), the DF bit and a 20 MB transfer without any
-fragmentation on the underlay, isolation from a second session on the same agents, and that
+fragmentation on the underlay, mpirun over ssh and a torch-style env:// rendezvous with one rank per
+container as the session user, their traffic carried by the agents' WireGuard interfaces (counters grow),
+isolation from a second session on the same agents, and that
 destroy (also after a creator killed half-way) leaves nothing on any agent.
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.spec im
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair, wireguard_peers
 
 from conftest import PROBE
+from rendezvous import RENDEZVOUS
 
 UNDERLAY_MTU = 1400
 OVERLAY_MTU = UNDERLAY_MTU - 80 - 70  # WireGuard (IPv6 outer), then VXLAN over the IPv6 tunnel addresses
@@ -84,6 +87,15 @@ class Fabric:
         out = subprocess.run(["ip", "netns", "exec", self.netns[agent], family + "-save"], capture_output=True,
                              text=True, check=True).stdout
         return [line for line in out.splitlines() if line.startswith((":", "-A"))]
+
+    def wireguard_bytes(self) -> dict[str, int]:
+        """Per agent, the bytes its WireGuard interface received and sent, over all its peers (``wg show IF transfer``)."""
+        out = {}
+        for agent, ns in self.netns.items():
+            text = subprocess.run(["ip", "netns", "exec", ns, "wg", "show", wireguard_interface(self.state_dir, agent),
+                                   "transfer"], capture_output=True, text=True, check=True).stdout
+            out[agent] = sum(int(rx) + int(tx) for _peer, rx, tx in (line.split() for line in text.splitlines()))
+        return out
 
     def sessions_on_agents(self) -> list[str]:
         return local_agents.sessions_on(os.path.join(self.root, "local"))
@@ -292,6 +304,49 @@ def test_agents_are_not_removed_under_a_session(mn: Live, fabric: Fabric) -> Non
     with pytest.raises(rt.LocalRuntimeError, match="still carry sessions"):
         local_agents.destroy_agents(fabric.root)
     assert mn.ssh("sub3", "hostname").stdout.decode().strip() == "sub3"
+
+
+# ------------------------------------------------------------------ distributed jobs across agents, as the user
+
+def assert_went_through_wireguard(mn: Live, fabric: Fabric, before: dict[str, int], at_least: int) -> None:
+    """The session says its VXLAN is inside WireGuard, and every agent's WireGuard interface carried at least
+    ``at_least`` more bytes since ``before`` (the job's traffic between agents has no other way: the tunnel
+    addresses the VXLAN devices use exist only on those interfaces, see test_overlay_devices_addresses_and_mtu)."""
+    assert mn.info["underlay_encryption"] == "wireguard"
+    grew = {a: n - before[a] for a, n in fabric.wireguard_bytes().items()}
+    assert all(n >= at_least for n in grew.values()), grew
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/mpirun"), reason="needs openmpi-bin (scripts/setup installs it)")
+def test_mpirun_over_ssh_runs_one_rank_per_container_across_agents_as_the_user(mn: Live, fabric: Fabric) -> None:
+    """OpenMPI launched from main1 by the session user reaches every other container (two per agent) with
+    `ssh subN orted ...`; the hostfile is the session's (``main1 slots=1`` per container, in global order: the
+    local runtime writes none, so it is made from BACKENDAI_CLUSTER_HOSTS, the injected list)."""
+    before = fabric.wireguard_bytes()
+    p = mn.ssh("main1", "echo $BACKENDAI_CLUSTER_HOSTS | tr , '\\n' | sed 's/$/ slots=1/' > ~/hostfile && "
+                        "mpirun --hostfile ~/hostfile -np %d --mca btl self,tcp --mca btl_tcp_if_include eth0 "
+                        "--mca oob_tcp_if_include eth0 sh -c 'echo $(uname -n) $(id -u) $OMPI_COMM_WORLD_RANK'; "
+                        "s=$?; rm -f ~/hostfile; exit $s" % len(HOSTS), timeout=180)
+    out = p.stdout.decode()
+    assert p.returncode == 0, out + p.stderr.decode()
+    ranks = sorted((line.split() for line in out.splitlines()), key=lambda r: int(r[2]))
+    assert [(host, rank) for host, _uid, rank in ranks] == [(h, str(i)) for i, h in enumerate(HOSTS)], out
+    assert len({uid for _h, uid, _r in ranks}) == 1 and ranks[0][1] != "0", "every rank runs as the session user"
+    assert_went_through_wireguard(mn, fabric, before, 10000)
+
+
+def test_env_rendezvous_across_agents_finds_main1(mn: Live, fabric: Fabric) -> None:
+    """tests/rendezvous.py's torch-style ``env://`` rendezvous, one rank per container started over ssh from
+    main1 at the same time: MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK are only the injected ones."""
+    before = fabric.wireguard_bytes()
+    script = base64.b64encode(RENDEZVOUS.encode()).decode()
+    p = mn.ssh("main1", "for h in %s; do ssh $h 'echo %s | base64 -d > ~/rdv.py && python3 ~/rdv.py; rm -f ~/rdv.py' "
+                        "> /tmp/rdv.$h 2>&1 & done; wait; for h in %s; do echo $h: $(cat /tmp/rdv.$h); rm /tmp/rdv.$h; done"
+               % (" ".join(HOSTS), script, " ".join(HOSTS)), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().splitlines() == ["main1: rendezvous complete: [1, 2, 3, 4, 5]"] + [
+        "%s: rank %d joined main1" % (h, i) for i, h in enumerate(HOSTS) if i], p.stdout.decode()
+    assert_went_through_wireguard(mn, fabric, before, 1000)
 
 
 # ------------------------------------------------------------------ destroy

@@ -83,6 +83,7 @@ RUNTIME_DIR = "/usr/lib/backendai-cluster/runtime/" + RUNTIME_VERSION
 RUNTIME_MOUNT = "/opt/backendai-runtime"
 RUNTIME_LABEL = "runtime"
 RUNTIME_META_KEY = "BACKENDAI_RUNTIME_VERSION"
+RUNTIME_PURPOSE = "the session runtime bundle, version %s: run the overlay_agent role of this collection there" % RUNTIME_VERSION
 #: Items of the secret (Nomad Variable or Vault KV) the tasks read.
 PRIVATE_KEY_ITEM = "ssh_private_key"
 PUBLIC_KEY_ITEM = "ssh_public_key"
@@ -235,7 +236,7 @@ def host_volume_name(source: str) -> str:
 def host_volumes_needed(mounts: t.Sequence[Mount]) -> t.Tuple[HostVolume, ...]:
     """The host volumes a node must declare for the session's groups (each group has every mount), in the
     order of the mounts after the runtime bundle's; a source mounted both ways needs a volume that serves read-write."""
-    needed: t.Dict[str, HostVolume] = {RUNTIME_VOLUME: HostVolume(RUNTIME_VOLUME, True, RUNTIME_DIR)}
+    needed: t.Dict[str, HostVolume] = {RUNTIME_VOLUME: HostVolume(RUNTIME_VOLUME, True, RUNTIME_DIR, RUNTIME_PURPOSE)}
     for m in mounts:
         name = host_volume_name(m.source)
         seen = needed.get(name)

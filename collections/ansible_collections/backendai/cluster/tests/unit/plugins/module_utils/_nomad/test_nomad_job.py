@@ -20,6 +20,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job impor
     HOSTS_SCRIPT_META_KEY,
     RUNTIME_DIR,
     RUNTIME_MOUNT,
+    RUNTIME_PURPOSE,
     RUNTIME_VERSION,
     RUNTIME_VOLUME,
     dumps,
@@ -158,7 +159,7 @@ def test_every_group_mounts_the_runtime_bundle_read_only_and_nodes_must_declare_
         assert group["Volumes"]["runtime"] == {"Name": "runtime", "Type": "host", "Source": RUNTIME_VOLUME, "ReadOnly": True}
         assert {"Volume": "runtime", "Destination": RUNTIME_MOUNT, "ReadOnly": True} in group["Tasks"][0]["VolumeMounts"]
     assert job["Meta"]["BACKENDAI_RUNTIME_VERSION"] == RUNTIME_VERSION and RUNTIME_VOLUME.endswith("-v" + RUNTIME_VERSION)
-    assert host_volumes_needed(()) == (HostVolume(RUNTIME_VOLUME, True, RUNTIME_DIR),)
+    assert host_volumes_needed(()) == (HostVolume(RUNTIME_VOLUME, True, RUNTIME_DIR, RUNTIME_PURPOSE),)
 
 
 def test_host_volume_name_is_readable_unique_and_stable() -> None:

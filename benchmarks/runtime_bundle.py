@@ -45,7 +45,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as dest:
-        sh(BUNDLER, RUNTIME_VERSION, dest)
+        sh("/usr/bin/python3", "-IS", BUNDLER, RUNTIME_VERSION, dest)
         bundle = os.path.realpath(os.path.join(dest, RUNTIME_VERSION))
         times = {"bare": [], "busybox": []}
         for _ in range(args.repeat):

@@ -367,10 +367,10 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> t.Dict[str, str]:
     dest = tmp_path_factory.mktemp("runtime")
     out = {}
     for version in (RUNTIME_VERSION, "0"):
-        got = sh(BUNDLER, version, str(dest))
+        got = sh("/usr/bin/python3", "-IS", BUNDLER, version, str(dest))
         assert got.stdout.strip() == "changed", got.stderr
         out[version] = os.path.realpath(dest / version)
-    assert sh(BUNDLER, RUNTIME_VERSION, str(dest)).stdout.strip() == "unchanged"  # the same packages: nothing to do
+    assert sh("/usr/bin/python3", "-IS", BUNDLER, RUNTIME_VERSION, str(dest)).stdout.strip() == "unchanged"  # the same packages: nothing to do
     return out
 
 

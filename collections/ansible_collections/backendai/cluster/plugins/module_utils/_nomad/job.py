@@ -141,7 +141,8 @@ if [ -r $B/VERSION ]; then read -r BN < $B/VERSION || true; fi
 if [ -n "$BN" ] && [ "$BN" = "$BV" ]; then PATH=$PATH:$B/bin; export PATH  # the image's own tools first
   [ -n "$SSHD" ] || SSHD=$B/bin/sshd
 elif [ -z "$SSHD" ] && [ -z "$BN" ]; then
-  fail 78 "sshd not found in the image and no session runtime bundle at $B: this agent lacks the host volume backendai-runtime-v$BV (run the overlay_agent role on it)"
+  fail 78 "sshd not found in the image and no session runtime bundle at $B: this agent lacks the host volume \
+backendai-runtime-v$BV (run the overlay_agent role on it)"
 elif [ -z "$SSHD" ]; then
   fail 78 "sshd not found in the image and the session runtime bundle at $B is version $BN, this job needs $BV (run the overlay_agent role on this agent)"
 fi
@@ -260,7 +261,8 @@ def _volumes(mounts: t.Sequence[Mount]) -> t.Dict[str, t.Dict[str, t.Any]]:
 def _volume_mounts(mounts: t.Sequence[Mount]) -> t.List[t.Dict[str, t.Any]]:
     """The task's ``volume_mount`` blocks (api.VolumeMount): the runtime bundle's (read-only), the spec's mounts,
     read-only where the spec says so."""
-    return [{"Volume": RUNTIME_LABEL, "Destination": RUNTIME_MOUNT, "ReadOnly": True}] + [{"Volume": volume_label(i), "Destination": m.target, "ReadOnly": m.read_only} for i, m in enumerate(mounts)]
+    return [{"Volume": RUNTIME_LABEL, "Destination": RUNTIME_MOUNT, "ReadOnly": True}] + [
+        {"Volume": volume_label(i), "Destination": m.target, "ReadOnly": m.read_only} for i, m in enumerate(mounts)]
 
 
 def service_name(job_id: str) -> str:

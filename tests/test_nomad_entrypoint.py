@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import shlex
 import shutil
 import signal
@@ -42,14 +43,18 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.env imp
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
     ENTRYPOINT_META_KEY,
     LOCAL_SUBDIR,
+    RUNTIME_MOUNT,
+    RUNTIME_VERSION,
     render_job,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
+from repo_helpers import REPO
 
 META_REF = re.compile(r"\$\{NOMAD_META_([A-Za-z0-9_]+)\}")
 TOOLS = ("ip", "unshare", "nsenter", "ssh", "chroot", "ldd")
 BUSYBOX = "/bin/busybox"  # Debian's busybox-static (scripts/setup installs it)
+BUNDLER = os.path.join(REPO, "collections/ansible_collections/backendai/cluster/roles/overlay_agent/files/backendai-runtime-bundle")
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/usr/sbin/sshd") or not all(shutil.which(x) for x in TOOLS),
@@ -102,27 +107,32 @@ def namespaces() -> t.Iterator[Namespaces]:
         assert made.tag not in left, "namespaces left behind: " + left
 
 
-def _busybox_root(root: t.Any, accounts: str = "") -> None:
+def _busybox_root(root: t.Any, accounts: str = "", openssh: bool = True) -> None:
     """A minimal image: busybox applets, sshd and ssh with the shared libraries they load, the account files
-    of an image that installed OpenSSH (root and sshd), an empty sshd_config (sshd needs the file)."""
+    of an image that installed OpenSSH (root and sshd), an empty sshd_config (sshd needs the file). Without
+    ``openssh``: static busybox alone (no libc, no loader, no sshd, no ssh) and root's account."""
     (root / "bin").mkdir(parents=True)
     shutil.copy2(BUSYBOX, root / "bin" / "busybox")
     for applet in sh(BUSYBOX, "--list").stdout.split():
         if applet != "busybox":
             os.symlink("busybox", root / "bin" / applet)
     libs = set()
-    for binary in ("/usr/sbin/sshd", "/usr/bin/ssh"):
+    for binary in ("/usr/sbin/sshd", "/usr/bin/ssh") if openssh else ():
         (root / binary.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(binary, root / binary.lstrip("/"))
         libs |= {w for w in sh("ldd", binary).stdout.split() if w.startswith("/")}
     for lib in libs:
         (root / lib.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(os.path.realpath(lib), root / lib.lstrip("/"))
-    for d in ("etc/ssh", "dev", "proc", "tmp", "run", "root"):
+    for d in (("etc/ssh",) if openssh else ("etc",)) + ("dev", "proc", "tmp", "run", "root", RUNTIME_MOUNT.lstrip("/")):
         (root / d).mkdir(parents=True, exist_ok=True)
-    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n" + accounts)
+    sshd_account = "sshd:x:100:65534::/run/sshd:/bin/false\n" if openssh else ""
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n" + sshd_account + accounts)
     (root / "etc/group").write_text("root:x:0:\nnogroup:x:65534:\n")
-    (root / "etc/ssh/sshd_config").write_text("# the image's sshd_config\n")
+    if openssh:
+        (root / "etc/ssh/sshd_config").write_text("# the image's sshd_config\n")
+    else:
+        assert not list(root.glob("lib*")) and not list(root.glob("usr/lib*")) and not list(root.glob("**/ssh*"))
     assert not (root / "bin/useradd").exists() and not (root / "usr/sbin/useradd").exists()
 
 
@@ -130,7 +140,10 @@ class Session:
     """The containers of one rendered job, started by their entrypoint in the given kind of image."""
 
     def __init__(self, namespaces: Namespaces, tmp_path: t.Any, image: str, spec: t.Dict[str, t.Any],
-                 accounts: str = "") -> None:
+                 accounts: str = "", bundle: t.Optional[str] = None, wait: bool = True) -> None:
+        """``image``: debian, busybox (both with OpenSSH), bare (static busybox alone) or debian-nossh (the host's
+        root with sshd, ssh and scp hidden); ``bundle``: the runtime bundle to bind-mount read-only at
+        RUNTIME_MOUNT, as the task's host volume would be."""
         self.keys = generate_keypair()
         self.plan = plan_session(spec, [{"name": "agent-1", "cpu": 9000, "memory": 9000}], public_key=self.keys.public_key)
         self.job = render_job(self.plan)
@@ -156,9 +169,10 @@ class Session:
             sh("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
             top = tmp_path / host
-            root = self.roots[host] = top / "rootfs" if image == "busybox" else top
-            if image == "busybox":
-                _busybox_root(root, accounts)
+            chroot = image in ("busybox", "bare")
+            root = self.roots[host] = top / "rootfs" if chroot else top
+            if chroot:
+                _busybox_root(root, accounts, openssh=image == "busybox")
             for sub in ("secrets/backendai", "local/backendai", "roothome", "etc-upper", "etc-work"):
                 (root / sub).mkdir(parents=True, exist_ok=True)
             (root / "secrets/backendai/id").write_text(self.keys.private_key)
@@ -173,26 +187,42 @@ class Session:
             env.update({"NOMAD_META_" + k.upper(): v for k, v in meta.items()})
             env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root")
             args = " ".join(shlex.quote(a) for a in task["Config"].get("args", []))
-            if image == "busybox":
+            runtime = ""
+            if chroot:
+                if bundle:
+                    runtime = "mount -o bind,ro {b} {r}%s && " % RUNTIME_MOUNT
                 env.update(NOMAD_SECRETS_DIR="/secrets", NOMAD_TASK_DIR="/local")
                 script = ("hostname {h} && mount --bind {r}/hosts {r}/etc/hosts 2>/dev/null || cp {r}/hosts {r}/etc/hosts; "
                           "mount --rbind /dev {r}/dev && mount -t proc proc {r}/proc && mount -t tmpfs tmpfs {r}/run && "
-                          "exec chroot {r} /bin/sh /local/backendai/entrypoint.sh {a}")
+                          + runtime + "exec chroot {r} /bin/sh /local/backendai/entrypoint.sh {a}")
             else:
                 env.update(NOMAD_SECRETS_DIR=str(root / "secrets"), NOMAD_TASK_DIR=str(root / "local"))
                 # The container: its own hostname, a writable /etc over the host's, its own /etc/hosts, /root,
                 # /home, /run, /var/log and /var/mail (useradd writes lastlog/faillog and may make a mail spool).
+                if bundle:  # /opt of the host is not the image's: a fresh one with the bundle's mount point
+                    runtime = "mount -t tmpfs tmpfs /opt && mkdir -p {m} && mount -o bind,ro {b} {m} && "
+                if image == "debian-nossh":  # sshd, ssh, scp hidden by overlayfs whiteouts (char device 0:0)
+                    for d, names in (("usr/sbin", ("sshd",)), ("usr/bin", ("ssh", "scp"))):
+                        upper, work = top / ("hide-" + d.replace("/", "-")), top / ("hide-work-" + d.replace("/", "-"))
+                        upper.mkdir()
+                        work.mkdir()
+                        for name in names:
+                            os.mknod(upper / name, stat.S_IFCHR, os.makedev(0, 0))
+                        runtime += "mount -t overlay overlay -o lowerdir=/%s,upperdir=%s,workdir=%s /%s && " % (
+                            d, shlex.quote(str(upper)), shlex.quote(str(work)), d)
                 script = ("hostname {h} && mount -t overlay overlay -o lowerdir=/etc,upperdir={r}/etc-upper,"
                           "workdir={r}/etc-work /etc && mount --bind {r}/hosts /etc/hosts && mount --bind {r}/roothome /root "
-                          "&& for d in /home /run /var/log /var/mail; do mount -t tmpfs tmpfs $d || exit 1; done "
-                          "&& exec sh {r}/local/backendai/entrypoint.sh {a}")
-            script = script.format(h=host, r=shlex.quote(str(root)), a=args)
+                          "&& for d in /home /run /var/log /var/mail; do mount -t tmpfs tmpfs $d || exit 1; done && "
+                          + runtime + "exec sh {r}/local/backendai/entrypoint.sh {a}")
+            script = script.format(h=host, r=shlex.quote(str(root)), a=args, b=shlex.quote(bundle or ""), m=RUNTIME_MOUNT)
             self.task_env[host] = env
+            self.started = time.monotonic()  # (the last container's start: benchmarks/runtime_bundle.py)
             proc = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private",
                                      "sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             namespaces.procs.append(proc)
             self.pids[host] = proc.pid
-        self.wait_for_sshd()
+        if wait:
+            self.wait_for_sshd()
 
     def wait_for_sshd(self) -> None:
         deadline = time.monotonic() + 30
@@ -211,6 +241,20 @@ class Session:
         """A command in the container (its root too: the chroot), as root or as ``user`` (uid, gid)."""
         ids = ["-S", str(user[0]), "-G", str(user[1])] if user else []
         return sh("nsenter", "-t", str(self.pids[host]), "-m", "-u", "-n", "-r", *ids, *cmd, check=False)
+
+    def sshd_programs(self, host: str) -> t.Set[str]:
+        """Which sshd binaries the container's processes run, named by their path in the container: read from the
+        files mapped into each process (/proc/<pid>/maps; argv and exe would show the bundle's loader)."""
+        out = set()
+        for pid in sh("ip", "netns", "pids", self.ns[host]).stdout.split():
+            try:
+                with open("/proc/%s/maps" % pid, encoding="utf-8") as f:
+                    mapped = {line.split()[-1] for line in f if line.rstrip().endswith("sshd")}
+            except FileNotFoundError:
+                continue
+            out |= {RUNTIME_MOUNT + "/real/sshd" if m.endswith("/real/sshd") else "/usr/sbin/sshd" for m in mapped
+                    if m.endswith(("/real/sshd", "/usr/sbin/sshd"))}
+        return out
 
     def command_ids(self, host: str, argv0: str) -> t.List[t.List[str]]:
         """Uid and Gid lines of /proc/<pid>/status of the container's processes running ``argv0``."""
@@ -313,3 +357,72 @@ def test_an_image_that_has_the_user_keeps_its_account_and_home(namespaces: Names
     got = s.run("main1", *SSH, "sub1", "id -un; echo $HOME; ls -a ~/.ssh | grep -c authorized_keys", user=(1000, 1000))
     assert got.stdout.split() == ["work", "/workspace", "1"], got.stderr
     assert (s.roots["sub1"] / "etc/passwd").read_text().count("work:") == 1
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> t.Dict[str, str]:
+    """The session runtime bundle built by the role's builder from this host's packages (the job's version), and
+    one of another version (an agent the role has not updated)."""
+    if not os.path.exists(BUSYBOX):
+        pytest.skip("needs busybox-static (scripts/setup installs it)")
+    dest = tmp_path_factory.mktemp("runtime")
+    out = {}
+    for version in (RUNTIME_VERSION, "0"):
+        got = sh("/usr/bin/python3", "-IS", BUNDLER, version, str(dest))
+        assert got.stdout.strip() == "changed", got.stderr
+        out[version] = os.path.realpath(dest / version)
+    assert sh("/usr/bin/python3", "-IS", BUNDLER, RUNTIME_VERSION, str(dest)).stdout.strip() == "unchanged"  # the same packages: nothing to do
+    return out
+
+
+def _as_user(*cmd: str) -> t.Tuple[str, ...]:
+    """A command run the way a user's shell in the container would (the image's PATH, then the bundle's bin)."""
+    return ("env", "PATH=/usr/sbin:/usr/bin:/sbin:/bin:%s/bin" % RUNTIME_MOUNT) + cmd
+
+
+@pytest.mark.parametrize("kind", ["bare", "debian-nossh"])
+def test_an_image_without_openssh_runs_the_bundles(namespaces: Namespaces, tmp_path: t.Any, bundles: t.Dict[str, str],
+                                                   kind: str) -> None:
+    """Static busybox alone (no libc, no loader), or glibc without OpenSSH: sshd, ssh and scp come from the bundle
+    mounted read-only; ssh works from the container and from an ssh login (mpirun's launcher), as the user."""
+    spec = {"name": "ep-bundle", "image": "unused", "cluster_size": 3, "command": ["sleep", "300"]}
+    s = Session(namespaces, tmp_path, kind, spec, bundle=bundles[RUNTIME_VERSION])
+    work = (1000, 1000)
+    assert s.run("main1", "sh", "-c", "command -v ssh || ls /usr/sbin/sshd").returncode != 0  # the image has none
+    got = s.run("main1", *_as_user(*SSH, "sub1", "hostname; id -un"), user=work)
+    assert (got.returncode, got.stdout.split()) == (0, ["sub1", "work"]), got.stderr
+    for host in s.plan.hostnames:
+        assert s.sshd_programs(host) == {RUNTIME_MOUNT + "/real/sshd"}, host
+    # a login finds ssh (~/.ssh/environment PATH): what mpirun's ssh launcher runs on each node
+    got = s.run("main1", *_as_user(*SSH, "sub1", "ssh -o BatchMode=yes sub2 hostname"), user=work)
+    assert (got.returncode, got.stdout.strip()) == (0, "sub2"), got.stderr
+    got = s.run("main1", *_as_user("sh", "-c", "cd /home/work && echo payload > f && scp -q f sub2:g && ssh sub2 cat g"), user=work)
+    assert (got.returncode, got.stdout.strip()) == (0, "payload"), got.stderr
+    # the command runs as the user
+    for host in s.plan.hostnames:
+        assert s.command_ids(host, "sleep") == [["Uid:"] + ["1000"] * 4, ["Gid:"] + ["1000"] * 4], host
+
+
+def test_the_images_own_openssh_is_preferred(namespaces: Namespaces, tmp_path: t.Any, bundles: t.Dict[str, str]) -> None:
+    spec = {"name": "ep-own-ssh", "image": "unused", "cluster_size": 2, "command": ["sleep", "300"]}
+    s = Session(namespaces, tmp_path, "busybox", spec, bundle=bundles[RUNTIME_VERSION])
+    got = s.run("main1", *_as_user(*SSH, "sub1", "hostname"), user=(1000, 1000))
+    assert (got.returncode, got.stdout.strip()) == (0, "sub1"), got.stderr
+    for host in s.plan.hostnames:
+        assert s.sshd_programs(host) == {"/usr/sbin/sshd"}, host
+
+
+@pytest.mark.parametrize("bundle,reason", [
+    (None, "sshd not found in the image and no session runtime bundle at %s: this agent lacks the host volume "
+           "backendai-runtime-v%s" % (RUNTIME_MOUNT, RUNTIME_VERSION)),
+    ("0", "the session runtime bundle at %s is version 0, this job needs %s" % (RUNTIME_MOUNT, RUNTIME_VERSION)),
+])
+def test_no_sshd_and_no_usable_bundle_fails_with_the_reason(namespaces: Namespaces, tmp_path: t.Any,
+                                                            bundles: t.Dict[str, str], bundle: t.Optional[str],
+                                                            reason: str) -> None:
+    spec = {"name": "ep-nobundle", "image": "unused", "cluster_size": 2, "command": ["sleep", "300"]}
+    s = Session(namespaces, tmp_path, "bare", spec, bundle=bundles[bundle] if bundle else None, wait=False)
+    for proc in namespaces.procs:
+        out = proc.communicate(timeout=20)[0].decode()
+        assert proc.returncode == 78 and reason in out, out
+    assert s.pids

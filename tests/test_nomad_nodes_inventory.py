@@ -35,8 +35,8 @@ compose:
 @pytest.fixture
 def nomad(nomad_double_factory: t.Any) -> NomadAPIDouble:
     double = nomad_double_factory(token=NOMAD_TOKEN)
-    double.add_node("n1", cpu=4000, memory=8192, cni_networks=["backendai-s1"])
-    double.add_node("n2", datacenter="dc2", cpu=8000, memory=16384, reserved_cpu=1000,
+    double.add_node("n1", runtime_bundle=False, cpu=4000, memory=8192, cni_networks=["backendai-s1"])
+    double.add_node("n2", runtime_bundle=False, datacenter="dc2", cpu=8000, memory=16384, reserved_cpu=1000,
                     devices=[{"vendor": "nvidia", "type": "gpu", "name": "A100", "count": 2}],
                     host_volumes={"backendai-srv-data-0a1b2c3d": ("/srv/data", True)})
     double.add_node("n3", status="down")

@@ -55,8 +55,8 @@ def test_only_nodes_with_the_plugin_at_nomad_1_10_or_later(nomad: NomadAPIDouble
 
 def test_agents_carry_the_host_volumes_their_nodes_declare(nomad: NomadAPIDouble) -> None:
     """From the node list stub (HostVolumes, nomad/structs Node.Stub since 0.11.0): no request per node."""
-    nomad.add_node("a1", host_volumes={"backendai-srv-x-00000000": ("/srv/x", True), "other": ("/o", False)})
-    nomad.add_node("a2")
+    nomad.add_node("a1", runtime_bundle=False, host_volumes={"backendai-srv-x-00000000": ("/srv/x", True), "other": ("/o", False)})
+    nomad.add_node("a2", runtime_bundle=False)
     with NomadClient(NomadConnection(nomad_addr=nomad.url, token=NOMAD_TOKEN)) as client:
         got = {a["name"]: a["host_volumes"] for a in live_agents(client)}
     assert got == {"a1": {"backendai-srv-x-00000000": {"read_only": True}, "other": {"read_only": False}}, "a2": {}}

@@ -22,7 +22,11 @@ import pytest
 from repo_helpers import REPO, run_playbook
 
 from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_plugin import SHIM
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import host_volume_name
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
+    RUNTIME_VERSION,
+    RUNTIME_VOLUME,
+    host_volume_name,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     derive_agent_key,
     read_key,
@@ -105,6 +109,8 @@ def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5") -> t
         "overlay_agent_kernel_modules": ["vxlan", "bridge"],
         "overlay_agent_sysctls": {"net.ipv4.ip_forward": forward},
         "overlay_agent_nomad_config_dir": str(tmp_path / "nomad.d"),
+        "overlay_agent_runtime_install": False,  # (no apt here; OpenSSH and busybox-static are installed)
+        "overlay_agent_runtime_dir": str(tmp_path / "runtime"),
     }
 
 
@@ -127,6 +133,7 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
     assert not control_key.exists() and not agent_key.exists() and not (tmp_path / "lib").exists()
     assert legacy_key.exists() and not token_file.exists()
     assert not (bin_dir / "backendai").exists() and not os.listdir(tmp_path / "sysctl.d")
+    assert not (tmp_path / "runtime").exists()
 
     first = run_playbook(str(playbook), "-v", *args)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
@@ -150,6 +157,12 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
     assert json.loads(ran.stdout) == {"network": "backendai", "no_user_site": 1, "ignore_environment": 1,
                                       "from": str(tmp_path / "lib" / "_cni_plugin.py")}
     assert (tmp_path / "modules-load.d" / "backendai-cluster.conf").read_text().splitlines()[1:] == ["vxlan", "bridge"]
+    # the session runtime bundle, of the version the jobs mount, declared as that read-only host volume
+    bundle = tmp_path / "runtime" / RUNTIME_VERSION
+    assert bundle.is_symlink() and (bundle / "VERSION").read_text() == RUNTIME_VERSION + "\n"
+    assert all(os.access(bundle / "bin" / x, os.X_OK) for x in ("sshd", "ssh", "scp", "sh"))
+    declared = (tmp_path / "nomad.d" / "backendai-runtime.hcl").read_text()
+    assert 'host_volume "%s" {\n    path      = "%s"\n    read_only = true' % (RUNTIME_VOLUME, bundle) in declared
 
     second = run_playbook(str(playbook), *args)
     assert second.returncode == 0 and stats(second)["changed"] == 0, second.stdout[-3000:]

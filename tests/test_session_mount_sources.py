@@ -13,7 +13,7 @@ import typing as t
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import host_volume_name
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import RUNTIME_MOUNT, RUNTIME_VOLUME, host_volume_name
 from ansible_collections.backendai.cluster.plugins.modules import session as session_module
 from module_helpers import NOMAD_TOKEN, ModuleRun, spec, writes
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
@@ -59,7 +59,8 @@ def test_nomad_mounts_are_host_volumes(nomad: NomadAPIDouble, run: ModuleRun, tm
     assert '"type": "bind"' not in text and "/srv/datasets" not in text
     for group in job["TaskGroups"]:
         assert group["Volumes"]["mount0"]["Source"] == host_volume_name("/srv/datasets")
-        assert group["Tasks"][0]["VolumeMounts"] == [{"Volume": "mount0", "Destination": "/data", "ReadOnly": True}]
+        assert group["Tasks"][0]["VolumeMounts"] == [{"Volume": "runtime", "Destination": RUNTIME_MOUNT, "ReadOnly": True},
+                                                     {"Volume": "mount0", "Destination": "/data", "ReadOnly": True}]
     path = tmp_path / "job.json"
     path.write_text(json.dumps({"Job": job}))
     lint = lint_job_files(str(path))
@@ -99,3 +100,20 @@ def test_nomad_mounts_no_node_declares_are_pending_with_how_to_declare_them(noma
         in result["msg"]
     assert "overlay_agent role's overlay_agent_data_roots" in result["msg"]
     assert writes(double) == [] and double.model.jobs == {}
+
+
+def test_nomad_agents_without_the_runtime_bundle_are_named(nomad_double_factory: t.Any,  # noqa: F811
+                                                          run: ModuleRun) -> None:
+    """An agent the overlay_agent role has not prepared (or prepared with another bundle version) lacks the bundle's
+    host volume: the session is never placed there, and when no agent has it the reason names each one."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    double.add_node("a1", runtime_bundle=False)
+    double.add_node("a2", runtime_bundle=False, host_volumes={"backendai-runtime-v0": ("/usr/lib/backendai-cluster/runtime/0", True)})
+    result = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "spec": spec()})
+    assert result["failed"], result
+    for agent in ("a1", "a2"):
+        assert "%s: no host volume %s (the session runtime bundle, version" % (agent, RUNTIME_VOLUME) in result["msg"], result
+    assert "run the overlay_agent role" in result["msg"] and writes(double) == [] and double.model.jobs == {}
+    double.add_node("a3")
+    placed = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "spec": spec()})
+    assert placed.get("changed") and {c["agent"] for c in placed["session"]["containers"]} == {"a3"}, placed

@@ -219,9 +219,9 @@ def test_plan_reports_unplaceable_groups(nomad: NomadAPIDouble) -> None:
 def test_groups_go_only_to_nodes_with_compatible_host_volumes(nomad_double: NomadAPIDouble) -> None:
     """scheduler/feasible/feasible.go HostVolumeChecker: every host volume request's Source declared by the node,
     a read-only declaration only for a ReadOnly request; the node list stub carries HostVolumes (Node.Stub)."""
-    nomad_double.add_node("n1")
-    nomad_double.add_node("n2", host_volumes={"data": ("/srv/data", True)})
-    nomad_double.add_node("n3", host_volumes={"data": ("/srv/data", False)})
+    nomad_double.add_node("n1", runtime_bundle=False)
+    nomad_double.add_node("n2", runtime_bundle=False, host_volumes={"data": ("/srv/data", True)})
+    nomad_double.add_node("n3", runtime_bundle=False, host_volumes={"data": ("/srv/data", False)})
     stubs = {s["Name"]: s["HostVolumes"] for s in get(nomad_double, "/v1/nodes").json()}
     assert stubs == {"n1": {}, "n2": {"data": {"Name": "data", "Path": "/srv/data", "ReadOnly": True, "ID": ""}},
                      "n3": {"data": {"Name": "data", "Path": "/srv/data", "ReadOnly": False, "ID": ""}}}

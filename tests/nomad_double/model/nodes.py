@@ -16,7 +16,8 @@ unique, as in Nomad (node IDs are; here derived from the name and how many nodes
 
 Host volumes: ``host_volumes`` gives the node's static ``client { host_volume }`` declarations (Nomad's
 ``HostVolumes``, structs.ClientHostVolumeConfig: Name, Path, ReadOnly, and ID empty as for a static volume);
-a node declares none unless told. The node list stub carries them, as ``nomad/structs`` ``Node.Stub`` does since
+a node declares the session runtime bundle's volume (what the collection's overlay_agent role declares on every
+agent; ``runtime_bundle=False``: an agent the role has not prepared) and no other unless told. The node list stub carries them, as ``nomad/structs`` ``Node.Stub`` does since
 Nomad 0.11.0.
 
 What it does not model: heartbeats and the TTL that marks a node down by itself, drain strategies (``Drain``
@@ -30,6 +31,8 @@ import copy
 import time
 import typing as t
 import uuid
+
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import RUNTIME_DIR, RUNTIME_VOLUME
 
 from .state import CodedError, ModelState, rfc3339
 
@@ -46,9 +49,14 @@ class NodesModel(ModelState):
                  attributes: t.Optional[t.Mapping[str, str]] = None, meta: t.Optional[t.Mapping[str, str]] = None,
                  status: str = "ready", eligibility: str = "eligible", drain: bool = False,
                  address: t.Optional[str] = None,
-                 host_volumes: t.Optional[t.Mapping[str, t.Tuple[str, bool]]] = None) -> t.Dict[str, t.Any]:
+                 host_volumes: t.Optional[t.Mapping[str, t.Tuple[str, bool]]] = None,
+                 runtime_bundle: bool = True) -> t.Dict[str, t.Any]:
         """Add a client node (Nomad's ``api.Node`` shape). ``devices``: ``{"vendor", "type", "name", "count"}``;
-        ``host_volumes``: name -> (path, read-only), the node's static host volumes."""
+        ``host_volumes``: name -> (path, read-only), the node's static host volumes, besides the runtime bundle's
+        (``runtime_bundle``)."""
+        volumes = dict(host_volumes or {})
+        if runtime_bundle:
+            volumes.setdefault(RUNTIME_VOLUME, (RUNTIME_DIR, True))
         with self.lock:
             twins = sum(1 for n in self.nodes.values() if n["Name"] == name)
             node_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "nomad-double-node/" + name + ("/%d" % twins if twins else "")))
@@ -93,7 +101,7 @@ class NodesModel(ModelState):
                 "Drivers": {d: {"Attributes": {"driver.%s" % d: "true"}, "Detected": True, "Healthy": True,
                                 "HealthDescription": "Healthy", "UpdateTime": rfc3339(time.time_ns())} for d in drivers},
                 "HostVolumes": {k: {"Name": k, "Path": path, "ReadOnly": bool(ro), "ID": ""}
-                                for k, (path, ro) in (host_volumes or {}).items()},  # {} when none (client/client.go)
+                                for k, (path, ro) in volumes.items()},  # {} when none (client/client.go)
                 "HostNetworks": {k: {"Name": k, "CIDR": v, "Interface": "", "ReservedPorts": ""}
                                                      for k, v in (host_networks or {}).items()},
                 "CSIControllerPlugins": None, "CSINodePlugins": None, "Status": status, "StatusDescription": "",

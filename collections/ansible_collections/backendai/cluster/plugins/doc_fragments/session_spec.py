@@ -21,8 +21,9 @@ options:
         required: true
       image:
         description:
-          - Container image of every container (of every role that does not set its own). The image needs OpenSSH's
-            C(sshd).
+          - Container image of every container (of every role that does not set its own). On Nomad any image with
+            C(/bin/sh) works - its own C(sshd) and C(ssh) if it has them, else those of the session runtime bundle that
+            the overlay_agent role installs on every agent and the job mounts read-only at C(/opt/backendai-runtime).
           - The local backend does not pull it (there is no container engine); it runs the host's binaries.
         type: str
         required: true

@@ -25,7 +25,10 @@ Shape of the job (one task group per container, named by its hostname, ``Count``
 * each group's ``disconnect`` block keeps a gang whole through a short node outage (see :data:`DISCONNECT`);
 * the spec's mounts are Nomad host volumes (``volume`` in the group, ``volume_mount`` in the task) that
   the operator declares on the clients, never docker bind mounts: the docker driver's ``volumes``
-  stays disabled, so no job can bind-mount a host path (see :func:`host_volume_name`).
+  stays disabled, so no job can bind-mount a host path (see :func:`host_volume_name`);
+* every group mounts the session runtime bundle (OpenSSH with its libraries and loader, busybox) read-only
+  at :data:`RUNTIME_MOUNT`, a host volume the overlay_agent role declares (:data:`RUNTIME_VOLUME`, named after
+  the bundle's layout version): the entrypoint falls back to it when the image has no sshd/ssh.
 
 Every key is one of Nomad's API names (checked against ``nomad-job-lint``). Pure and
 deterministic: the same plan gives the same dict, and :func:`dumps` gives the same bytes.
@@ -71,6 +74,16 @@ ENTRYPOINT_META_KEY = "BACKENDAI_ENTRYPOINT"
 HOSTS_SCRIPT_META_KEY = "BACKENDAI_HOSTS_SCRIPT"
 #: The session user (spec ``user``), read by the entrypoint as NOMAD_META_<key>.
 USER_META_KEYS = ("BACKENDAI_USER", "BACKENDAI_UID", "BACKENDAI_GID")
+#: The session runtime bundle (roles/overlay_agent/files/backendai-runtime-bundle): its layout version, the
+#: host volume the role declares for it (a node with another version, or none, lacks the volume: the planner
+#: names it, Nomad's HostVolumeChecker keeps the group off it), where the role builds it and where tasks see it.
+RUNTIME_VERSION = "1"
+RUNTIME_VOLUME = "backendai-runtime-v" + RUNTIME_VERSION
+RUNTIME_DIR = "/usr/lib/backendai-cluster/runtime/" + RUNTIME_VERSION
+RUNTIME_MOUNT = "/opt/backendai-runtime"
+RUNTIME_LABEL = "runtime"
+RUNTIME_META_KEY = "BACKENDAI_RUNTIME_VERSION"
+RUNTIME_PURPOSE = "the session runtime bundle, version %s: run the overlay_agent role of this collection there" % RUNTIME_VERSION
 #: Items of the secret (Nomad Variable or Vault KV) the tasks read.
 PRIVATE_KEY_ITEM = "ssh_private_key"
 PUBLIC_KEY_ITEM = "ssh_public_key"
@@ -122,8 +135,19 @@ S=${NOMAD_SECRETS_DIR:-/secrets}/backendai L=${NOMAD_TASK_DIR:-/local}/backendai
 U=${NOMAD_META_BACKENDAI_USER:?not in the task env: job Meta BACKENDAI_USER} UI=$NOMAD_META_BACKENDAI_UID GI=$NOMAD_META_BACKENDAI_GID
 H=/home/$U
 fail() { echo "backendai: $2" >&2; exit "$1"; }
+B=/opt/backendai-runtime BV=${NOMAD_META_BACKENDAI_RUNTIME_VERSION:-} BN=
+SSHD=$(command -v sshd 2>/dev/null || true); [ -n "$SSHD" ] || [ ! -x /usr/sbin/sshd ] || SSHD=/usr/sbin/sshd
+if [ -r $B/VERSION ]; then read -r BN < $B/VERSION || true; fi
+if [ -n "$BN" ] && [ "$BN" = "$BV" ]; then PATH=$PATH:$B/bin; export PATH  # the image's own tools first
+  [ -n "$SSHD" ] || SSHD=$B/bin/sshd
+elif [ -z "$SSHD" ] && [ -z "$BN" ]; then
+  fail 78 "sshd not found in the image and no session runtime bundle at $B: this agent lacks the host volume \
+backendai-runtime-v$BV (run the overlay_agent role on it)"
+elif [ -z "$SSHD" ]; then
+  fail 78 "sshd not found in the image and the session runtime bundle at $B is version $BN, this job needs $BV (run the overlay_agent role on this agent)"
+fi
+echo "backendai: sshd $SSHD" >&2
 [ "$(id -u)" = 0 ] || fail 77 "the entrypoint must start as root (it adds $U and starts sshd); do not set the task's user"
-command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || fail 78 "sshd not found; cluster sessions need OpenSSH server in the image"
 if [ "$U" = root ]; then H=/root RUN=
 elif setpriv --help 2>&1 | grep -q -e --reuid; then RUN="setpriv --reuid=$UI --regid=$GI --init-groups"
 elif command -v runuser >/dev/null 2>&1; then RUN="runuser -m -u $U --"
@@ -163,8 +187,13 @@ echo "* $(cut -d' ' -f1,2 $S/id.pub)" > "$H/.ssh/known_hosts_backendai"
   echo " IdentityFile $H/.ssh/id_backendai"; echo " StrictHostKeyChecking yes"
   echo " UserKnownHostsFile $H/.ssh/known_hosts_backendai"; } >> "$H/.ssh/config"
 env | grep -E '^(BACKENDAI_|WORLD_|RANK=|LOCAL_RANK=|MASTER_|TF_CONFIG=)' > "$H/.ssh/environment" || true
+[ -z "$BN" ] || echo "PATH=$PATH" >> "$H/.ssh/environment"  # logins find the bundle's ssh/scp after the image's
 chown "$UI:$GI" "$H"; chown -R "$UI:$GI" "$H/.ssh"
-D="$(command -v sshd || echo /usr/sbin/sshd) -p $P -h /run/backendai/host_key -o AllowUsers=$U"
+D="$SSHD -p $P -h /run/backendai/host_key -o AllowUsers=$U"
+grep -q '^sshd:' /etc/passwd || echo 'sshd:x:65533:65534:sshd privilege separation:/run/sshd:/bin/false' >> /etc/passwd
+if [ "$SSHD" = $B/bin/sshd ]; then  # the image has no sshd_config either: the bundle's sshd gets its own
+  echo "Subsystem sftp internal-sftp" > /run/backendai/sshd_config; D="$D -f /run/backendai/sshd_config"
+fi
 D="$D -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -o PermitUserEnvironment=yes"
 D="$D -o AuthorizedKeysFile=.ssh/authorized_keys -o PermitRootLogin=$([ "$U" = root ] && echo prohibit-password || echo no)"
 if [ $# -eq 0 ]; then exec $D -D -e; fi
@@ -207,8 +236,8 @@ def host_volume_name(source: str) -> str:
 
 def host_volumes_needed(mounts: t.Sequence[Mount]) -> t.Tuple[HostVolume, ...]:
     """The host volumes a node must declare for the session's groups (each group has every mount), in the
-    order of the mounts; a source mounted both ways needs a volume that serves read-write."""
-    needed: t.Dict[str, HostVolume] = {}
+    order of the mounts after the runtime bundle's; a source mounted both ways needs a volume that serves read-write."""
+    needed: t.Dict[str, HostVolume] = {RUNTIME_VOLUME: HostVolume(RUNTIME_VOLUME, True, RUNTIME_DIR, RUNTIME_PURPOSE)}
     for m in mounts:
         name = host_volume_name(m.source)
         seen = needed.get(name)
@@ -222,15 +251,18 @@ def volume_label(index: int) -> str:
 
 
 def _volumes(mounts: t.Sequence[Mount]) -> t.Dict[str, t.Dict[str, t.Any]]:
-    """The group's ``volume`` blocks (api.VolumeRequest): one host volume per spec mount."""
-    return {volume_label(i): {"Name": volume_label(i), "Type": "host", "Source": host_volume_name(m.source),
-                              "ReadOnly": m.read_only}
-            for i, m in enumerate(mounts)}
+    """The group's ``volume`` blocks (api.VolumeRequest): the runtime bundle's, one host volume per spec mount."""
+    runtime = {RUNTIME_LABEL: {"Name": RUNTIME_LABEL, "Type": "host", "Source": RUNTIME_VOLUME, "ReadOnly": True}}
+    runtime.update((volume_label(i), {"Name": volume_label(i), "Type": "host", "Source": host_volume_name(m.source),
+                                      "ReadOnly": m.read_only}) for i, m in enumerate(mounts))
+    return runtime
 
 
 def _volume_mounts(mounts: t.Sequence[Mount]) -> t.List[t.Dict[str, t.Any]]:
-    """The task's ``volume_mount`` blocks (api.VolumeMount), read-only where the spec says so."""
-    return [{"Volume": volume_label(i), "Destination": m.target, "ReadOnly": m.read_only} for i, m in enumerate(mounts)]
+    """The task's ``volume_mount`` blocks (api.VolumeMount): the runtime bundle's (read-only), the spec's mounts,
+    read-only where the spec says so."""
+    return [{"Volume": RUNTIME_LABEL, "Destination": RUNTIME_MOUNT, "ReadOnly": True}] + [
+        {"Volume": volume_label(i), "Destination": m.target, "ReadOnly": m.read_only} for i, m in enumerate(mounts)]
 
 
 def service_name(job_id: str) -> str:
@@ -307,8 +339,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         "Templates": [dict(x) for x in templates],
         "KillTimeout": 10 * SECOND,
     }
-    if spec.mounts:
-        task["VolumeMounts"] = _volume_mounts(spec.mounts)
+    task["VolumeMounts"] = _volume_mounts(spec.mounts)
     if spec.secrets.backend == "vault":
         vault: t.Dict[str, t.Any] = {"ChangeMode": "noop"}
         if spec.secrets.role:
@@ -329,8 +360,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }
-    if spec.mounts:
-        group["Volumes"] = _volumes(spec.mounts)
+    group["Volumes"] = _volumes(spec.mounts)
     return group
 
 
@@ -378,6 +408,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
     meta[ENTRYPOINT_META_KEY] = ENTRYPOINT
     meta[HOSTS_SCRIPT_META_KEY] = HOSTS_SCRIPT
+    meta[RUNTIME_META_KEY] = RUNTIME_VERSION
     meta.update(zip(USER_META_KEYS, (spec.user.name, str(spec.user.uid), str(spec.user.gid))))
     meta[MANAGED_META_KEY] = spec.name
     meta["backendai_cluster_service"] = service

@@ -50,11 +50,12 @@ class Agent(t.NamedTuple):
 
 class HostVolume(t.NamedTuple):
     """A host volume every container of a session needs on its node: the volume's name, whether each mount of
-    it is read-only, and the mount source it serves (for reasons)."""
+    it is read-only, the mount source it serves and, for a volume that is not a mount's, what it is (for reasons)."""
 
     name: str
     read_only: bool
     source: str = ""
+    purpose: str = ""
 
 
 #: Appended to a PENDING reason when a node lacks a host volume: where an operator declares one.
@@ -170,7 +171,7 @@ def volume_shortage(agent: Agent, volumes: t.Sequence[HostVolume]) -> str:
     for volume in volumes:
         declared = agent.host_volumes.get(volume.name)
         if declared is None:
-            short.append("no host volume %s (mount source %s)" % (volume.name, volume.source or "?"))
+            short.append("no host volume %s (%s)" % (volume.name, volume.purpose or "mount source %s" % (volume.source or "?")))
         elif declared and not volume.read_only:
             short.append("host volume %s (mount source %s) is declared read-only, a mount of it is read-write" % (
                 volume.name, volume.source or "?"))

@@ -292,8 +292,9 @@ def test_multi_node_gpu_mounts_ports() -> None:
     assert 'namespace = "research"' in flat(text) and 'region = "eu"' in flat(text)
     assert 'device "nvidia/gpu" {\n          count = 2\n        }' in flat(text)
     assert 'port "tensorboard" {\n        to = 6006\n      }' in flat(text)
-    # mounts are host volumes: a volume "mountN" block per group and a volume_mount per task, no docker mount
-    assert flat(text).count('volume "mount0" {\n      type = "host"') == 4 and text.count("volume_mount {") == 2 * 4
+    # mounts are host volumes: a volume "mountN" block per group and a volume_mount per task (after the runtime
+    # bundle's), no docker mount
+    assert flat(text).count('volume "mount0" {\n      type = "host"') == 4 and text.count("volume_mount {") == 3 * 4
     assert "mount {" not in text.replace("volume_mount {", "") and 'type = "bind"' not in flat(text)
     assert_same_job(job, text)
 

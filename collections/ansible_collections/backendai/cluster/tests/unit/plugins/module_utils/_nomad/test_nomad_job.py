@@ -18,13 +18,19 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job impor
     ENTRYPOINT,
     HOSTS_RUN,
     HOSTS_SCRIPT_META_KEY,
+    RUNTIME_DIR,
+    RUNTIME_MOUNT,
+    RUNTIME_PURPOSE,
+    RUNTIME_VERSION,
+    RUNTIME_VOLUME,
     dumps,
     host_volume_name,
+    host_volumes_needed,
     register_request,
     render_job,
     service_name,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id, generate_keypair
@@ -133,14 +139,27 @@ def test_mounts_are_host_volumes_never_bind_mounts(driver: str) -> None:
     job = render_job(plan)
     for group in job["TaskGroups"]:
         assert group["Volumes"] == {
+            "runtime": {"Name": "runtime", "Type": "host", "Source": RUNTIME_VOLUME, "ReadOnly": True},
             "mount0": {"Name": "mount0", "Type": "host", "Source": host_volume_name("/srv/datasets"), "ReadOnly": True},
             "mount1": {"Name": "mount1", "Type": "host", "Source": host_volume_name("/srv/scratch"), "ReadOnly": False}}
         task = group["Tasks"][0]
-        assert task["VolumeMounts"] == [{"Volume": "mount0", "Destination": "/data", "ReadOnly": True},
+        assert task["VolumeMounts"] == [{"Volume": "runtime", "Destination": RUNTIME_MOUNT, "ReadOnly": True},
+                                        {"Volume": "mount0", "Destination": "/data", "ReadOnly": True},
                                         {"Volume": "mount1", "Destination": "/scratch", "ReadOnly": False}]
         assert not {"mount", "mounts", "volumes", "volume_driver"} & set(task["Config"])
     assert "/srv/datasets" not in dumps(job)  # the host path is the operator's declaration, not the job's
-    assert "Volumes" not in render_job(make_plan())["TaskGroups"][0]
+    assert list(render_job(make_plan())["TaskGroups"][0]["Volumes"]) == ["runtime"]
+
+
+def test_every_group_mounts_the_runtime_bundle_read_only_and_nodes_must_declare_it() -> None:
+    """The session runtime bundle (sshd/ssh for images without them) is a read-only host volume in every group,
+    named after the bundle's layout version, and the planner requires it of every node like the spec's mounts."""
+    job = render_job(make_plan(agents_list(("a", 9000, 9000, 0), ("b", 9000, 9000, 0)), cluster_size=3))
+    for group in job["TaskGroups"]:
+        assert group["Volumes"]["runtime"] == {"Name": "runtime", "Type": "host", "Source": RUNTIME_VOLUME, "ReadOnly": True}
+        assert {"Volume": "runtime", "Destination": RUNTIME_MOUNT, "ReadOnly": True} in group["Tasks"][0]["VolumeMounts"]
+    assert job["Meta"]["BACKENDAI_RUNTIME_VERSION"] == RUNTIME_VERSION and RUNTIME_VOLUME.endswith("-v" + RUNTIME_VERSION)
+    assert host_volumes_needed(()) == (HostVolume(RUNTIME_VOLUME, True, RUNTIME_DIR, RUNTIME_PURPOSE),)
 
 
 def test_host_volume_name_is_readable_unique_and_stable() -> None:

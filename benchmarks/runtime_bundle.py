@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Start time of a Nomad session container with the session runtime bundle's sshd against the image's own.
+
+For each round, alternately: a 1-container session of the rendered job's entrypoint in an image of static
+busybox alone (sshd, ssh, scp from the runtime bundle, bind-mounted read-only as the host volume would be),
+and in a busybox image that has OpenSSH (the image's sshd is used; the bundle is mounted too). The time is
+from starting the container (its rootfs already made) until its sshd accepts a TCP connection on the ssh port (the same harness as
+tests/test_nomad_entrypoint.py: namespaces, chroot, the job's entrypoint). Prints both medians and the ratio
+bundle/own. Needs root, OpenSSH and busybox-static; where other namespace tests may run, run it under their
+lock (``flock /work/.netns-tests.lock``).
+
+    python3 benchmarks/runtime_bundle.py --repeat 5
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(REPO, "collections"), os.path.join(REPO, "tests")]
+
+from test_nomad_entrypoint import BUNDLER, Namespaces, Session, sh  # noqa: E402  (the entrypoint test's harness)
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import RUNTIME_VERSION  # noqa: E402
+
+
+def one(kind: str, bundle: str) -> float:
+    spec = {"name": "bench-rt", "image": "unused", "cluster_size": 1, "command": ["sleep", "60"]}
+    made = Namespaces()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            session = Session(made, pathlib.Path(tmp), kind, spec, bundle=bundle)  # returns once sshd accepts
+            return time.monotonic() - session.started  # from the container's start (its rootfs made before)
+        finally:
+            made.teardown()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as dest:
+        sh("/usr/bin/python3", "-IS", BUNDLER, RUNTIME_VERSION, dest)
+        bundle = os.path.realpath(os.path.join(dest, RUNTIME_VERSION))
+        times = {"bare": [], "busybox": []}
+        for _ in range(args.repeat):
+            for kind in times:
+                times[kind].append(one(kind, bundle))
+    own, via = statistics.median(times["busybox"]), statistics.median(times["bare"])
+    print("container start until sshd answers (median of %d): image's own sshd %.3f s, "
+          "bundle's sshd %.3f s, ratio bundle/own %.2f" % (args.repeat, own, via, via / own))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -255,6 +255,11 @@ class Config:
         if self.wg_mode not in net.WIREGUARD_MODES + ("auto",) or not 0 < len(self.wg_interface) <= 15:
             raise PluginError(E_CONFIG, "wireguard.mode must be auto, kernel or userspace and wireguard.interface an "
                               "interface name of at most 15 characters, got %r, %r" % (self.wg_mode, self.wg_interface))
+
+    def require_agent_name(self) -> None:
+        """The agent's Nomad node name, which admission through Nomad checks an allocation's node against. Asked for
+        there, not when the config is read: DEL needs no name, and a session attached under an older role's config
+        (which has none) must still come down."""
         if self.identity == "nomad" and not self.agent_name:
             raise PluginError(E_CONFIG, "agentName (this agent's Nomad node name) must be set in the backendai "
                               "plugin's config: the overlay_agent role writes it (re-run it; local agents made by an "

@@ -172,6 +172,7 @@ def confirmed_identity(cfg: agent.Config, cni_args: t.Mapping[str, str], contain
     """(namespace, job, group) of the allocation ``NOMAD_ALLOC_ID`` names, as the local Nomad agent has it, after
     checking that it is this container's allocation, runs on this agent and is live; and the agent's API, for
     :func:`check_only_live`."""
+    cfg.require_agent_name()
     alloc_id = cni_args.get(net.ALLOC_KEY, "")
     if not alloc_id:
         raise _refuse("CNI_ARGS lack NOMAD_ALLOC_ID: Nomad 1.10 or later adds it; an older client or another "

@@ -1,0 +1,90 @@
+"""Real PyTorch across a local session's containers (issue 18, test 5): ``torch.distributed`` with the gloo
+backend and ``init_method="env://"``, one rank per container, started over ``ssh`` from main1 as the session
+user. It reads only what the session injects (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK), resolves main1
+and the ranks' own names inside the session network, and all_reduce must add every rank's value.
+
+torch runs from a venv of the machine's ``/usr/bin/python3`` under the repository's ``.cache/`` (kept
+between runs, ignored by git): the containers see the machine's files but not /root (where the test
+runner's pyenv python lives) nor /tmp. It is made with ``pip install torch==2.13.0`` (a CPU build, 0.2 GB,
+which pip on this project's machines finds on their disk; elsewhere point pip at PyTorch's CPU index,
+e.g. ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``). If it cannot be made the test is
+skipped, except under CI (``CI`` set), where it fails. Run under ``flock /work/.netns-tests.lock``.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import typing as t
+import uuid
+
+import pytest
+
+from ansible_collections.backendai.cluster.plugins.module_utils._local import backend
+
+from conftest import REPO
+
+TORCH = "torch==2.13.0"
+VENV = os.path.join(REPO, ".cache", "torch-venv")
+PYTHON = os.path.join(VENV, "bin", "python")
+
+ALL_REDUCE = r"""
+import os, warnings
+warnings.simplefilter("ignore")
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://", timeout=__import__("datetime").timedelta(seconds=60))
+value = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(value)
+print("rank %d of %d sum %d uid %d" % (dist.get_rank(), dist.get_world_size(), int(value.item()), os.getuid()))
+dist.destroy_process_group()
+"""
+
+
+def _torch_python() -> str:
+    check = [PYTHON, "-c", "import torch.distributed as d; assert d.is_gloo_available()"]
+    if os.path.exists(PYTHON) and subprocess.run(check, capture_output=True, check=False).returncode == 0:
+        return PYTHON
+    steps = [["/usr/bin/python3", "-m", "venv", "--clear", VENV],
+             [PYTHON, "-m", "pip", "install", "-q", "--disable-pip-version-check", TORCH]]
+    for step in steps:
+        p = subprocess.run(step, capture_output=True, text=True, check=False)
+        if p.returncode != 0:
+            reason = "cannot install %s for the containers (%s): %s" % (TORCH, " ".join(step[:4]), p.stderr[-600:])
+            if os.environ.get("CI"):
+                pytest.fail(reason)
+            pytest.skip(reason)
+    subprocess.run(check, check=True)
+    return PYTHON
+
+
+@pytest.fixture(scope="module")
+def torch_python() -> str:
+    return _torch_python()
+
+
+def test_gloo_all_reduce_across_containers_as_the_session_user(torch_python: str, run_dir: str, helpers: t.Any) -> None:
+    before = helpers.host_snapshot()
+    root = os.path.join(run_dir, uuid.uuid4().hex[:8])
+    hosts = ["main1", "sub1", "sub2"]
+    spec = {"name": "gloo", "image": "local", "cluster_size": len(hosts), "cluster_mode": "single-node",
+            "resources": {"cpu": 1500, "memory": 1536}, "master_port": 29500}
+    result = backend.LocalBackend(root).present(spec)
+    before.record(root, ["gloo"])
+    try:
+        script = base64.b64encode(ALL_REDUCE.encode()).decode()
+        # every rank at once, each over ssh from main1 (as mpirun or torchrun's ssh launchers do)
+        p = subprocess.run(
+            ["ssh", "-F", os.path.join(result["session"]["state_dir"], "ssh_config"), "main1",
+             "for h in %s; do ssh $h 'echo %s | base64 -d | %s -' > ~/gloo.$h 2>&1 & done; wait; "
+             "for h in %s; do echo $h: $(grep '^rank' ~/gloo.$h || cat ~/gloo.$h); rm ~/gloo.$h; done"
+             % (" ".join(hosts), script, torch_python, " ".join(hosts))],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        total = sum(range(1, len(hosts) + 1))
+        uid = "1000"  # the default session user, work
+        assert lines == ["%s: rank %d of %d sum %d uid %s" % (h, i, len(hosts), total, uid)
+                         for i, h in enumerate(hosts)], p.stdout
+    finally:
+        backend.LocalBackend(root).absent("gloo")
+    before.assert_clean()

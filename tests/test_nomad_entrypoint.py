@@ -18,7 +18,7 @@ starts the task's entrypoint (the driver config's, the bundle's busybox sh) as r
   so the command switches with the bundle's setpriv); or
 * ``bare``: static busybox alone (no libc, no sshd, no ssh); or ``debian-nossh``: the host's root with
   OpenSSH hidden (the bundle's sshd, ssh and scp are used); or
-* ``distroless``: nothing but the user's command, a static ELF of 150 bytes made here (no shell, no libc, no
+* ``distroless``: nothing but the user's command, a static ELF of 159 bytes made here (no shell, no libc, no
   /etc but the hosts file the container runtime adds, no accounts): everything else comes from the bundle.
 
 Then it checks the seeds' promises (``ssh sub1 hostname`` from main1 with no prompt, every pair, each

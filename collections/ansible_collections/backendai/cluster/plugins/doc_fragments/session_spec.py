@@ -21,9 +21,11 @@ options:
         required: true
       image:
         description:
-          - Container image of every container (of every role that does not set its own). On Nomad any image with
-            C(/bin/sh) works - its own C(sshd) and C(ssh) if it has them, else those of the session runtime bundle that
-            the overlay_agent role installs on every agent and the job mounts read-only at C(/opt/backendai-runtime).
+          - Container image of every container (of every role that does not set its own). On Nomad any image of the
+            agent's architecture works, even one with no shell and no libc (distroless) - its own C(sshd), C(ssh) and
+            C(setpriv) if it has them, else those of the session runtime bundle that the overlay_agent role installs
+            on every agent and the job mounts read-only at C(/opt/backendai-runtime), whose busybox C(sh) runs the
+            entrypoint.
           - The local backend does not pull it (there is no container engine); it runs the host's binaries.
         type: str
         required: true

@@ -110,35 +110,45 @@ MINUTE = 60 * SECOND
 #: ``StopOnClientAfter`` is not set: Nomad refuses it together with ``LostAfter``
 #: (nomad/structs/group.go ``DisconnectStrategy.Validate``).
 DISCONNECT = {"LostAfter": 5 * MINUTE, "Replace": False, "Reconcile": "keep_original"}
-#: The peers template's change script: run in the task (the driver's exec, which runs with the task's
-#: environment) after every re-render; ``$NOMAD_META_...`` without braces is the shell's, not Nomad's
-#: interpolation. Timeout given: a job registered over the HTTP API is not always canonicalized by the api
-#: package (whose default is 5s), and 0 would be no time at all.
-#: (An empty variable would run nothing and succeed: the entrypoint's first run checks it with ``test -n``
-#: and fails the task without it; the change script, in every group, saves those bytes.)
-HOSTS_RUN = 'eval "$NOMAD_META_%s"' % HOSTS_SCRIPT_META_KEY
-HOSTS_CHANGE_SCRIPT = {"Command": "/bin/sh", "Args": ["-c", HOSTS_RUN, "hosts.sh", "/%s/peers" % LOCAL_SUBDIR],
-                       "Timeout": 10 * SECOND}
+#: Never reschedule (the job's ``reschedule``): a container is pinned to its agent, it restarts in place a few
+#: times (each group's ``RestartPolicy``) and then fails.
+RESCHEDULE = {"Attempts": 0, "Unlimited": False}
+#: The peers template's change script (Nomad 1.4+: ``change_mode = "script"``), run in the task after every
+#: re-render: ``/local/backendai/hosts``, a script the entrypoint writes before it waits for its peers (a shebang
+#: of a shell the task has, the image's /bin/sh or else the bundle's, then ``_session.hosts.HOSTS_SCRIPT`` from
+#: job Meta), so the command needs no shell in the image and no arguments in the job. A re-render before the
+#: entrypoint wrote it fails the script (Nomad logs it; FailOnError is false) but changes nothing: the entrypoint
+#: reads the peers file after that. Timeout given: Nomad's default is 5s (api/tasks.go ChangeScript.Canonicalize).
+HOSTS_CHANGE_SCRIPT = {"Command": "/%s/hosts" % LOCAL_SUBDIR, "Timeout": 10 * SECOND}
+#: The task's entrypoint: the bundle's static busybox shell, so an image with no shell at all starts (a bundle
+#: missing from the mount fails it at exec, naming this path: Nomad places no group where the host volume is not
+#: declared, see :data:`RUNTIME_VOLUME`).
+ENTRYPOINT_ARGV = (RUNTIME_MOUNT + "/bin/sh", "/%s/entrypoint.sh" % LOCAL_SUBDIR)
 
-# The entrypoint every container runs, as root in the image: wait until every peer is registered,
-# write /etc/hosts, add the session user if the image lacks it (useradd, or the account files themselves
-# on minimal images), give it the session keypair in ~/.ssh, start sshd (root, PermitRootLogin no,
-# AllowUsers <user>), then run the user command as the user (setpriv, runuser or su, whichever the image
-# has) or keep sshd in the foreground for an interactive session. POSIX sh (busybox's too), so any image
-# with OpenSSH works. The user comes from job Meta, which Nomad hands every task as NOMAD_META_<KEY>
-# (client/taskenv/env.go, Builder.setAlloc); nothing in the job gives the task extra privileges: what it
-# does needs only Nomad's default capabilities (drivers/shared/capabilities/defaults.go: CHOWN, SETUID,
-# SETGID, SYS_CHROOT for sshd's privilege separation).
+# The entrypoint every container runs, as root in the image, with the bundle's busybox sh (standalone: its
+# applets, grep, cut, id, su, ..., run whatever the image has, so only the image's own account tools, setpriv
+# and sshd are looked up in the image, by path): wait until every peer is registered, write /etc/hosts, add the
+# session user if the image lacks it (useradd, or the account files themselves on minimal images, or new ones
+# on an image with no /etc at all), give it the session keypair in ~/.ssh, start sshd (root, PermitRootLogin no,
+# AllowUsers <user>), then run the user command as the user (the image's setpriv or runuser, else the bundle's
+# setpriv, else su) or keep sshd in the foreground for an interactive session. sshd, ssh and scp are the
+# image's when it has them, the bundle's otherwise. The user comes from job Meta, which Nomad hands every task
+# as NOMAD_META_<KEY> (client/taskenv/env.go, Builder.setAlloc); nothing in the job gives the task extra
+# privileges: what it does needs only Nomad's default capabilities (drivers/shared/capabilities/defaults.go:
+# CHOWN, SETUID, SETGID, SYS_CHROOT for sshd's privilege separation).
 ENTRYPOINT = r"""#!/bin/sh
 set -eu
-S=${NOMAD_SECRETS_DIR:-/secrets}/backendai L=${NOMAD_TASK_DIR:-/local}/backendai P=$BACKENDAI_SSH_PORT
+S=${NOMAD_SECRETS_DIR:-/secrets}/backendai L=${NOMAD_TASK_DIR:-/local}/backendai P=$NOMAD_META_BACKENDAI_SSH_PORT
 U=${NOMAD_META_BACKENDAI_USER:?not in the task env: job Meta BACKENDAI_USER} UI=$NOMAD_META_BACKENDAI_UID GI=$NOMAD_META_BACKENDAI_GID
 H=/home/$U
 fail() { echo "backendai: $2" >&2; exit "$1"; }
-B=/opt/backendai-runtime BV=${NOMAD_META_BACKENDAI_RUNTIME_VERSION:-} BN=
-SSHD=$(command -v sshd 2>/dev/null || true); [ -n "$SSHD" ] || [ ! -x /usr/sbin/sshd ] || SSHD=/usr/sbin/sshd
+IP=${PATH:-/usr/local/bin:/usr/bin:/bin}:/usr/local/sbin:/usr/sbin:/sbin  # the image's own directories
+own() { (IFS=:; for d in $IP; do [ ! -f "$d/$1" ] || [ ! -x "$d/$1" ] || { echo "$d/$1"; exit 0; }; done; exit 1); }
+B=/opt/backendai-runtime BV=${NOMAD_META_BACKENDAI_RUNTIME_VERSION:-} BN= BOK=
+SSHD=$(own sshd || true)
 if [ -r $B/VERSION ]; then read -r BN < $B/VERSION || true; fi
-if [ -n "$BN" ] && [ "$BN" = "$BV" ]; then PATH=$PATH:$B/bin; export PATH  # the image's own tools first
+[ -z "$BN" ] || [ "$BN" != "$BV" ] || BOK=1
+if [ -n "$BOK" ]; then PATH=${PATH:+$PATH:}$B/bin; export PATH  # the image's own tools first
   [ -n "$SSHD" ] || SSHD=$B/bin/sshd
 elif [ -z "$SSHD" ] && [ -z "$BN" ]; then
   fail 78 "sshd not found in the image and no session runtime bundle at $B: this agent lacks the host volume \
@@ -148,18 +158,25 @@ elif [ -z "$SSHD" ]; then
 fi
 echo "backendai: sshd $SSHD" >&2
 [ "$(id -u)" = 0 ] || fail 77 "the entrypoint must start as root (it adds $U and starts sshd); do not set the task's user"
+X=/bin/sh; [ -x $X ] || X=$B/bin/sh  # the hosts script's shell and the user's (bash if the image has it)
+SH=$X; [ ! -x /bin/bash ] || SH=/bin/bash
 if [ "$U" = root ]; then H=/root RUN=
-elif setpriv --help 2>&1 | grep -q -e --reuid; then RUN="setpriv --reuid=$UI --regid=$GI --init-groups"
-elif command -v runuser >/dev/null 2>&1; then RUN="runuser -m -u $U --"
+elif R=$(own setpriv) && $R --help 2>&1 | grep -q -e --reuid; then RUN="$R --reuid=$UI --regid=$GI --init-groups"
+elif R=$(own runuser); then RUN="$R -m -u $U --"
+elif [ -n "$BOK" ] && [ -x $B/bin/setpriv ]; then RUN="$B/bin/setpriv --reuid=$UI --regid=$GI --init-groups"
 elif command -v su >/dev/null 2>&1; then RUN=su
 else fail 78 "cannot run the command as $U: the image has none of setpriv (util-linux), runuser, su"; fi
+[ -n "${NOMAD_META_BACKENDAI_HOSTS_SCRIPT:-}" ] || fail 78 "job Meta BACKENDAI_HOSTS_SCRIPT is not in the task env"
+{ echo "#!$X"; echo "set -- '$L/peers'"; echo "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT"; } > $L/hosts.new
+chmod 755 $L/hosts.new; mv -f $L/hosts.new $L/hosts  # the peers template's change script
 i=0
 while [ "$(grep -c . $L/peers 2>/dev/null || true)" -lt "$BACKENDAI_CLUSTER_SIZE" ]; do
   i=$((i+1)); [ $i -le 1200 ] || { echo "backendai: peers not all registered after 600s" >&2; exit 75; }
   sleep 0.5
 done
-sh -c 'test -n "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT" && eval "$NOMAD_META_BACKENDAI_HOSTS_SCRIPT"' hosts.sh $L/peers
-SH=/bin/sh; [ ! -x /bin/bash ] || SH=/bin/bash
+$L/hosts
+mkdir -p /etc; [ -e /etc/passwd ] || echo "root:x:0:0:root:/root:$X" > /etc/passwd  # an image with no accounts
+[ -e /etc/group ] || echo "root:x:0:" > /etc/group
 if [ "$U" != root ] && ! grep -q "^$U:[^:]*:$UI:$GI:" /etc/passwd; then
   if command -v useradd >/dev/null 2>&1 && ! grep -q -e "^$U:" -e "^[^:]*:[^:]*:$UI:" /etc/passwd \
       && ! grep "^$U:" /etc/group | grep -v -q "^$U:[^:]*:$GI:"; then
@@ -187,7 +204,7 @@ echo "* $(cut -d' ' -f1,2 $S/id.pub)" > "$H/.ssh/known_hosts_backendai"
   echo " IdentityFile $H/.ssh/id_backendai"; echo " StrictHostKeyChecking yes"
   echo " UserKnownHostsFile $H/.ssh/known_hosts_backendai"; } >> "$H/.ssh/config"
 env | grep -E '^(BACKENDAI_|WORLD_|RANK=|LOCAL_RANK=|MASTER_|TF_CONFIG=)' > "$H/.ssh/environment" || true
-[ -z "$BN" ] || echo "PATH=$PATH" >> "$H/.ssh/environment"  # logins find the bundle's ssh/scp after the image's
+[ -z "$BOK" ] || echo "PATH=$PATH" >> "$H/.ssh/environment"  # logins find the bundle's ssh/scp after the image's
 chown "$UI:$GI" "$H"; chown -R "$UI:$GI" "$H/.ssh"
 D="$SSHD -p $P -h /run/backendai/host_key -o AllowUsers=$U"
 grep -q '^sshd:' /etc/passwd || echo 'sshd:x:65533:65534:sshd privilege separation:/run/sshd:/bin/false' >> /etc/passwd
@@ -199,7 +216,7 @@ D="$D -o AuthorizedKeysFile=.ssh/authorized_keys -o PermitRootLogin=$([ "$U" = r
 if [ $# -eq 0 ]; then exec $D -D -e; fi
 $D
 export HOME="$H"
-if [ "$RUN" = su ]; then exec su -m -s /bin/sh "$U" -c 'exec "$0" "$@"' "$@"; fi
+if [ "$RUN" = su ]; then exec su -m -s "$X" "$U" -c 'exec "$0" "$@"' "$@"; fi
 exec $RUN "$@"
 """
 
@@ -253,8 +270,8 @@ def volume_label(index: int) -> str:
 def _volumes(mounts: t.Sequence[Mount]) -> t.Dict[str, t.Dict[str, t.Any]]:
     """The group's ``volume`` blocks (api.VolumeRequest): the runtime bundle's, one host volume per spec mount."""
     runtime = {RUNTIME_LABEL: {"Name": RUNTIME_LABEL, "Type": "host", "Source": RUNTIME_VOLUME, "ReadOnly": True}}
-    runtime.update((volume_label(i), {"Name": volume_label(i), "Type": "host", "Source": host_volume_name(m.source),
-                                      "ReadOnly": m.read_only}) for i, m in enumerate(mounts))
+    runtime.update((volume_label(i), _read_only({"Name": volume_label(i), "Type": "host", "Source": host_volume_name(m.source)},
+                                                m.read_only)) for i, m in enumerate(mounts))
     return runtime
 
 
@@ -262,7 +279,16 @@ def _volume_mounts(mounts: t.Sequence[Mount]) -> t.List[t.Dict[str, t.Any]]:
     """The task's ``volume_mount`` blocks (api.VolumeMount): the runtime bundle's (read-only), the spec's mounts,
     read-only where the spec says so."""
     return [{"Volume": RUNTIME_LABEL, "Destination": RUNTIME_MOUNT, "ReadOnly": True}] + [
-        {"Volume": volume_label(i), "Destination": m.target, "ReadOnly": m.read_only} for i, m in enumerate(mounts)]
+        _read_only({"Volume": volume_label(i), "Destination": m.target}, m.read_only) for i, m in enumerate(mounts)]
+
+
+def _read_only(block: t.Dict[str, t.Any], read_only: bool) -> t.Dict[str, t.Any]:
+    """``block`` with ``ReadOnly`` true, or without it: false is what Nomad reads when it is left out (api/tasks.go:
+    ``VolumeRequest.ReadOnly`` is a plain bool, ``VolumeMount.Canonicalize`` sets a nil ``ReadOnly`` to false), and
+    the bytes count in every group (``benchmarks/plan_render.py``)."""
+    if read_only:
+        block["ReadOnly"] = True
+    return block
 
 
 def service_name(job_id: str) -> str:
@@ -292,26 +318,25 @@ def _env(container: Container) -> t.Dict[str, str]:
         env[name] = "${NOMAD_META_%s}" % name
     # TF_CONFIG keeps the seed's exact JSON; only the worker list comes from Meta.
     env.update(container_values(container, "${NOMAD_META_%s}" % TF_WORKERS_META_KEY))
-    env["BACKENDAI_SSH_PORT"] = "${NOMAD_META_%s}" % SSH_PORT_META_KEY
     return dict(sorted(env.items()))
 
 
 def _driver_config(container: Container) -> t.Dict[str, t.Any]:
-    entry = ["/bin/sh", "/%s/entrypoint.sh" % LOCAL_SUBDIR]
-    config: t.Dict[str, t.Any] = {"image": container.image, "entrypoint": entry}
+    config: t.Dict[str, t.Any] = {"image": container.image, "entrypoint": list(ENTRYPOINT_ARGV)}
     if container.command:
         config["args"] = list(container.command)
     return config
 
 
 def _templates(plan: SessionPlan, service: str) -> t.List[t.Dict[str, t.Any]]:
+    """The task's templates. The public key's ``Perms`` is left out: 0644 is Nomad's default (api/tasks.go
+    ``Template.Canonicalize``), and the bytes count in every group."""
     return [
         {"EmbeddedTmpl": _secret_template(plan, PRIVATE_KEY_ITEM), "DestPath": SECRETS_SUBDIR + "/id",
          "Perms": "0600", "ChangeMode": "noop"},
-        {"EmbeddedTmpl": _secret_template(plan, PUBLIC_KEY_ITEM), "DestPath": SECRETS_SUBDIR + "/id.pub",
-         "Perms": "0644", "ChangeMode": "noop"},
+        {"EmbeddedTmpl": _secret_template(plan, PUBLIC_KEY_ITEM), "DestPath": SECRETS_SUBDIR + "/id.pub", "ChangeMode": "noop"},
         {"EmbeddedTmpl": PEERS_TEMPLATE % service, "DestPath": LOCAL_SUBDIR + "/peers",
-         "ChangeMode": "script", "ChangeScript": dict(HOSTS_CHANGE_SCRIPT, Args=list(HOSTS_CHANGE_SCRIPT["Args"]))},
+         "ChangeMode": "script", "ChangeScript": dict(HOSTS_CHANGE_SCRIPT)},
         {"EmbeddedTmpl": '{{ env "NOMAD_META_%s" }}' % ENTRYPOINT_META_KEY, "DestPath": LOCAL_SUBDIR + "/entrypoint.sh", "Perms": "0755",
          "ChangeMode": "noop"},
     ]
@@ -345,18 +370,17 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         if spec.secrets.role:
             vault["Role"] = spec.secrets.role
         task["Vault"] = vault
+    # No ``Count``: Nomad makes a missing one 1 (api/tasks.go ``TaskGroup.Canonicalize``, without ``Scaling``). The
+    # container's role and index are its task's BACKENDAI_CLUSTER_ROLE/IDX (``_nomad.view`` reads them there).
     group: t.Dict[str, t.Any] = {
         "Name": container.hostname,
-        "Count": 1,
-        "Meta": {"BACKENDAI_CLUSTER_ROLE": container.role, "BACKENDAI_CLUSTER_IDX": str(container.idx),
-                 "backendai_agent": container.agent},
+        "Meta": {"backendai_agent": container.agent},
         "Constraints": [{"LTarget": "${node.unique.name}", "RTarget": container.agent, "Operand": "="}],
         "Networks": [network],
         "Services": [{"Name": service, "Provider": "nomad", "AddressMode": "alloc",
                       "PortLabel": str(spec.ssh.port), "Tags": [container.hostname, "role-" + container.role]}],
         # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere.
         "RestartPolicy": {"Attempts": 2, "Interval": 300 * SECOND, "Delay": 5 * SECOND, "Mode": "fail"},
-        "ReschedulePolicy": {"Attempts": 0, "Unlimited": False},
         "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }
@@ -423,6 +447,10 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         "Meta": dict(sorted(meta.items())),
         # clients older than the minimum do not add Nomad's identity to CNI_ARGS: keep them out
         "Constraints": [dict(VERSION_CONSTRAINT), dict(PLUGIN_CONSTRAINT)],
+        # never reschedule a container elsewhere (its group is pinned to its agent): once for the job, which Nomad
+        # copies into every group (api/tasks.go ``TaskGroup.Canonicalize``, run on every register and plan request
+        # by command/agent/job_endpoint.go ``ApiJobToStructJob``; structs.Job has no job-level policy)
+        "Reschedule": dict(RESCHEDULE),
         "TaskGroups": [_group(plan, c, net, keys.get(c.agent), namespace, templates, service) for c in plan.containers],
     }
     if namespace:

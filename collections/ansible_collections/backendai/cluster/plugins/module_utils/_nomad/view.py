@@ -157,6 +157,15 @@ def published_ports(full: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Di
     return out
 
 
+def group_identity(group: t.Mapping[str, t.Any]) -> t.Tuple[str, str]:
+    """A group's container role and index: its task's BACKENDAI_CLUSTER_ROLE and BACKENDAI_CLUSTER_IDX (the seeds'
+    variables, always in the task's Env); jobs rendered before they left the group's ``Meta`` have them there too."""
+    tasks = group.get("Tasks") or [{}]
+    env, gmeta = tasks[0].get("Env") or {}, group.get("Meta") or {}
+    return (str(env.get("BACKENDAI_CLUSTER_ROLE") or gmeta.get("BACKENDAI_CLUSTER_ROLE") or ""),
+            str(env.get("BACKENDAI_CLUSTER_IDX") or gmeta.get("BACKENDAI_CLUSTER_IDX") or "0"))
+
+
 def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.Any]],
                full: t.Mapping[str, t.Mapping[str, t.Any]], logs: t.Optional[t.Mapping[str, t.List[str]]] = None,
                secret: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
@@ -177,10 +186,10 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
         alloc = current.get(name)
         alloc_full = full.get(alloc["ID"]) if alloc is not None else None
         task = _task_state(alloc) if alloc is not None else {}
-        idx = gmeta.get("BACKENDAI_CLUSTER_IDX") or "0"
+        role, idx = group_identity(group)
         item: t.Dict[str, t.Any] = {
             "hostname": name,
-            "role": gmeta.get("BACKENDAI_CLUSTER_ROLE") or "",
+            "role": role,
             "idx": int(idx) if str(idx).isdigit() else 0,
             "agent": (alloc or {}).get("NodeName") or gmeta.get("backendai_agent") or "",
             "address": container_address(alloc_full),
@@ -218,7 +227,7 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
 def _main1(job: t.Mapping[str, t.Any], current: t.Mapping[str, t.Mapping[str, t.Any]],
            full: t.Mapping[str, t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
     groups = job.get("TaskGroups") or []
-    main = next((g for g in groups if (g.get("Meta") or {}).get("BACKENDAI_CLUSTER_ROLE") == "main"), groups[0] if groups else {})
+    main = next((g for g in groups if group_identity(g)[0] == "main"), groups[0] if groups else {})
     alloc = current.get(main.get("Name") or "")
     alloc_full = full.get(alloc["ID"]) if alloc is not None else None
     ports = published_ports(alloc_full)

@@ -101,7 +101,7 @@ INVERSE: t.Dict[str, t.Dict[str, t.Tuple[str, str, str]]] = {
             "namespace": ("Namespace", "value", ""), "region": ("Region", "value", ""),
             "datacenters": ("Datacenters", "list", ""), "meta": ("Meta", "map", ""),
             "ui": ("UI", "block", "ui"), "constraint": ("Constraints", "blocks", "constraint"),
-            "group": ("TaskGroups", "labelled", "group")},
+            "reschedule": ("Reschedule", "block", "reschedule"), "group": ("TaskGroups", "labelled", "group")},
     "ui": {"description": ("Description", "value", ""), "link": ("Links", "blocks", "link")},
     "link": {"label": ("Label", "value", ""), "url": ("URL", "value", "")},
     "group": {"count": ("Count", "value", ""), "meta": ("Meta", "map", ""),

@@ -16,8 +16,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import P
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
     DISCONNECT,
     ENTRYPOINT,
-    HOSTS_RUN,
     HOSTS_SCRIPT_META_KEY,
+    RESCHEDULE,
     RUNTIME_DIR,
     RUNTIME_MOUNT,
     RUNTIME_PURPOSE,
@@ -30,6 +30,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job impor
     render_job,
     service_name,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import group_identity
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
@@ -55,9 +56,10 @@ def test_one_group_per_container_pinned_to_its_agent() -> None:
     job = render_job(plan)
     assert [g["Name"] for g in job["TaskGroups"]] == ["main1", "sub1", "sub2", "sub3"]
     for group, container in zip(job["TaskGroups"], plan.containers):
-        assert group["Count"] == 1
+        assert "Count" not in group  # Nomad's default, 1 (api/tasks.go TaskGroup.Canonicalize)
         assert group["Constraints"] == [{"LTarget": "${node.unique.name}", "RTarget": container.agent, "Operand": "="}]
-        assert group["Meta"]["BACKENDAI_CLUSTER_ROLE"] == container.role
+        assert group["Meta"] == {"backendai_agent": container.agent}
+        assert group_identity(group) == (container.role, str(container.idx))
         assert group["Networks"][0]["Mode"] == "cni/backendai"
         assert group["Networks"][0]["Hostname"] == container.hostname
         assert group["Services"][0]["Tags"][0] == container.hostname
@@ -69,8 +71,7 @@ def test_env_from_meta_equals_the_literal_container_env() -> None:
     job = render_job(plan)
     for group, container in zip(job["TaskGroups"], plan.containers):
         env = {k: interpolate(v, job["Meta"]) for k, v in group["Tasks"][0]["Env"].items()}
-        assert env.pop("BACKENDAI_SSH_PORT") == "2200"
-        assert env == container_env(plan, container)
+        assert env == container_env(plan, container)  # the seeds' variables, nothing else
 
 
 def test_session_wide_values_are_only_in_meta() -> None:
@@ -124,7 +125,8 @@ def test_gpu_devices_and_driver_config() -> None:
                      mounts=[{"source": "/d", "target": "/data", "read_only": True}])
     task = render_job(plan)["TaskGroups"][0]["Tasks"][0]
     assert task["Resources"] == {"CPU": 1000, "MemoryMB": 1024, "Devices": [{"Name": "nvidia/gpu", "Count": 1}]}
-    assert task["Config"] == {"image": "python:3.11-slim", "entrypoint": ["/bin/sh", "/local/backendai/entrypoint.sh"],
+    # the bundle's shell runs the entrypoint: an image needs none of its own
+    assert task["Config"] == {"image": "python:3.11-slim", "entrypoint": [RUNTIME_MOUNT + "/bin/sh", "/local/backendai/entrypoint.sh"],
                               "args": ["python", "train.py"]}
 
 
@@ -141,11 +143,11 @@ def test_mounts_are_host_volumes_never_bind_mounts(driver: str) -> None:
         assert group["Volumes"] == {
             "runtime": {"Name": "runtime", "Type": "host", "Source": RUNTIME_VOLUME, "ReadOnly": True},
             "mount0": {"Name": "mount0", "Type": "host", "Source": host_volume_name("/srv/datasets"), "ReadOnly": True},
-            "mount1": {"Name": "mount1", "Type": "host", "Source": host_volume_name("/srv/scratch"), "ReadOnly": False}}
+            "mount1": {"Name": "mount1", "Type": "host", "Source": host_volume_name("/srv/scratch")}}  # ReadOnly: false
         task = group["Tasks"][0]
         assert task["VolumeMounts"] == [{"Volume": "runtime", "Destination": RUNTIME_MOUNT, "ReadOnly": True},
                                         {"Volume": "mount0", "Destination": "/data", "ReadOnly": True},
-                                        {"Volume": "mount1", "Destination": "/scratch", "ReadOnly": False}]
+                                        {"Volume": "mount1", "Destination": "/scratch"}]  # ReadOnly: false
         assert not {"mount", "mounts", "volumes", "volume_driver"} & set(task["Config"])
     assert "/srv/datasets" not in dumps(job)  # the host path is the operator's declaration, not the job's
     assert list(render_job(make_plan())["TaskGroups"][0]["Volumes"]) == ["runtime"]
@@ -173,19 +175,19 @@ def test_host_volume_name_is_readable_unique_and_stable() -> None:
 def test_hosts_follow_the_peers() -> None:
     """The peers template re-renders when a registration changes (a replaced allocation has a new address)
     and runs the hosts script in the task, which rewrites /etc/hosts: no stale names after a replacement.
-    The script is in job Meta once; the task has it as $NOMAD_META_BACKENDAI_HOSTS_SCRIPT."""
+    The script is in job Meta once; the entrypoint writes it into the task as /local/backendai/hosts (with a
+    shell the task has), runs it once and leaves it for the change script, which needs no shell in the image."""
     job = render_job(make_plan(cluster_size=3))
     assert job["Meta"][HOSTS_SCRIPT_META_KEY] == HOSTS_SCRIPT
-    assert "sh -c 'test -n \"$NOMAD_META_%s\" && %s' hosts.sh $L/peers" % (HOSTS_SCRIPT_META_KEY, HOSTS_RUN) in ENTRYPOINT
+    assert ("""{ echo "#!$X"; echo "set -- '$L/peers'"; echo "$NOMAD_META_%s"; } > $L/hosts.new""" % HOSTS_SCRIPT_META_KEY
+            in ENTRYPOINT and "\n$L/hosts\n" in ENTRYPOINT)
     assert ">> /etc/hosts" not in ENTRYPOINT
     assert dumps(job).count("backendai.cluster peers: begin") == 1  # once, in Meta
     for group in job["TaskGroups"]:
         templates = {tpl["DestPath"]: tpl for tpl in group["Tasks"][0]["Templates"]}
         peers = templates["local/backendai/peers"]
         assert peers["ChangeMode"] == "script"
-        assert peers["ChangeScript"] == {"Command": "/bin/sh", "Args": ["-c", HOSTS_RUN, "hosts.sh", "/local/backendai/peers"],
-                                         "Timeout": 10 * 10 ** 9}
-        assert "${" not in HOSTS_RUN  # the shell's variable, not Nomad's interpolation
+        assert peers["ChangeScript"] == {"Command": "/local/backendai/hosts", "Timeout": 10 * 10 ** 9}
         assert group["Disconnect"] == DISCONNECT == {"LostAfter": 300 * 10 ** 9, "Replace": False, "Reconcile": "keep_original"}
 
 
@@ -199,6 +201,19 @@ def test_the_user_is_in_job_meta_and_the_task_asks_for_no_privileges() -> None:
         # the entrypoint starts as the image's root with the driver's default capabilities, nothing more
         assert "User" not in task and not {"privileged", "cap_add", "devices", "security_opt", "userns_mode",
                                            "pid_mode", "ipc_mode", "network_mode"} & set(task["Config"])
+
+
+def test_values_left_to_nomads_defaults_and_the_job_level_reschedule() -> None:
+    """What the job leaves out is what Nomad fills in (api/tasks.go, api/jobs.go Canonicalize, run on every register
+    and plan by command/agent/job_endpoint.go ApiJobToStructJob): Count 1, ReadOnly false, a template's Perms 0644;
+    the no-reschedule policy is the job's, which Canonicalize copies into every group that has none."""
+    job = render_job(make_plan(cluster_size=3, mounts=[{"source": "/d", "target": "/data"}]))
+    assert job["Reschedule"] == RESCHEDULE == {"Attempts": 0, "Unlimited": False}
+    for group in job["TaskGroups"]:
+        assert not {"Count", "ReschedulePolicy"} & set(group)
+        assert group["Volumes"]["mount0"] == {"Name": "mount0", "Type": "host", "Source": host_volume_name("/d")}
+        templates = {tpl["DestPath"]: tpl for tpl in group["Tasks"][0]["Templates"]}
+        assert "Perms" not in templates["secrets/backendai/id.pub"] and templates["secrets/backendai/id"]["Perms"] == "0600"
 
 
 def test_job_type() -> None:

@@ -11,6 +11,7 @@ DEL of a container, so it imports nothing slow either (see ``json_loads`` and ``
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 TYPE_CHECKING = False
@@ -441,7 +442,7 @@ def bridge_mac(session_id: str, underlay_ip: str) -> str:
     """The session bridge's own MAC on an agent: fixed, or Linux gives a bridge the lowest MAC of its ports, which
     changes as containers come and go, and the bridge plugin's CHECK (Nomad's, after a client restart) fails on it.
     Locally administered, and different on every agent of the session (they share one layer 2)."""
-    digest = net._sha256(("bridge-mac\0%s\0%s" % (session_id, underlay_ip)).encode()).hexdigest()
+    digest = hashlib.sha256(("bridge-mac\0%s\0%s" % (session_id, underlay_ip)).encode()).hexdigest()
     return "02:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
 
 

@@ -99,10 +99,6 @@ class SessionPaths:
         return self._p("cni")
 
     @property
-    def ipam_dir(self) -> str:
-        return self._p("cni", "ipam")
-
-    @property
     def logs_dir(self) -> str:
         return self._p("logs")
 

@@ -229,7 +229,7 @@ class Config:
         except (KeyError, ValueError) as e:  # (NetworkError is a ValueError)
             raise PluginError(E_CONFIG, "the backendai plugin needs underlayIP, stateDir and keyFile in its config",
                               str(e)) from None
-        self.underlay_mtu = int(conf.get("underlayMTU", 1500))
+        self.underlay_mtu = int(conf.get("underlayMTU", net.DEFAULT_UNDERLAY_MTU))
         self.vxlan_port = int(conf.get("vxlanPort", net.VXLAN_PORT))
         self.egress = bool(conf.get("egress", True))
         self.uplinks = [str(u) for u in conf.get("uplinks") or []]

@@ -346,7 +346,7 @@ def _emit(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
-def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] = None) -> int:
+def main() -> int:
     env = dict(os.environ)
     command = env.get("CNI_COMMAND", "")
     version = net.CNI_VERSION
@@ -358,7 +358,7 @@ def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] 
             sys.stderr.write(ABOUT + "\n")
             return 0
         try:
-            conf = agent.json_loads((stdin or sys.stdin).read())
+            conf = agent.json_loads(sys.stdin.read())
         except ValueError as e:
             raise PluginError(E_CONFIG, "the network config on stdin is not JSON: %s" % e) from None
         version = str(conf.get("cniVersion", version))

@@ -150,6 +150,8 @@ WIREGUARD_INTERFACE = "baiwg0"
 UNDERLAY_ENCRYPTIONS = ("wireguard", "none")
 #: How an agent runs WireGuard: the kernel module (``ip link add type wireguard``) or ``wireguard-go``.
 WIREGUARD_MODES = ("kernel", "userspace")
+#: An underlay's MTU when nothing says otherwise: Ethernet's.
+DEFAULT_UNDERLAY_MTU = 1500
 MIN_MTU = 576
 VNI_BASE = 0x10000
 VNI_MAX = 0xFFFFFF
@@ -366,7 +368,7 @@ def overlay_mtu(underlay_mtu: int, encryption: str = "none") -> int:
     return mtu
 
 
-def make_params(session_id: str, slot: int, agents: t.Sequence[str], underlay_mtu: int = 1500,
+def make_params(session_id: str, slot: int, agents: t.Sequence[str], underlay_mtu: int = DEFAULT_UNDERLAY_MTU,
                 pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX, encryption: str = "none",
                 wg_keys: t.Sequence[bytes] = (), tunnel_prefix: str = "") -> NetworkParams:
     vni, subnet = slot_network(slot, pool, prefix)
@@ -716,7 +718,7 @@ VNI_RANGE_MATCH6 = "52>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
 # ---------------------------------------------------------------------------- the static config
 
 def static_conflist(underlay_ip: str, key_file: str, state_dir: str, egress: bool = True,
-                    uplinks: t.Sequence[str] = (), underlay_mtu: int = 1500, vxlan_port: int = VXLAN_PORT,
+                    uplinks: t.Sequence[str] = (), underlay_mtu: int = DEFAULT_UNDERLAY_MTU, vxlan_port: int = VXLAN_PORT,
                     portmap: bool = True, agent_name: str = "", identity: str = "nomad",
                     nomad_addr: str = DEFAULT_NOMAD_ADDR, nomad_token_file: str = "",
                     nomad_ca_file: str = "", wireguard_interface: str = WIREGUARD_INTERFACE,

@@ -156,10 +156,9 @@ class NomadBackend(Watching, Updating, Removing):
                 break
             self._sleep(min(self.poll_interval, remaining))
         self._pending(spec, rendered, agents, wait_for_resources, check_mode, attempts)
-        raise AssertionError("unreachable")
 
     def _pending(self, spec: SessionSpec, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
-                 wait_for_resources: float, check_mode: bool, attempts: int) -> None:
+                 wait_for_resources: float, check_mode: bool, attempts: int) -> t.NoReturn:
         """Fail with the PENDING reason (check mode with a wait: tell the caller to warn instead)."""
         summary = plan_summary(rendered.plan)
         message = "session %s is PENDING: %s" % (spec.name, rendered.plan.reason)

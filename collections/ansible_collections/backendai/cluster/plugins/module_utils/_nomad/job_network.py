@@ -40,6 +40,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.keys im
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     ARGS_VERSION,
     ARGS_VERSIONS,
+    DEFAULT_UNDERLAY_MTU,
     MAC_KEY,
     MIN_NOMAD_VERSION,
     NETWORK_NAME,
@@ -65,7 +66,6 @@ _PLACEHOLDER_FIRST = net4(PLACEHOLDER_POOL)[0] + 1
 #: Keeps clients older than MIN_NOMAD_VERSION (no NOMAD_* keys in CNI_ARGS) out of placement.
 VERSION_CONSTRAINT = {"LTarget": "${attr.nomad.version}", "RTarget": ">= %s" % MIN_NOMAD_VERSION, "Operand": "semver"}
 DEFAULT_NAMESPACE = "default"
-DEFAULT_UNDERLAY_MTU = 1500
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@
 Public API::
 
     create_planned_session(plan, keys, agents, state_root) -> dict   (the local backend's way in)
-    create_session(session, state_root) -> dict                      (a session dict, see _local.session)
     destroy_session(name, state_root, keep_logs=False) -> dict
     session_status(name, state_root, log_lines=0) -> dict
     list_sessions(state_root) -> list[dict]
@@ -45,7 +44,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._session.state import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, public_info
-from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan, from_raw
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
@@ -63,7 +62,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     tail_lines,
 )
 
-__all__ = ["LocalRuntimeError", "create_planned_session", "create_session", "destroy_session",
+__all__ = ["LocalRuntimeError", "create_planned_session", "destroy_session",
            "list_sessions", "session_status"]
 
 # executable -> Debian package that provides it
@@ -109,13 +108,6 @@ def _check_environment() -> None:
         if shutil.which(tool, path=SANE_PATH) is None:
             raise LocalRuntimeError("%s is not installed: %s missing from %s; install it with apt-get install %s"
                                     % (package, tool, SANE_PATH, package))
-
-
-def create_session(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT,
-                   mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
-    """Bring up a session given as a dict (see ``_local.session.from_raw``); on any failure everything
-    made so far is undone. Mount sources must lie under ``mount_roots``."""
-    return _create(from_raw(session, state_root, mount_roots), state_root)
 
 
 def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]],

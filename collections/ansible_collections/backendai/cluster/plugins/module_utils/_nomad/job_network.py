@@ -212,11 +212,3 @@ def args_version_of_job(job: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[st
     """The ``BAI_V`` a rendered job's groups carry, if they agree on one this collection writes; else None."""
     found = {str(args.get("BAI_V")) for _group, args in network_args(job)}
     return found.pop() if len(found) == 1 and found <= set(ARGS_VERSIONS) else None
-
-
-def client_args(job: t.Mapping[str, t.Any], group: str) -> t.Dict[str, str]:
-    """A group's CNI args as Nomad's client passes them on to the plugins: as the job has them."""
-    for name, args in network_args(job):
-        if name == group:
-            return dict(args)
-    raise KeyError("job %r has no group %r" % (job.get("ID"), group))

@@ -19,13 +19,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local import ru
 from ansible_collections.backendai.cluster.plugins.module_utils._local import session as ls
 from ansible_collections.backendai.cluster.plugins.module_utils._local.account import user_record
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Resources
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_user
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 
 
 def session_record(session: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     """``session`` (name, session_id, containers, ssh; optionally mounts, agents, user, underlay_encryption) in the
     runtime's record form: each container's role, idx, agent, env, command, publish and resources defaulted as a
-    plan would have them, the user by the spec's rules."""
+    plan would have them, the user by the spec's own parser."""
     containers = [{"hostname": c["hostname"], "role": c.get("role", "main" if i == 0 else "sub"), "idx": c.get("idx", i + 1),
                    "env": dict(c.get("env") or {}), "command": list(c.get("command") or []),
                    "publish": bool(c.get("publish", False)), "agent": c.get("agent", ls.LOCAL_AGENT),
@@ -38,7 +38,7 @@ def session_record(session: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     return {"name": session["name"], "session_id": session["session_id"], "containers": containers,
             "mounts": [{"source": m["source"], "target": m["target"], "read_only": bool(m.get("read_only", False))}
                        for m in session.get("mounts") or []],
-            "agents": session.get("agents") or {}, "user": user_record(parse_user(user, "user")),
+            "agents": session.get("agents") or {}, "user": user_record(parse_spec({"name": session["name"], "image": "-", "user": user}).user),
             "underlay_encryption": session.get("underlay_encryption", "wireguard"),
             "ssh": {"port": ssh["port"], "private_key": ssh["private_key"], "public_key": ssh["public_key"]}}
 

@@ -708,7 +708,7 @@ VNI_RANGE_MATCH = "0>>22&0x3C@12>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
 
 def vni_match6(vni: int) -> str:
     """The ``u32`` VNI match over IPv6 (a 40-byte header: the VNI word is at 40 + 12). A packet with extension
-    headers does not match; it is still dropped unless it came through WireGuard (``_cni_agent.base_rules6``)."""
+    headers does not match; it is still dropped unless it came through WireGuard (``_cni_system.base_rules6``)."""
     return "52>>8=%s" % vni
 
 

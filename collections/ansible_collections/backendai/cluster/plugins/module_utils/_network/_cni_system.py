@@ -1,7 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the ``backendai`` CNI plugin does to an agent: its config, JSON, commands and files, iptables rules
-and links. Stdlib only.
+"""The system side of the ``backendai`` CNI plugin on an agent: its config, JSON, commands and files, iptables
+rules and links. Stdlib only. (Its name is not ``agent``: an agent is a machine running containers, a Nomad node.)
 
 Installed next to ``_cni_plugin.py`` (the CNI protocol: admission, the session's life on the agent, the
 delegation to ``bridge``/``host-local``) and ``_session_network.py`` (the parameters and their MAC); see

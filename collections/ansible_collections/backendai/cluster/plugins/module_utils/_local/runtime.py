@@ -42,7 +42,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     netns_path,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
-from ansible_collections.backendai.cluster.plugins.module_utils._session.state import local_container_status, session_state
+from ansible_collections.backendai.cluster.plugins.module_utils._session.status import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, public_info
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
@@ -187,7 +187,7 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
 
 
 def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int) -> t.Dict[str, t.Any]:
-    """A container's status in the job model both backends share (see ``_session.state.local_container_status``)."""
+    """A container's status in the job model both backends share (see ``_session.status.local_container_status``)."""
     host = c["hostname"]
     supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
     sshd = is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
@@ -240,7 +240,7 @@ def _check_wireguard(info: t.Dict[str, t.Any], containers: t.List[t.Dict[str, t.
 
 
 def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> t.Dict[str, t.Any]:
-    """The session's state by the rule both backends share (``_session.state.session_state``: RUNNING,
+    """The session's state by the rule both backends share (``_session.status.session_state``: RUNNING,
     DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
     work), DEGRADED with a message (the creator died half-way), TERMINATED (only kept logs), missing."""
     if not isinstance(name, str) or not NAME_RE.match(name):

@@ -81,13 +81,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.keys im
 from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultClient, VaultError
 
 
-def refuse_all_namespaces(namespace: t.Optional[str], module: str) -> None:
-    """A session is created, changed or rendered in one namespace: ``*`` is for reading only."""
-    if namespace == ALL_NAMESPACES:
-        raise ModuleFailure("namespace: '*' (every namespace) is only for backendai.cluster.session_info; %s needs the "
-                            "session's own namespace (a name, or omit it for 'default')" % module)
-
-
 class NomadBackend(Watching, Updating, Removing):
     """Session operations against one Nomad cluster (and, for ``secrets.backend: vault``, one Vault)."""
 

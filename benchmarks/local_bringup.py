@@ -30,8 +30,11 @@ from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
+sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
+
+import local_session_dict  # noqa: E402  (tests/: a session given as a dict)
 from revision import alternately  # noqa: E402  (benchmarks/, the script's own folder)
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import prune_shared_chains  # noqa: E402
 
@@ -115,7 +118,7 @@ def bench_runtime(size: int, repeat: int, key: str, state_root: str) -> dict[str
     for i in range(repeat):
         name = "bench-%d-%d" % (size, i)
         t = time.monotonic()
-        res = rt.create_session(make_session(name, size, key), state_root)
+        res = local_session_dict.create_session(make_session(name, size, key), state_root)
         out["up"].append(time.monotonic() - t)
         out["network"].append(res["timings"]["network"])
         out["ready"].append(res["timings"]["containers_ready"])

@@ -34,9 +34,12 @@ import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
+sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
+
+import local_session_dict  # noqa: E402  (tests/: a session given as a dict)
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair  # noqa: E402
 
 HOSTS = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2"}
@@ -116,7 +119,7 @@ def main() -> int:
         for r in range(args.rounds):
             for enc in (("none", "wireguard") if r % 2 == 0 else ("wireguard", "none")):
                 name = "bench-%s-%d" % (enc, r)
-                info = rt.create_session(session(name, keys, agents, enc), state_root)
+                info = local_session_dict.create_session(session(name, keys, agents, enc), state_root)
                 try:
                     if enc == "wireguard" and not mode:
                         with open(os.path.join(agents_root, "local", "state", "agent1", "wireguard.json"),

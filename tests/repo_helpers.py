@@ -94,7 +94,7 @@ def admitted_groups(job: t.Mapping[str, t.Any], key: bytes, namespace: str = "de
     """Every group of ``job`` admitted by the CNI plugin's own check (``_session_network.admit``) on the agent it is
     pinned to (``key``: the cluster key), with CNI_ARGS built as Nomad's client builds them for an allocation of that
     group in ``namespace``; raises AdmissionError if not."""
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import client_args
+    from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import client_args
     from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import admit, nomad_cni_args, parse_cni_args
 
     out = []

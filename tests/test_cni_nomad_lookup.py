@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_agent as agent
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_system as system
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_nomad as lookup
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
@@ -23,7 +23,7 @@ from nomad_double.server import NomadAPIDouble
 TOKEN = "5f0e6d1c-2b3a-4c5d-8e9f-read-job"
 
 
-def config(addr: str, tmp_path: t.Any, token: t.Optional[str] = TOKEN, ca: str = "") -> agent.Config:
+def config(addr: str, tmp_path: t.Any, token: t.Optional[str] = TOKEN, ca: str = "") -> system.Config:
     conf = {"underlayIP": "10.0.0.1", "stateDir": str(tmp_path / "state"), "keyFile": str(tmp_path / "agent.key"),
             "agentName": "n1", "nomadAddr": addr}
     if token is not None:
@@ -31,7 +31,7 @@ def config(addr: str, tmp_path: t.Any, token: t.Optional[str] = TOKEN, ca: str =
         conf["nomadTokenFile"] = str(tmp_path / "token")
     if ca:
         conf["nomadCACert"] = ca
-    return agent.Config(conf)
+    return system.Config(conf)
 
 
 def register(double: NomadAPIDouble, job_id: str, groups: t.Mapping[str, str], count: int = 1) -> t.Dict[str, str]:
@@ -65,7 +65,7 @@ def test_the_look_up_reads_nomads_identity_of_the_allocation(double: NomadAPIDou
     seen = [r.path for r in double.requests if r.path.startswith("/v1/allocation/")]
     assert seen == ["/v1/allocation/" + allocs["main1"]]
     assert double.find("GET", "^/v1/job/train(%3B|;)42/allocations$")  # the job ID escaped in the path
-    with pytest.raises(agent.PluginError, match="runs on node 'n2', not on this agent"):
+    with pytest.raises(system.PluginError, match="runs on node 'n2', not on this agent"):
         lookup.confirmed_identity(cfg, {"NOMAD_ALLOC_ID": allocs["sub1"]}, allocs["sub1"])
 
 
@@ -77,9 +77,9 @@ def test_https_with_the_ca_of_the_config(nomad_double_factory: t.Any, tmp_path: 
                                                {"NOMAD_ALLOC_ID": allocs["main1"]}, allocs["main1"])
     assert identity == ("default", "train", "main1")
     (tmp_path / "x").mkdir()
-    with pytest.raises(agent.PluginError) as err:  # the system CAs do not know the test CA
+    with pytest.raises(system.PluginError) as err:  # the system CAs do not know the test CA
         lookup.confirmed_identity(config(double.url, tmp_path / "x"), {"NOMAD_ALLOC_ID": allocs["main1"]}, allocs["main1"])
-    assert err.value.code == agent.E_TRY_LATER and "CERTIFICATE_VERIFY_FAILED" in err.value.msg
+    assert err.value.code == system.E_TRY_LATER and "CERTIFICATE_VERIFY_FAILED" in err.value.msg
 
 
 def test_each_failure_of_the_look_up_is_a_cni_error_with_its_reason(double: NomadAPIDouble, tmp_path: t.Any) -> None:
@@ -92,24 +92,24 @@ def test_each_failure_of_the_look_up_is_a_cni_error_with_its_reason(double: Noma
         "is not the allocation NOMAD_ALLOC_ID names": ({"NOMAD_ALLOC_ID": alloc}, "another-container"),
     }
     for reason, (cni_args, container) in refusals.items():
-        with pytest.raises(agent.PluginError, match=reason) as err:
+        with pytest.raises(system.PluginError, match=reason) as err:
             lookup.confirmed_identity(config(double.url, tmp_path), cni_args, container)
-        assert err.value.code == agent.E_ADMISSION
+        assert err.value.code == system.E_ADMISSION
     assert not double.requests  # refused before asking Nomad
-    with pytest.raises(agent.PluginError, match="needs read-job|lacks read-job") as err:
+    with pytest.raises(system.PluginError, match="needs read-job|lacks read-job") as err:
         lookup.confirmed_identity(config(double.url, tmp_path, token="wrong"), {"NOMAD_ALLOC_ID": alloc}, alloc)
-    assert err.value.code in (agent.E_CONFIG, agent.E_ADMISSION)
+    assert err.value.code in (system.E_CONFIG, system.E_ADMISSION)
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         closed = "http://127.0.0.1:%d" % unused.getsockname()[1]
-    with pytest.raises(agent.PluginError, match="cannot be asked") as err:
+    with pytest.raises(system.PluginError, match="cannot be asked") as err:
         lookup.confirmed_identity(config(closed, tmp_path), {"NOMAD_ALLOC_ID": alloc}, alloc)
-    assert err.value.code == agent.E_TRY_LATER
+    assert err.value.code == system.E_TRY_LATER
     double.fail_next("GET", "/v1/allocation/.*", status=500, body="rpc error: no leader")
-    with pytest.raises(agent.PluginError, match="answered 500 .*no leader") as err:
+    with pytest.raises(system.PluginError, match="answered 500 .*no leader") as err:
         lookup.confirmed_identity(config(double.url, tmp_path), {"NOMAD_ALLOC_ID": alloc}, alloc)
-    assert err.value.code == agent.E_TRY_LATER
-    with pytest.raises(agent.PluginError, match="nomadAddr must be"):
+    assert err.value.code == system.E_TRY_LATER
+    with pytest.raises(system.PluginError, match="nomadAddr must be"):
         lookup.confirmed_identity(config("unix:///run/nomad.sock", tmp_path), {"NOMAD_ALLOC_ID": alloc}, alloc)
 
 
@@ -118,7 +118,7 @@ def test_a_scaled_group_has_another_live_allocation(double: NomadAPIDouble, tmp_
     register(double, "train", {"main1": "n1"}, count=2)
     second, = [a["ID"] for a in double.allocations_of("train") if a["ID"] != first]
     identity, api = lookup.confirmed_identity(config(double.url, tmp_path), {"NOMAD_ALLOC_ID": second}, second)
-    with pytest.raises(agent.PluginError, match="another live allocation \\(%s\\)" % first):
+    with pytest.raises(system.PluginError, match="another live allocation \\(%s\\)" % first):
         lookup.check_only_live(api, identity, second)
     double.set_alloc_status(first, "failed")
     lookup.check_only_live(api, identity, second)

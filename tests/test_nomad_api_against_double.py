@@ -10,7 +10,6 @@ import warnings
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as na
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad import connection as nc
 from ansible_collections.backendai.cluster.plugins.module_utils._vault import client as va
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import summarize_node
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM
@@ -77,15 +76,6 @@ def test_connection_parsing_and_repr() -> None:
             na.NomadConnection(nomad_addr=bad)
     with pytest.raises(ValueError):
         na.NomadConnection(client_cert="/c.pem")
-
-
-def test_connection_from_env() -> None:
-    conn = nc.connection_from_env({"NOMAD_ADDR": "https://n:4646", "NOMAD_TOKEN": TOKEN, "NOMAD_NAMESPACE": "ns",
-                                   "NOMAD_REGION": "r", "NOMAD_CACERT": "/ca", "NOMAD_SKIP_VERIFY": "true"})
-    assert (conn.nomad_addr, conn.token, conn.namespace, conn.region, conn.ca_cert, conn.validate_certs) == (
-        "https://n:4646", TOKEN, "ns", "r", "/ca", False)
-    assert nc.connection_from_env({}).nomad_addr == nc.DEFAULT_NOMAD_ADDR
-    assert nc.connection_from_env({"NOMAD_ADDR": "http://a:1"}, nomad_addr="http://b:2").nomad_addr == "http://b:2"
 
 
 def test_process_environment_is_not_read_by_the_client(nomad: NomadAPIDouble, monkeypatch: pytest.MonkeyPatch) -> None:

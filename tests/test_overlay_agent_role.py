@@ -46,7 +46,7 @@ PLAYBOOK = """
 MODULE_UTILS = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster", "plugins", "module_utils", "_network")
 # Stands in for the real _cni_plugin.py: shows that the shim runs it from the plugin dir, isolated (-IS).
 FAKE_PLUGIN = """import json, sys
-import _cni_agent, _session_network
+import _cni_system, _session_network
 def main():
     print(json.dumps({"network": _session_network.NETWORK_NAME, "no_user_site": sys.flags.no_user_site,
                       "ignore_environment": sys.flags.ignore_environment, "from": __file__}))
@@ -73,7 +73,7 @@ def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5") -> t
     """The role's variables with every file it writes under ``tmp_path`` and the sysctls as they are."""
     source = tmp_path / "source"
     source.mkdir()
-    for name in ("_session_network.py", "_cni_agent.py", "_cni_nomad.py"):
+    for name in ("_session_network.py", "_cni_system.py", "_cni_nomad.py"):
         (source / name).write_text(open(os.path.join(MODULE_UTILS, name)).read())
     (source / "_cni_plugin.py").write_text(FAKE_PLUGIN)
     bin_dir = tmp_path / "bin"

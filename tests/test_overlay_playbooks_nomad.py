@@ -16,7 +16,7 @@ import typing as t
 import pytest
 import yaml
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import client_args
+from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import client_args
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import claim_path, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     admit,

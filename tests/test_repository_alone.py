@@ -2,12 +2,15 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The repository tests on its own: a clone with nothing beside it (no ``../shared``), as anyone cloning the
 project gets it, has the Nomad job API schema and its linter (``tests/nomad_api_schema``), and the copy is the
-shared folder's where that folder is there."""
+shared folder's where that folder is there. In such a clone the whole suite is collected, and what needs the schema
+runs (render and lint every example, the Nomad API double's contract); no file but the copy's refresh script and
+this test names ``../shared`` as a path; CI runs the README's test command."""
 
 from __future__ import annotations
 
 import filecmp
 import os
+import re
 import subprocess
 import sys
 
@@ -28,15 +31,51 @@ def test_the_schema_copy_is_the_shared_one() -> None:
 
 def test_a_clone_with_nothing_beside_it_renders_lints_and_runs_the_double(tmp_path: str) -> None:
     """Clone HEAD into an empty directory, then run what needs the schema there: every example rendered and linted
-    (the CI ``jobs`` step) and the Nomad API double's contract tests (it checks every body against the schema)."""
+    (the CI ``jobs`` step) and the Nomad API double's contract tests (it checks every body against the schema); and
+    collect the whole suite there (every test module and conftest imported: a path outside the clone read at import
+    fails it)."""
     clone = os.path.join(str(tmp_path), "alone", "repo")
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", REPO, clone], check=True, capture_output=True)
     assert os.listdir(os.path.dirname(clone)) == ["repo"]
     env = dict(os.environ, VENV=os.path.dirname(os.path.dirname(sys.executable)))
     env.pop("SHARED_DIR", None)
     out = os.path.join(str(tmp_path), "jobs")
+    collect = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"]
+    proc = subprocess.run(collect, cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and " error" not in proc.stdout.splitlines()[-1], proc.stdout[-3000:] + proc.stderr[-3000:]
     for cmd in (["scripts/render-jobs", out], ["scripts/lint-rendered-jobs", out],
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/nomad_double/test_double_contract.py"]):
         proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, (cmd, proc.stdout[-3000:], proc.stderr[-3000:])
     assert " passed" in proc.stdout.splitlines()[-1] and "failed" not in proc.stdout.splitlines()[-1], proc.stdout[-500:]
+
+
+#: A path built to ``../shared``: ``os.pardir, "shared"``, a quoted or joined ``../shared``, ``$REPO/../shared``.
+SHARED_PATH = re.compile(r"""pardir\s*,\s*["']shared["']|["'/]\.\./shared\b|\$\{?REPO\}?/\.\./shared""")
+#: The only files that may read ../shared: the copy's refresh script and this test (its comparison).
+MAY_READ_SHARED = {"scripts/refresh-nomad-api-schema", "tests/test_repository_alone.py"}
+
+
+def test_no_file_but_the_refresh_script_reads_the_shared_folder() -> None:
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in files:
+        path = os.path.join(REPO, name)
+        if name in MAY_READ_SHARED or name.endswith(".md") or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            found += ["%s:%d" % (name, n) for n, line in enumerate(f, 1) if SHARED_PATH.search(line)]
+    assert not found, "these read ../shared, which a clone of the repository does not have: %s" % found
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """The README's test command is what ``.ci/run`` runs, arguments passed on (guide: one and the same command)."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+        ci = [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+    command = re.search(r"\*\*Tests\*\*.*?\n\n    (\S[^\n]*)\n", readme, re.S)
+    assert command is not None, "the README's **Tests** paragraph has no indented command"
+    assert command.group(1) == "scripts/run-tests"
+    assert ci[-1].startswith("exec %s " % command.group(1)) and '"$@"' in ci[-1], ci[-1]
+    assert "CI (`.ci/run`) runs exactly `%s`." % command.group(1) in readme

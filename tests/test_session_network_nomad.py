@@ -13,7 +13,8 @@ import typing as t
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import claims as _network_claims
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import client_args, preferred_slot
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import preferred_slot
+from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import client_args
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     VNI_BASE,

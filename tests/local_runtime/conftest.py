@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 import leaks  # tests/leaks.py: the one leak check
+import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(REPO, "collections")
@@ -27,7 +28,6 @@ if COLLECTIONS not in sys.path:
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import FAULT_ENV  # noqa: E402
 
 
 def _skip_reason() -> str | None:
@@ -203,7 +203,7 @@ def sessions(state_root: str, keypair: tuple[str, str]) -> Iterator[Callable[...
         """``keypair=`` gives the session a keypair of its own (default: the one of the test run)."""
         session = make_session(name, kw.pop("keypair", None) or keypair, **kw)
         made.append(session)
-        result = rt.create_session(session, state_root, MOUNT_ROOTS)
+        result = local_session_dict.create_session(session, state_root, MOUNT_ROOTS)
         return dict(result, spec=session)
 
     yield create
@@ -221,8 +221,11 @@ def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) ->
 
 _CREATOR = """
 import json, sys
-sys.path.insert(0, %r)
-from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import create_session
+sys.path[:0] = [%r, %r, %r]
+from local_session_dict import create_session
+if %r:
+    import faults
+    faults.inject("kill", %r)
 create_session(json.load(sys.stdin), %r, %r)
 """
 
@@ -230,15 +233,16 @@ create_session(json.load(sys.stdin), %r, %r)
 def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> subprocess.Popen[bytes]:
     """create_session() in a process of its own, fed the session on stdin.
 
-    ``kill`` = ``records:N`` makes the runtime SIGKILL itself at journal record N (fault hook);
-    ``after:SECONDS`` SIGKILLs it from here after that delay. The caller waits for the process.
+    ``kill`` = ``records:N`` makes the process SIGKILL itself at journal record N (``faults.inject``, installed in
+    it before the runtime starts); ``after:SECONDS`` SIGKILLs it from here after that delay. The caller waits for
+    the process.
     """
     how, _sep, arg = kill.partition(":")
-    env = dict(os.environ)
-    if how == "records":
-        env[FAULT_ENV] = "kill:" + arg
-    proc = subprocess.Popen([sys.executable, "-c", _CREATOR % (COLLECTIONS, state_root, MOUNT_ROOTS)], stdin=subprocess.PIPE,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    records = int(arg) if how == "records" else -1
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = _CREATOR % (COLLECTIONS, here, os.path.dirname(here), how == "records", records, state_root, MOUNT_ROOTS)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(session).encode())
     proc.stdin.close()

@@ -28,6 +28,7 @@ import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import backend
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
+import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._local import session as local_session
 from ansible_collections.backendai.cluster.plugins.module_utils._local.network import wireguard_interface
@@ -360,7 +361,7 @@ def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: st
     on_agents = fabric.snapshot()
     before = helpers.host_snapshot()
     session = _runtime_session("gone", fabric, keypair)
-    r = rt.create_session(session, state_root)
+    r = local_session_dict.create_session(session, state_root)
     assert r["state"] == "RUNNING" and r["vxlan"]
     assert fabric.conflists() == on_agents["conflists"], "sessions install no CNI config"
     assert all(r["vxlan"] in fabric.links(a) for a in fabric.netns)

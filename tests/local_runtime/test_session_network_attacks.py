@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as lnet
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
@@ -151,7 +152,7 @@ class World:
         for c in s["containers"]:
             c["agent"] = placement[c["hostname"]]
         s["agents"] = {a: self.agents[a] for a in set(placement.values())}
-        info = rt.create_session(s, self.state_root)
+        info = local_session_dict.create_session(s, self.state_root)
         info["by_host"] = {c["hostname"]: c for c in info["containers"]}
         self.sessions[name] = info
         return info

@@ -353,52 +353,12 @@ created:
   returned: success and O(state=present)
   type: bool
 plan:
-  description: The placement plan (secret-free), as M(backendai.cluster.session_render) returns it.
+  description:
+    - The placement plan (secret-free), as M(backendai.cluster.session_render) returns it, key for key (the same code
+      makes both), and documented once, there - see RV(backendai.cluster.session_render#module:plan).
   returned: success and O(state=present)
   type: dict
-  contains:
-    name:
-      description: Session name.
-      type: str
-      sample: train-42
-    status:
-      description: C(PLACED) or C(PENDING).
-      type: str
-      sample: PLACED
-    reason:
-      description: Why the plan is C(PENDING), per agent; empty when placed.
-      type: str
-      sample: ""
-    session_id:
-      description: C(BACKENDAI_SESSION_ID) the job carries.
-      type: str
-    mode:
-      description: C(single-node) when every container is on one agent, else C(multi-node).
-      type: str
-      sample: single-node
-    network_mode:
-      description: Nomad network mode of every group, always C(cni/backendai).
-      type: str
-      sample: cni/backendai
-    cluster_size:
-      description: Number of containers.
-      type: int
-      sample: 3
-    replicas:
-      description: C(role:count) pairs (C(BACKENDAI_CLUSTER_REPLICAS)).
-      type: str
-      sample: main:1,sub:2
-    agents:
-      description: The agents the plan uses, in plan order.
-      type: list
-      elements: str
-      sample: [agent-a]
-    containers:
-      description:
-        - One entry per container in global order - C(hostname), C(role), C(idx), C(rank), C(local_rank), C(agent),
-          C(datacenter), C(kernel_id), C(image), C(resources) (C(cpu), C(memory), C(gpu)).
-      type: list
-      elements: dict
+  sample: {name: train-42, status: PLACED, reason: "", mode: single-node, network_mode: cni/backendai, cluster_size: 3}
 job:
   description: 'The register request body (C({"Job": ...})) of the rendered job; it holds no secret.'
   returned: success, O(state=present), nomad backend

@@ -85,14 +85,6 @@ _SESSION_NETWORK: t.Dict[str, t.Dict[str, t.Any]] = {
                                  "fallback": (env_fallback, [NETWORK_ENV["network_claims_namespace"]])},
 }
 
-#: Fragment name -> argument spec (what the pairing test walks).
-FRAGMENTS = {
-    "nomad_connection": _NOMAD_CONNECTION,
-    "vault_connection": _VAULT_CONNECTION,
-    "local_runtime": _LOCAL_RUNTIME,
-    "session_network": _SESSION_NETWORK,
-}
-
 
 def nomad_connection_argument_spec() -> t.Dict[str, t.Dict[str, t.Any]]:
     """Nomad connection options (doc fragment ``backendai.cluster.nomad_connection``)."""

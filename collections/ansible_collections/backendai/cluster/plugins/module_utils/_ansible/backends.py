@@ -26,7 +26,8 @@ def session_backend(module: ClusterModule, changes: bool = False) -> SessionBack
 
         return LocalBackend(p["state_dir"], p.get("mount_roots"))
 
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend, refuse_all_namespaces
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import refuse_all_namespaces
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
 
     network = None

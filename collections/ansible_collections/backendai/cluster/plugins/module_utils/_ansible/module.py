@@ -134,11 +134,9 @@ class ClusterModule:
         result.pop("msg", None)
         result.pop("failed", None)
         self.module.fail_json(msg=msg, exception=exception, **result)
-        raise AssertionError("unreachable")  # pragma: no cover - fail_json exits
 
     def exit(self, **result: t.Any) -> t.NoReturn:
         self.module.exit_json(**result)
-        raise AssertionError("unreachable")  # pragma: no cover - exit_json exits
 
     # Libraries ---------------------------------------------------------------------------------
     def require(self, *libraries: str) -> None:

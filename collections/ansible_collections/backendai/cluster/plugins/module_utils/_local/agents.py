@@ -6,7 +6,6 @@ Public API::
 
     create_agents(agents, state_root, fabric="local", underlay_subnet=..., underlay_mtu=1500) -> dict
     destroy_agents(state_root, fabric="local", force=False) -> dict
-    read_agents(state_root, fabric="local") -> list | None
 
 Each agent is a network namespace with its own address on an underlay: a bridge (``ul0``) inside
 a namespace of its own, the agents' ``eth0`` being veth peers of its ports. Nothing is created in
@@ -132,7 +131,7 @@ _AGENT_KEYS = ("netns", "underlay_ip", "underlay_mtu", "cni_config_dir", "state_
 
 
 def validate_session_agents(raw: t.Any, used: t.List[str]) -> t.Dict[str, t.Dict[str, t.Any]]:
-    """The ``agents`` of a local session: name -> its ``local`` mapping (as ``read_agents`` lists it)."""
+    """The ``agents`` of a local session: name -> its ``local`` mapping (as ``create_agents`` lists it)."""
     if not isinstance(raw, dict):
         raise LocalRuntimeError("invalid session: agents must map agent names to local agents")
     out = {}
@@ -157,14 +156,6 @@ def validate_session_agents(raw: t.Any, used: t.List[str]) -> t.Dict[str, t.Dict
 def _healthy(state_dir: str, desired: t.Dict[str, t.Any]) -> bool:
     ns = namespaces(state_dir, [a["name"] for a in desired["agents"]])
     return all(os.path.exists(netns_path(n)) for n in ns.values())
-
-
-def read_agents(state_root: str, fabric: str = DEFAULT_FABRIC) -> t.Optional[t.List[t.Dict[str, t.Any]]]:
-    state_dir = fabric_dir(state_root, fabric)
-    desired = read_json(os.path.join(state_dir, AGENTS_FILE))
-    if not isinstance(desired, dict):
-        return None
-    return _listing(state_dir, fabric, desired)
 
 
 def create_agents(agents: t.Any, state_root: str = DEFAULT_AGENTS_ROOT, fabric: str = DEFAULT_FABRIC,

@@ -16,7 +16,7 @@ A record next to the runtime's state (``backend.json``: the normalised spec, its
 public key) makes ``present`` idempotent: the same spec on a session with no broken container
 changes nothing; a changed spec, or a session with a broken container (failed: its command exited
 non-zero or was killed, or an interactive container's sshd died), is recreated with the same keys.
-Container statuses and the session state follow the Nomad job's model (``_session.state``).
+Container statuses and the session state follow the Nomad job's model (``_session.status``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime i
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import absent_name
-from ansible_collections.backendai.cluster.plugins.module_utils._session.state import needs_repair
+from ansible_collections.backendai.cluster.plugins.module_utils._session.status import needs_repair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import broken_summary, plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec

@@ -20,7 +20,7 @@ from typing import Any
 
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
-from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_agent import cni_error
+from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_system import cni_error
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     LocalRuntimeError,
     flocked,

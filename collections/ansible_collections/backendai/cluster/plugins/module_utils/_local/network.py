@@ -138,8 +138,8 @@ def install(root: str, agents: list[tuple[str, str, int]], egress: bool, uplinks
 def host_agent(root: str = HOST_AGENT_DIR) -> LocalAgent:
     """This machine as the agent of sessions without local agents: no egress (that would mean turning on
     forwarding for the whole machine), main1 published by portmap on 127.0.0.1."""
-    conflist = install(root, [("local", HOST_UNDERLAY_IP, 1500)], egress=False, uplinks=[])["local"]
-    return LocalAgent("local", "", root, conflist, HOST_UNDERLAY_IP, 1500)
+    conflist = install(root, [("local", HOST_UNDERLAY_IP, net.DEFAULT_UNDERLAY_MTU)], egress=False, uplinks=[])["local"]
+    return LocalAgent("local", "", root, conflist, HOST_UNDERLAY_IP, net.DEFAULT_UNDERLAY_MTU)
 
 
 def fabric_agent(name: str, info: dict[str, Any]) -> LocalAgent:

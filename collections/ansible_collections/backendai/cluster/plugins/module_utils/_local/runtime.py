@@ -5,7 +5,6 @@
 Public API::
 
     create_planned_session(plan, keys, agents, state_root) -> dict   (the local backend's way in)
-    create_session(session, state_root) -> dict                      (a session dict, see _local.session)
     destroy_session(name, state_root, keep_logs=False) -> dict
     session_status(name, state_root, log_lines=0) -> dict
     list_sessions(state_root) -> list[dict]
@@ -43,9 +42,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     netns_path,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
-from ansible_collections.backendai.cluster.plugins.module_utils._session.state import local_container_status, session_state
+from ansible_collections.backendai.cluster.plugins.module_utils._session.status import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, public_info
-from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan, from_raw
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
@@ -63,7 +62,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     tail_lines,
 )
 
-__all__ = ["LocalRuntimeError", "create_planned_session", "create_session", "destroy_session",
+__all__ = ["LocalRuntimeError", "create_planned_session", "destroy_session",
            "list_sessions", "session_status"]
 
 # executable -> Debian package that provides it
@@ -109,13 +108,6 @@ def _check_environment() -> None:
         if shutil.which(tool, path=SANE_PATH) is None:
             raise LocalRuntimeError("%s is not installed: %s missing from %s; install it with apt-get install %s"
                                     % (package, tool, SANE_PATH, package))
-
-
-def create_session(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT,
-                   mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
-    """Bring up a session given as a dict (see ``_local.session.from_raw``); on any failure everything
-    made so far is undone. Mount sources must lie under ``mount_roots``."""
-    return _create(from_raw(session, state_root, mount_roots), state_root)
 
 
 def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]],
@@ -195,7 +187,7 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
 
 
 def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int) -> t.Dict[str, t.Any]:
-    """A container's status in the job model both backends share (see ``_session.state.local_container_status``)."""
+    """A container's status in the job model both backends share (see ``_session.status.local_container_status``)."""
     host = c["hostname"]
     supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
     sshd = is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
@@ -248,7 +240,7 @@ def _check_wireguard(info: t.Dict[str, t.Any], containers: t.List[t.Dict[str, t.
 
 
 def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: int = 0) -> t.Dict[str, t.Any]:
-    """The session's state by the rule both backends share (``_session.state.session_state``: RUNNING,
+    """The session's state by the rule both backends share (``_session.status.session_state``: RUNNING,
     DEGRADED, TERMINATED, ERROR, ...) from its containers' statuses; also CREATING (a creator is at
     work), DEGRADED with a message (the creator died half-way), TERMINATED (only kept logs), missing."""
     if not isinstance(name, str) or not NAME_RE.match(name):

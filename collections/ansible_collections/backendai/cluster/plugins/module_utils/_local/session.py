@@ -1,6 +1,6 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the local runtime brings up: the session record, made from the typed plan or given as a dict.
+"""What the local runtime brings up: the session record, made from the typed plan.
 
 :func:`session_record` turns a placed :class:`SessionPlan` (the one the Nomad renderer reads too)
 into the runtime's plain form: containers with exactly the environment the Nomad job gives, the
@@ -10,9 +10,6 @@ again, since the spec parser validated the names, hostnames, variable names and 
 
 :func:`from_plan` adds what only this machine can tell (:func:`_prepare`: the runtime's own limits,
 mount sources that exist and lie under the configured mount roots, local agents that run).
-:func:`from_raw` is for callers that hand the
-runtime a dict of their own (its tests, benchmarks): that dict went through no parser, so it is
-checked here, with the spec's own patterns.
 """
 
 from __future__ import annotations
@@ -20,14 +17,12 @@ from __future__ import annotations
 import hashlib
 import os
 import typing as t
-import uuid
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import (
     DEFAULT_MOUNT_ROOTS,
     DEFAULT_NETWORK_KEY_FILE,
     DEFAULT_STATE_ROOT,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import SpecError
 from ansible_collections.backendai.cluster.plugins.module_utils._local.account import user_record
 from ansible_collections.backendai.cluster.plugins.module_utils._local.agents import DEFAULT_AGENTS_ROOT, validate_session_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
@@ -35,15 +30,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network import 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
-from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import (
-    ENV_NAME_RE,
-    HOSTNAME_RE,
-    NAME_RE,
-    Resources,
-    kernel_fs,
-    protected_source,
-)
-from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_user
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import protected_source
 
 #: The agent a session without local agents runs on: this machine.
 LOCAL_AGENT = "local"
@@ -145,107 +132,6 @@ def _prepare(session: t.Dict[str, t.Any], state_root: str = DEFAULT_STATE_ROOT,
     if session["agents"]:  # containers behind local agents (multi-node): see _local.network
         agents = validate_session_agents(session["agents"], list(dict.fromkeys(c["agent"] for c in containers)))
     return dict(session, mounts=mounts, agents=agents)
-
-
-def _raw_resources(raw: t.Any, host: str) -> t.Dict[str, int]:
-    """A container's cpu (MHz) and memory (MB), the spec's defaults for what is not given."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise _fail("%s: resources must be a dict of cpu (MHz) and memory (MB)" % host)
-    out = {}
-    for key, default in (("cpu", Resources().cpu), ("memory", Resources().memory)):
-        value = raw.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise _fail("%s: resources.%s must be a positive integer, got %r" % (host, key, value))
-        out[key] = value
-    return out
-
-
-def from_raw(session: t.Any, state_root: str = DEFAULT_STATE_ROOT,
-             mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
-    """A session dict from a caller of the runtime itself, checked and normalised (LocalRuntimeError naming the field)."""
-    if not isinstance(session, dict):
-        raise _fail("expected a dict")
-    name = session.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise _fail("name must match [A-Za-z0-9_-]{1,64}, got %r" % (name,))
-    try:
-        session_id = str(uuid.UUID(str(session.get("session_id"))))
-    except ValueError:
-        raise _fail("session_id must be a UUID, got %r" % (session.get("session_id"),)) from None
-    ssh = session.get("ssh")
-    if not isinstance(ssh, dict):
-        raise _fail("ssh must be a dict")
-    port = ssh.get("port")
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise _fail("ssh.port must be an integer port, got %r" % (port,))
-    for key in ("private_key", "public_key"):
-        if not isinstance(ssh.get(key), str) or not ssh[key].strip():
-            raise _fail("ssh.%s must be a non-empty string" % key)
-    if "PRIVATE KEY" not in ssh["private_key"]:
-        raise _fail("ssh.private_key is not a private key")  # never echo it
-    containers = session.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise _fail("containers must be a non-empty list")
-    if len(containers) > MAX_CONTAINERS:
-        raise _fail("at most %d containers per session, got %d" % (MAX_CONTAINERS, len(containers)))
-    out: t.List[t.Dict[str, t.Any]] = []
-    seen: t.Set[str] = set()
-    for i, c in enumerate(containers):
-        if not isinstance(c, dict):
-            raise _fail("containers[%d] must be a dict" % i)
-        host = c.get("hostname")
-        if not isinstance(host, str) or not HOSTNAME_RE.match(host):
-            raise _fail("containers[%d].hostname must match [a-z][a-z0-9-]{0,62}, got %r" % (i, host))
-        if host in seen:
-            raise _fail("duplicate hostname %s" % host)
-        seen.add(host)
-        env = c.get("env") or {}
-        if not isinstance(env, dict):
-            raise _fail("containers[%d].env must be a dict" % i)
-        for k, v in env.items():
-            if not isinstance(k, str) or not ENV_NAME_RE.match(k):
-                raise _fail("%s: bad environment variable name %r" % (host, k))
-            if not isinstance(v, str):
-                raise _fail("%s: environment variable %s must be a string" % (host, k))
-        command = c.get("command") or []
-        if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
-            raise _fail("%s: command must be a list of strings" % host)
-        out.append({"hostname": host, "role": str(c.get("role", "main" if i == 0 else "sub")),
-                    "idx": c.get("idx", i + 1), "env": dict(env), "command": list(command),
-                    "publish": bool(c.get("publish", False)), "agent": str(c.get("agent", LOCAL_AGENT)),
-                    "resources": _raw_resources(c.get("resources"), host)})
-    mounts = []
-    for i, m in enumerate(session.get("mounts") or []):
-        if not isinstance(m, dict):
-            raise _fail("mounts[%d] must be a dict" % i)
-        src, dst = m.get("source"), m.get("target")
-        if not isinstance(src, str) or not os.path.isabs(src):
-            raise _fail("mounts[%d].source must be an absolute path" % i)
-        if not isinstance(dst, str) or not os.path.isabs(dst) or os.path.normpath(dst) == "/":
-            raise _fail("mounts[%d].target must be an absolute path other than /" % i)
-        if kernel_fs(dst):
-            raise _fail("mounts[%d].target must not be %s or below it (the container's own)" % (i, kernel_fs(dst)))
-        mounts.append({"source": src, "target": dst, "read_only": bool(m.get("read_only", False))})
-    user = session.get("user")
-    if isinstance(user, dict):  # a record's user (session_record) also has its home, which follows from the name
-        user = {k: v for k, v in user.items() if k != "home"}
-    try:  # the spec's rules and defaults (work, 1000:1000)
-        user = user_record(parse_user(user, "user"))
-    except SpecError as e:
-        raise _fail(str(e)) from None
-    return _prepare({"name": name, "session_id": session_id, "containers": out, "mounts": mounts,
-                     "agents": session.get("agents") or {}, "user": user,
-                     "underlay_encryption": _underlay_encryption(session.get("underlay_encryption", "wireguard")),
-                     "ssh": {"port": port, "private_key": ssh["private_key"], "public_key": ssh["public_key"]}},
-                    state_root, mount_roots)
-
-
-def _underlay_encryption(value: t.Any) -> str:
-    if value not in net.UNDERLAY_ENCRYPTIONS:
-        raise _fail("underlay_encryption must be one of %s, got %r" % (", ".join(net.UNDERLAY_ENCRYPTIONS), value))
-    return str(value)
 
 
 def resource_names(paths: SessionPaths, spec: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:

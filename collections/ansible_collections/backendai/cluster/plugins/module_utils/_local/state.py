@@ -12,18 +12,12 @@ import contextlib
 import fcntl
 import json
 import os
-import signal
 import threading
 import typing as t
 from dataclasses import dataclass
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 from ansible_collections.backendai.cluster.plugins.module_utils._files import fsync_dir
-
-# Testing hook: "kill:N" SIGKILLs the creating process, "raise:N" raises, when the
-# journal is about to receive its (N+1)-th record (so N side effects were started).
-FAULT_ENV = "BACKENDAI_CLUSTER_LOCAL_FAULT"
-
 
 # Path under which a container sees its session's state directory.
 CONTAINER_STATE_DIR = "/run/backendai-cluster"
@@ -97,10 +91,6 @@ class SessionPaths:
     @property
     def cni_dir(self) -> str:
         return self._p("cni")
-
-    @property
-    def ipam_dir(self) -> str:
-        return self._p("cni", "ipam")
 
     @property
     def logs_dir(self) -> str:
@@ -186,8 +176,6 @@ class Journal:
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._count = 0
-        self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
         existed = os.path.exists(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         if not existed:
@@ -196,14 +184,8 @@ class Journal:
     def record(self, op: str, **data: t.Any) -> None:
         line = json.dumps(dict(data, op=op), sort_keys=True) + "\n"
         with self._lock:
-            if self._fault is not None and self._count == self._fault[1]:
-                if self._fault[0] == "kill":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                raise LocalRuntimeError("fault injected by %s before journal record %d (%s)"
-                                        % (FAULT_ENV, self._count + 1, op))
             os.write(self._fd, line.encode())
             os.fsync(self._fd)
-            self._count += 1
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -223,13 +205,6 @@ class Journal:
             if isinstance(entry, dict) and "op" in entry:
                 entries.append(entry)
         return entries
-
-
-def _parse_fault(spec: str) -> t.Optional[t.Tuple[str, int]]:
-    kind, _sep, count = spec.partition(":")
-    if kind in ("kill", "raise") and count.isdigit():
-        return kind, int(count)
-    return None
 
 
 @contextlib.contextmanager

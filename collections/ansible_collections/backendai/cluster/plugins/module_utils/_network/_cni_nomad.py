@@ -37,13 +37,13 @@ if TYPE_CHECKING:
     import typing as t
 
 try:
-    from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_agent as agent
+    from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_system as system
     from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 except ImportError:  # installed on an agent: the other files lie next to this one
-    import _cni_agent as agent  # type: ignore[no-redef]
+    import _cni_system as system  # type: ignore[no-redef]
     import _session_network as net  # type: ignore[no-redef]
 
-PluginError, E_ADMISSION, E_CONFIG, E_TRY_LATER = agent.PluginError, agent.E_ADMISSION, agent.E_CONFIG, agent.E_TRY_LATER
+PluginError, E_ADMISSION, E_CONFIG, E_TRY_LATER = system.PluginError, system.E_ADMISSION, system.E_CONFIG, system.E_TRY_LATER
 TIMEOUT = 10.0
 MAX_ANSWER = 64 << 20
 LIVE_CLIENT_STATUSES = ("pending", "running")
@@ -76,7 +76,7 @@ def _address(addr: str) -> t.Tuple[str, str, int]:
 class NomadAgent:
     """The local Nomad agent's HTTP API, as the plugin's config names it."""
 
-    def __init__(self, cfg: agent.Config) -> None:
+    def __init__(self, cfg: system.Config) -> None:
         self.cfg = cfg
         self.scheme, self.host, self.port = _address(cfg.nomad_addr)
         self.token = ""
@@ -145,7 +145,7 @@ class NomadAgent:
         text = body.decode("utf-8", "replace")
         if status == 200:
             try:
-                return agent.json_loads(text)
+                return system.json_loads(text)
             except ValueError as e:
                 raise PluginError(E_TRY_LATER, "backendai session network: %s from the local Nomad agent is not "
                                   "JSON: %s" % (what, e)) from None
@@ -167,7 +167,7 @@ def _refuse(why: str) -> PluginError:
     return PluginError(E_ADMISSION, "backendai session network: admission refused: " + why)
 
 
-def confirmed_identity(cfg: agent.Config, cni_args: t.Mapping[str, str], container_id: str
+def confirmed_identity(cfg: system.Config, cni_args: t.Mapping[str, str], container_id: str
                        ) -> t.Tuple[t.Tuple[str, str, str], NomadAgent]:
     """(namespace, job, group) of the allocation ``NOMAD_ALLOC_ID`` names, as the local Nomad agent has it, after
     checking that it is this container's allocation, runs on this agent and is live; and the agent's API, for

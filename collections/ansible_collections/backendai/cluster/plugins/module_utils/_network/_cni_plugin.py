@@ -4,7 +4,7 @@
 
 Installed on every agent (Nomad clients by the ``overlay_agent`` role; local agents and this
 machine by the local backend) as four files next to each other: this one (the CNI protocol,
-admission, a session's life on the agent, the delegation), ``_cni_agent.py`` (what it does to the
+admission, a session's life on the agent, the delegation), ``_cni_system.py`` (what it does to the
 agent: config, JSON, commands, files, iptables rules and links), ``_cni_nomad.py`` (the look-up
 of the allocation in the local Nomad agent) and ``_session_network.py`` (the parameters, the keys
 and the MAC); a small ``backendai`` executable in the CNI path calls :func:`main`.
@@ -53,17 +53,17 @@ if TYPE_CHECKING:
     import typing as t
 
 try:
-    from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_agent as agent
+    from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_system as system
     from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_nomad as nomad
     from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 except ImportError:  # installed on an agent: the other files lie next to this one
-    import _cni_agent as agent  # type: ignore[no-redef]
+    import _cni_system as system  # type: ignore[no-redef]
     import _cni_nomad as nomad  # type: ignore[no-redef]
     import _session_network as net  # type: ignore[no-redef]
 
-Config, PluginError = agent.Config, agent.PluginError
-E_ENV, E_CONFIG, E_ADMISSION = agent.E_ENV, agent.E_CONFIG, agent.E_ADMISSION
-E_CONFLICT, E_SYSTEM = agent.E_CONFLICT, agent.E_SYSTEM
+Config, PluginError = system.Config, system.PluginError
+E_ENV, E_CONFIG, E_ADMISSION = system.E_ENV, system.E_CONFIG, system.E_ADMISSION
+E_CONFLICT, E_SYSTEM = system.E_CONFLICT, system.E_SYSTEM
 SUPPORTED_VERSIONS = ["0.4.0", "1.0.0"]
 #: The plugin's version: the collection's (tests/test_release_metadata.py checks it against galaxy.yml).
 PLUGIN_VERSION = "0.2.0"
@@ -103,16 +103,16 @@ def _container_file(cfg: Config, container_id: str) -> str:
 
 def _sessions(cfg: Config) -> t.Dict[str, t.Dict[str, t.Any]]:
     out = {}
-    for name in agent.listdir(cfg.path("sessions")):
+    for name in system.listdir(cfg.path("sessions")):
         if name.endswith(".json"):
-            st = agent.read_json(cfg.path("sessions", name))
+            st = system.read_json(cfg.path("sessions", name))
             if isinstance(st, dict):
                 out[name[:-5]] = st
     return out
 
 
 def _members(cfg: Config, sid: str) -> t.List[str]:
-    return agent.listdir(cfg.path("sessions", sid + ".d"))
+    return system.listdir(cfg.path("sessions", sid + ".d"))
 
 
 # ---------------------------------------------------------------------------- the session on this agent
@@ -144,7 +144,7 @@ def _same(a: t.Mapping[str, t.Any], b: t.Mapping[str, t.Any]) -> bool:
 
 def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
     """Under the lock: the session's bridge, VXLAN device and rules on this agent (made once)."""
-    have = agent.read_json(cfg.path("sessions", want["sid"] + ".json"))
+    have = system.read_json(cfg.path("sessions", want["sid"] + ".json"))
     if isinstance(have, dict):
         if not _same(have, want):
             raise PluginError(E_CONFLICT, "session %s is already on this agent with other network parameters"
@@ -159,13 +159,13 @@ def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
         if net.overlaps(net.net4(other["subnet"]), subnet):
             raise PluginError(E_CONFLICT, "subnet %s is in use on this agent by another session (job %r in "
                               "namespace %r)" % (want["subnet"], other["job"], other["namespace"]))
-    agent.check_subnet(want)
+    system.check_subnet(want)
     # Recorded before anything is made: whatever a killed ADD made, the DEL of its container removes.
-    agent.write_file(cfg.path("sessions", want["sid"] + ".json"), agent.json_dumps(want))
+    system.write_file(cfg.path("sessions", want["sid"] + ".json"), system.json_dumps(want))
     if want["encryption"] == "wireguard":  # the tunnel first: the VXLAN device is bound to its interface
-        agent.wireguard_up(cfg, want, sessions)
-    agent.links_up(cfg, want)
-    agent.rules_up(cfg, want, first_session=not sessions)
+        system.wireguard_up(cfg, want, sessions)
+    system.links_up(cfg, want)
+    system.rules_up(cfg, want, first_session=not sessions)
 
 
 def _remove_session(cfg: Config, sid: str) -> None:
@@ -175,22 +175,22 @@ def _remove_session(cfg: Config, sid: str) -> None:
     except FileNotFoundError:
         pass
     record = cfg.path("sessions", sid + ".json")
-    st = agent.read_json(record)
+    st = system.read_json(record)
     if isinstance(st, dict):  # else an ADD killed before the session was recorded made nothing but the record
-        agent.links_down(st)
+        system.links_down(st)
         others = {k: v for k, v in _sessions(cfg).items() if k != sid}
-        agent.rules_down(sid, last_session=not others, encrypted=st.get("encryption") == "wireguard")
+        system.rules_down(sid, last_session=not others, encrypted=st.get("encryption") == "wireguard")
         if st.get("encryption") == "wireguard":
-            agent.wireguard_prune(cfg, others)
+            system.wireguard_prune(cfg, others)
         ipam = cfg.path("ipam", sid)
         if os.path.isdir(ipam):
             for root, dirs, files in os.walk(ipam, topdown=False):
                 for f in files:
-                    agent.unlink(os.path.join(root, f))
+                    system.unlink(os.path.join(root, f))
                 for d in dirs:
                     os.rmdir(os.path.join(root, d))
             os.rmdir(ipam)
-    agent.remove_file(record)
+    system.remove_file(record)
 
 
 # ---------------------------------------------------------------------------- delegation
@@ -208,12 +208,12 @@ def _delegate(command: str, conf: t.Mapping[str, t.Any], env: t.Mapping[str, str
     if plugin is None:
         raise PluginError(E_CONFIG, "the %s plugin is not in CNI_PATH (%s)" % (conf["type"], env.get("CNI_PATH")))
     denv = {k: v for k, v in env.items() if k.startswith("CNI_") and k != "CNI_ARGS"}
-    denv.update(CNI_COMMAND=command, PATH=env.get("PATH") or agent.SANE_PATH)
-    proc = agent.run([plugin], agent.json_dumps(conf), check=False, env=denv)
+    denv.update(CNI_COMMAND=command, PATH=env.get("PATH") or system.SANE_PATH)
+    proc = system.run([plugin], system.json_dumps(conf), check=False, env=denv)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if proc.returncode != 0:
-        raise PluginError(E_SYSTEM, "%s %s: %s" % (conf["type"], command, agent.cni_error(out, proc.stderr)))
-    return agent.json_loads(out) if out else None
+        raise PluginError(E_SYSTEM, "%s %s: %s" % (conf["type"], command, system.cni_error(out, proc.stderr)))
+    return system.json_loads(out) if out else None
 
 
 # ---------------------------------------------------------------------------- commands
@@ -251,10 +251,10 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
     with _locked(cfg):
         again = _re_add(cfile, adm, want, env["CNI_IFNAME"])
         # The container is recorded first: its DEL then removes whatever this ADD made, even if killed.
-        agent.write_file(cfile, agent.json_dumps({"sid": want["sid"], "ifname": env["CNI_IFNAME"],
-                                                  "alloc": adm.alloc_id, "group": adm.group}))
+        system.write_file(cfile, system.json_dumps({"sid": want["sid"], "ifname": env["CNI_IFNAME"],
+                                                    "alloc": adm.alloc_id, "group": adm.group}))
         os.makedirs(cfg.path("sessions", want["sid"] + ".d"), mode=0o700, exist_ok=True)
-        agent.touch(cfg.path("sessions", want["sid"] + ".d", cid))
+        system.touch(cfg.path("sessions", want["sid"] + ".d", cid))
         try:
             _ensure_session(cfg, want)
         except BaseException:
@@ -284,7 +284,7 @@ def _re_add(cfile: str, adm: "net.Admission", want: t.Mapping[str, t.Any], ifnam
     existing netns failed: it destroys the netns without DEL and makes it anew (``client/allocrunner/
     network_hook.go``, ``ErrCNICheckFailed``). That is admitted and made anew, the earlier attachment's address
     released first; anything else attached under the ID is a conflict."""
-    member = agent.read_json(cfile)
+    member = system.read_json(cfile)
     if not isinstance(member, dict):
         return False
     if adm.alloc_id and member.get("alloc") == adm.alloc_id and member.get("sid") == want["sid"] \
@@ -295,8 +295,8 @@ def _re_add(cfile: str, adm: "net.Admission", want: t.Mapping[str, t.Any], ifnam
 
 def _forget(cfg: Config, cid: str, sid: str) -> None:
     """Under the lock: the container goes; with the session's last container, the session goes."""
-    agent.unlink(cfg.path("sessions", sid + ".d", cid))
-    agent.remove_file(_container_file(cfg, cid))
+    system.unlink(cfg.path("sessions", sid + ".d", cid))
+    system.remove_file(_container_file(cfg, cid))
     if not _members(cfg, sid):
         _remove_session(cfg, sid)
 
@@ -304,13 +304,13 @@ def _forget(cfg: Config, cid: str, sid: str) -> None:
 def cmd_del(cfg: Config, env: t.Mapping[str, str]) -> None:
     cid = env.get("CNI_CONTAINERID", "")
     cfile = _container_file(cfg, cid)
-    member = agent.read_json(cfile)
+    member = system.read_json(cfile)
     if not isinstance(member, dict):  # never added here, already deleted, or its ADD killed before the record
-        if agent.temp_files(cfile):  # only then: an unknown container's DEL changes nothing on the agent
+        if system.temp_files(cfile):  # only then: an unknown container's DEL changes nothing on the agent
             with _locked(cfg):
-                agent.remove_file(cfile)
+                system.remove_file(cfile)
         return  # DEL is idempotent
-    st = agent.read_json(cfg.path("sessions", member["sid"] + ".json"))
+    st = system.read_json(cfg.path("sessions", member["sid"] + ".json"))
     if isinstance(st, dict):
         denv = dict(env)
         if not denv.get("CNI_IFNAME"):
@@ -322,14 +322,14 @@ def cmd_del(cfg: Config, env: t.Mapping[str, str]) -> None:
 
 def cmd_check(cfg: Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[str, t.Any]]) -> None:
     adm = _admission(cfg, env)
-    member = agent.read_json(_container_file(cfg, env.get("CNI_CONTAINERID", "")))
+    member = system.read_json(_container_file(cfg, env.get("CNI_CONTAINERID", "")))
     if not isinstance(member, dict) or member.get("sid") != adm.params.session_id:
         raise PluginError(E_CONFLICT, "container %s is not attached to session %s on this agent"
                           % (env.get("CNI_CONTAINERID"), adm.params.session_id))
-    st = agent.read_json(cfg.path("sessions", adm.params.session_id + ".json"))
+    st = system.read_json(cfg.path("sessions", adm.params.session_id + ".json"))
     if not isinstance(st, dict):
         raise PluginError(E_SYSTEM, "session %s has no network on this agent" % adm.params.session_id)
-    links = {link["ifname"] for link in agent.json_loads(agent.run(["ip", "-j", "link", "show"]).stdout.decode() or "[]")}
+    links = {link["ifname"] for link in system.json_loads(system.run(["ip", "-j", "link", "show"]).stdout.decode() or "[]")}
     names = [st.get("bridge")] + ([st.get("vxlan")] if st.get("peers") else [])
     if st.get("encryption") == "wireguard":  # e.g. its wireguard-go was killed
         names.append(cfg.wg_interface)
@@ -346,19 +346,19 @@ def _emit(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
-def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] = None) -> int:
+def main() -> int:
     env = dict(os.environ)
     command = env.get("CNI_COMMAND", "")
     version = net.CNI_VERSION
     try:
         if command == "VERSION":
-            _emit(agent.json_dumps({"cniVersion": version, "supportedVersions": SUPPORTED_VERSIONS}))
+            _emit(system.json_dumps({"cniVersion": version, "supportedVersions": SUPPORTED_VERSIONS}))
             return 0
         if not command:
             sys.stderr.write(ABOUT + "\n")
             return 0
         try:
-            conf = agent.json_loads((stdin or sys.stdin).read())
+            conf = system.json_loads(sys.stdin.read())
         except ValueError as e:
             raise PluginError(E_CONFIG, "the network config on stdin is not JSON: %s" % e) from None
         version = str(conf.get("cniVersion", version))
@@ -366,7 +366,7 @@ def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] 
         if command == "ADD":
             result = cmd_add(cfg, env)
             result["cniVersion"] = version
-            _emit(agent.json_dumps(result))
+            _emit(system.json_dumps(result))
         elif command == "DEL":
             cmd_del(cfg, env)
         elif command == "CHECK":
@@ -377,10 +377,10 @@ def main(argv: t.Optional[t.Sequence[str]] = None, stdin: t.Optional[t.IO[str]] 
             raise PluginError(E_ENV, "unknown CNI_COMMAND %r" % command)
         return 0
     except PluginError as e:
-        _emit(agent.json_dumps({"cniVersion": version, "code": e.code, "msg": e.msg, "details": e.details}))
+        _emit(system.json_dumps({"cniVersion": version, "code": e.code, "msg": e.msg, "details": e.details}))
         return 1
     except OSError as e:
-        _emit(agent.json_dumps({"cniVersion": version, "code": E_SYSTEM, "msg": "backendai plugin: %s" % e, "details": ""}))
+        _emit(system.json_dumps({"cniVersion": version, "code": E_SYSTEM, "msg": "backendai plugin: %s" % e, "details": ""}))
         return 1
 
 
@@ -396,7 +396,7 @@ sys.exit(_cni_plugin.main())
 
 
 #: What an installation holds besides the shim (the overlay_agent role's ``overlay_agent_plugin_files``).
-PLUGIN_MODULES = ("_session_network.py", "_cni_agent.py", "_cni_nomad.py", "_cni_plugin.py")
+PLUGIN_MODULES = ("_session_network.py", "_cni_system.py", "_cni_nomad.py", "_cni_plugin.py")
 
 
 def plugin_files(lib_dir: str, bin_dir: str) -> t.Dict[str, t.Tuple[str, int]]:

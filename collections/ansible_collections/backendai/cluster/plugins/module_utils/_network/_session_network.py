@@ -71,25 +71,17 @@ VXLAN device that floods to exactly the other agents (head-end replication).
 from __future__ import annotations
 
 # The plugin imports this module for every container it attaches: only cheap imports here (no typing,
-# dataclasses, collections, re, uuid, ipaddress or OpenSSL at run time; see ``_Record``, ``_hmac_sha256``, ``ip4``).
+# dataclasses, collections, re, uuid or ipaddress at run time; see ``_Record``, ``ip4``). Security code is the
+# standard library's: ``hmac`` and ``hashlib`` load OpenSSL, about 3 ms of a plugin start against an ADD of 35 ms
+# or more (README, "Benchmarks": the local bring-up): worth it for MAC code that is not our own.
 import binascii  # built into the interpreter: base64 without importing base64 (and re, struct)
+import hashlib
+import hmac
 import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import typing as t
-
-try:  # the interpreter's own SHA-256 (no OpenSSL to load): 3.12+ names it _sha2, 3.6-3.11 _sha256
-    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]
-except ImportError:
-    try:
-        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,no-redef]
-    except ImportError:
-        from hashlib import sha256 as _sha256  # type: ignore[assignment]
-try:
-    from _operator import _compare_digest as compare_digest  # what hmac.compare_digest is
-except ImportError:
-    from hmac import compare_digest
 
 
 class _Record(tuple):
@@ -158,6 +150,8 @@ WIREGUARD_INTERFACE = "baiwg0"
 UNDERLAY_ENCRYPTIONS = ("wireguard", "none")
 #: How an agent runs WireGuard: the kernel module (``ip link add type wireguard``) or ``wireguard-go``.
 WIREGUARD_MODES = ("kernel", "userspace")
+#: An underlay's MTU when nothing says otherwise: Ethernet's.
+DEFAULT_UNDERLAY_MTU = 1500
 MIN_MTU = 576
 VNI_BASE = 0x10000
 VNI_MAX = 0xFFFFFF
@@ -374,7 +368,7 @@ def overlay_mtu(underlay_mtu: int, encryption: str = "none") -> int:
     return mtu
 
 
-def make_params(session_id: str, slot: int, agents: t.Sequence[str], underlay_mtu: int = 1500,
+def make_params(session_id: str, slot: int, agents: t.Sequence[str], underlay_mtu: int = DEFAULT_UNDERLAY_MTU,
                 pool: str = SUBNET_POOL, prefix: int = SUBNET_PREFIX, encryption: str = "none",
                 wg_keys: t.Sequence[bytes] = (), tunnel_prefix: str = "") -> NetworkParams:
     vni, subnet = slot_network(slot, pool, prefix)
@@ -487,35 +481,16 @@ def _message(namespace: str, job_id: str, group: str, params: t.Mapping[str, str
     return ("backendai-session-network\n" + "".join("%s=%s\n" % kv for kv in fields)).encode("utf-8")
 
 
-_IPAD = bytes(b ^ 0x36 for b in range(256))  # translate tables: a key's bytes XOR the pads, in C
-_OPAD = bytes(b ^ 0x5C for b in range(256))
-
-
-def _hmac_sha256_digest(key: bytes, message: bytes) -> bytes:
-    """HMAC-SHA256 (RFC 2104), written out over the interpreter's own SHA-256: the stdlib ``hmac`` loads
-    OpenSSL, which costs the plugin more than its whole ADD. Checked against ``hmac`` in the unit tests."""
-    block = 64
-    if len(key) > block:
-        key = _sha256(key).digest()
-    key = key.ljust(block, b"\0")
-    inner = _sha256(key.translate(_IPAD) + message).digest()
-    return _sha256(key.translate(_OPAD) + inner).digest()
-
-
-def _hmac_sha256(key: bytes, message: bytes) -> str:
-    return _hmac_sha256_digest(key, message).hex()
-
-
 def hkdf_sha256(ikm: bytes, info: bytes, length: int = KEY_BYTES, salt: bytes = b"") -> bytes:
-    """HKDF-SHA256 (RFC 5869: extract, then expand), on :func:`_hmac_sha256_digest` (the plugin stays stdlib-only
-    and free of OpenSSL; checked against RFC 5869's test vectors in the unit tests)."""
+    """HKDF-SHA256 (RFC 5869: extract, then expand) over the stdlib's HMAC: the standard library has no HKDF and the
+    plugin stays stdlib-only (checked against RFC 5869's test vectors in the unit tests)."""
     if not 0 < length <= 255 * 32:
         raise ValueError("HKDF-SHA256 gives 1 to %d bytes, not %d" % (255 * 32, length))
-    prk = _hmac_sha256_digest(salt or b"\0" * 32, ikm)  # RFC 5869 2.2: no salt = HashLen zeros
+    prk = hmac.digest(salt or b"\0" * 32, ikm, "sha256")  # RFC 5869 2.2: no salt = HashLen zeros
     out, block, i = b"", b"", 0
     while len(out) < length:  # RFC 5869 2.3: T(i) = HMAC(PRK, T(i-1) | info | i)
         i += 1
-        block = _hmac_sha256_digest(prk, block + info + bytes((i,)))
+        block = hmac.digest(prk, block + info + bytes((i,)), "sha256")
         out += block
     return out[:length]
 
@@ -554,7 +529,7 @@ def tunnel_prefix(cluster_key: bytes) -> str:
 def tunnel_address(prefix: str, public_key: bytes) -> str:
     """An agent's tunnel address: the /48 ``prefix`` and 80 bits of SHA-256 of its WireGuard public key (what a
     peer's ``allowed-ips`` holds, so WireGuard accepts from it only packets of that address). Full form, no ``::``."""
-    digits = prefix + _sha256(TUNNEL_ADDRESS_LABEL + b"\0" + public_key).hexdigest()[:20]
+    digits = prefix + hashlib.sha256(TUNNEL_ADDRESS_LABEL + b"\0" + public_key).hexdigest()[:20]
     return ":".join(digits[i:i + 4] for i in range(0, 32, 4))
 
 
@@ -572,7 +547,7 @@ def signed_args(key: bytes, namespace: str, job_id: str, group: str, args: t.Map
     """``args`` (a session's ``NetworkParams.args()``, made once for all its groups) with the MAC of one group;
     ``key``: the :func:`signing_key` of the agent the group is pinned to."""
     out = dict(args)
-    out[MAC_KEY] = _hmac_sha256(key, _message(namespace, job_id, group, args))
+    out[MAC_KEY] = hmac.digest(key, _message(namespace, job_id, group, args), "sha256").hex()
     return out
 
 
@@ -648,8 +623,8 @@ def admit(key: bytes, cni_args: t.Mapping[str, str],
     ns, job, group = identity
     signed = {k: cni_args[k] for k in PARAM_KEYS}
     signed.update(v3)
-    want = _hmac_sha256(key, _message(ns, job, group, signed))
-    if not compare_digest(want, cni_args[MAC_KEY].lower()):
+    want = hmac.digest(key, _message(ns, job, group, signed), "sha256").hex()
+    if not hmac.compare_digest(want, cni_args[MAC_KEY].lower()):
         raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r "
                              "on this agent: their MAC does not match (parameters of another job or group, signed "
                              "for another agent, or edited)" % (job, group, ns))
@@ -698,7 +673,7 @@ def agent_blocks(subnet: str, count: int) -> t.List[t.Tuple[str, str, str]]:
 
 def link_names(session_id: str) -> t.Tuple[str, str]:
     """(bridge, vxlan) names of a session on every agent (IFNAMSIZ: 15 characters)."""
-    digest = _sha256(("links\0" + session_id).encode()).hexdigest()
+    digest = hashlib.sha256(("links\0" + session_id).encode()).hexdigest()
     return BRIDGE_PREFIX + digest[:12], VXLAN_PREFIX + digest[:11]
 
 
@@ -733,7 +708,7 @@ VNI_RANGE_MATCH = "0>>22&0x3C@12>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
 
 def vni_match6(vni: int) -> str:
     """The ``u32`` VNI match over IPv6 (a 40-byte header: the VNI word is at 40 + 12). A packet with extension
-    headers does not match; it is still dropped unless it came through WireGuard (``_cni_agent.base_rules6``)."""
+    headers does not match; it is still dropped unless it came through WireGuard (``_cni_system.base_rules6``)."""
     return "52>>8=%s" % vni
 
 
@@ -743,7 +718,7 @@ VNI_RANGE_MATCH6 = "52>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
 # ---------------------------------------------------------------------------- the static config
 
 def static_conflist(underlay_ip: str, key_file: str, state_dir: str, egress: bool = True,
-                    uplinks: t.Sequence[str] = (), underlay_mtu: int = 1500, vxlan_port: int = VXLAN_PORT,
+                    uplinks: t.Sequence[str] = (), underlay_mtu: int = DEFAULT_UNDERLAY_MTU, vxlan_port: int = VXLAN_PORT,
                     portmap: bool = True, agent_name: str = "", identity: str = "nomad",
                     nomad_addr: str = DEFAULT_NOMAD_ADDR, nomad_token_file: str = "",
                     nomad_ca_file: str = "", wireguard_interface: str = WIREGUARD_INTERFACE,

@@ -215,7 +215,9 @@ class NomadClient:
     def _call(self, what: str, fn: t.Callable[[], t.Any], retry: bool = False) -> t.Any:
         """``fn()``, its failure mapped to :class:`NomadError`; with ``retry``, transient failures are tried again."""
         attempts = ATTEMPTS if retry else 1
-        for attempt in range(1, attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             # The mapped error is raised outside the except block so that it carries no __context__
             # (python-nomad's exception holds the response, whose request holds the token header).
             error: t.Optional[NomadError] = None
@@ -233,7 +235,6 @@ class NomadClient:
                 raise error
             self.retried.append(str(error))
             self._sleep(RETRY_DELAY * 4 ** (attempt - 1))
-        raise AssertionError("unreachable")
 
     def _read(self, what: str, fn: t.Callable[[], t.Any]) -> t.Any:
         """A read: :meth:`_call` with retries."""

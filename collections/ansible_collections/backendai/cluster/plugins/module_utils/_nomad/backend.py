@@ -81,13 +81,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.keys im
 from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultClient, VaultError
 
 
-def refuse_all_namespaces(namespace: t.Optional[str], module: str) -> None:
-    """A session is created, changed or rendered in one namespace: ``*`` is for reading only."""
-    if namespace == ALL_NAMESPACES:
-        raise ModuleFailure("namespace: '*' (every namespace) is only for backendai.cluster.session_info; %s needs the "
-                            "session's own namespace (a name, or omit it for 'default')" % module)
-
-
 class NomadBackend(Watching, Updating, Removing):
     """Session operations against one Nomad cluster (and, for ``secrets.backend: vault``, one Vault)."""
 
@@ -156,10 +149,9 @@ class NomadBackend(Watching, Updating, Removing):
                 break
             self._sleep(min(self.poll_interval, remaining))
         self._pending(spec, rendered, agents, wait_for_resources, check_mode, attempts)
-        raise AssertionError("unreachable")
 
     def _pending(self, spec: SessionSpec, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
-                 wait_for_resources: float, check_mode: bool, attempts: int) -> None:
+                 wait_for_resources: float, check_mode: bool, attempts: int) -> t.NoReturn:
         """Fail with the PENDING reason (check mode with a wait: tell the caller to warn instead)."""
         summary = plan_summary(rendered.plan)
         message = "session %s is PENDING: %s" % (spec.name, rendered.plan.reason)

@@ -2,21 +2,20 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """How to reach one Nomad cluster (:class:`NomadConnection`), and the errors of talking to it.
 
-:class:`NomadConnection` holds the connection options, from ``module.params`` or from the
-environment (:func:`connection_from_env`, as the ``nomad`` CLI reads it). TLS is verified unless
+:class:`NomadConnection` holds the connection options, from ``module.params`` (whose NOMAD_*
+fallbacks are the argument spec's, ``_ansible.args``) or an inventory's options. TLS is verified unless
 ``validate_certs`` is off; a token never appears in a ``repr``. The client is ``_nomad.api``.
 """
 
 from __future__ import annotations
 
-import os
 import typing as t
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlsplit
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NOMAD_ADDR, DEFAULT_TIMEOUT, NOMAD_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NOMAD_ADDR, DEFAULT_TIMEOUT
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 
 DEFAULT_PORT = 4646
@@ -172,16 +171,3 @@ def _parse_addr(addr: str) -> t.Tuple[str, str, int, str]:
     except ValueError:
         raise ValueError("nomad_addr has an invalid port (got %r)" % addr) from None
     return scheme, parts.hostname, port, parts.path.rstrip("/")
-
-
-def connection_from_env(environ: t.Optional[t.Mapping[str, str]] = None, **overrides: t.Any) -> NomadConnection:
-    """A connection from NOMAD_* variables (as the nomad CLI reads them), for non-Ansible callers."""
-    env = os.environ if environ is None else environ
-    values: t.Dict[str, t.Any] = {}
-    for option, var in NOMAD_ENV.items():
-        if env.get(var):
-            values[option] = env[var]
-    if env.get("NOMAD_SKIP_VERIFY"):
-        values["validate_certs"] = not _as_bool(env.get("NOMAD_SKIP_VERIFY"), False)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return NomadConnection.from_params(values)

@@ -40,6 +40,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.keys im
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     ARGS_VERSION,
     ARGS_VERSIONS,
+    DEFAULT_UNDERLAY_MTU,
     MAC_KEY,
     MIN_NOMAD_VERSION,
     NETWORK_NAME,
@@ -65,7 +66,6 @@ _PLACEHOLDER_FIRST = net4(PLACEHOLDER_POOL)[0] + 1
 #: Keeps clients older than MIN_NOMAD_VERSION (no NOMAD_* keys in CNI_ARGS) out of placement.
 VERSION_CONSTRAINT = {"LTarget": "${attr.nomad.version}", "RTarget": ">= %s" % MIN_NOMAD_VERSION, "Operand": "semver"}
 DEFAULT_NAMESPACE = "default"
-DEFAULT_UNDERLAY_MTU = 1500
 
 
 @dataclass(frozen=True)
@@ -212,11 +212,3 @@ def args_version_of_job(job: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[st
     """The ``BAI_V`` a rendered job's groups carry, if they agree on one this collection writes; else None."""
     found = {str(args.get("BAI_V")) for _group, args in network_args(job)}
     return found.pop() if len(found) == 1 and found <= set(ARGS_VERSIONS) else None
-
-
-def client_args(job: t.Mapping[str, t.Any], group: str) -> t.Dict[str, str]:
-    """A group's CNI args as Nomad's client passes them on to the plugins: as the job has them."""
-    for name, args in network_args(job):
-        if name == group:
-            return dict(args)
-    raise KeyError("job %r has no group %r" % (job.get("ID"), group))

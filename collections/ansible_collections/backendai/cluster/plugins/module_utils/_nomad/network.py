@@ -17,7 +17,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NETWORK_KEY_FILE
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_UNDERLAY_MTU, JobNetwork
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import DEFAULT_CLAIMS_NAMESPACE, NetworkClaims
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import underlay_addresses
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
@@ -71,7 +71,7 @@ class NetworkControl:
         except ValueError as err:
             raise BackendAIClusterError(str(err)) from None
         return JobNetwork(slot=slot, underlay={a: ip for a, (ip, _mtu) in found.items()}, key=key,
-                          underlay_mtu=min([mtu for _ip, mtu in found.values()] or [1500]))
+                          underlay_mtu=min([mtu for _ip, mtu in found.values()] or [DEFAULT_UNDERLAY_MTU]))
 
 
 class _NodesReadBefore:

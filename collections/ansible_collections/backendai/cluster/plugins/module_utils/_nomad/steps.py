@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, ModuleFailure
 
 if t.TYPE_CHECKING:  # pragma: no cover
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
@@ -25,6 +25,13 @@ STEP_WAIT = "wait for containers"
 REPAIR_META = "backendai_repair"
 #: The namespace that means every namespace (Nomad's wildcard); only for reading sessions.
 ALL_NAMESPACES = "*"
+
+
+def refuse_all_namespaces(namespace: t.Optional[str], module: str) -> None:
+    """A session is created, changed or rendered in one namespace: ``*`` is for reading only."""
+    if namespace == ALL_NAMESPACES:
+        raise ModuleFailure("namespace: '*' (every namespace) is only for backendai.cluster.session_info; %s needs the "
+                            "session's own namespace (a name, or omit it for 'default')" % module)
 
 
 class WaitFailed(BackendAIClusterError):

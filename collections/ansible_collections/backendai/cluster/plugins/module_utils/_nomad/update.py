@@ -33,7 +33,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view impo
     current_allocations,
     failed_placement_reason,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.state import BROKEN
+from ansible_collections.backendai.cluster.plugins.module_utils._session.status import BROKEN
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id

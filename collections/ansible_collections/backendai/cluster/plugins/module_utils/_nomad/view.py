@@ -21,7 +21,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, TASK_NAME, USER_META_KEYS
 
-from ansible_collections.backendai.cluster.plugins.module_utils._session.state import (
+from ansible_collections.backendai.cluster.plugins.module_utils._session.status import (
     BROKEN,
     LIVE,
     RESTARTING,

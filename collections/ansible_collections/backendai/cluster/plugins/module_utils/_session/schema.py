@@ -18,8 +18,6 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # or "worker1" + idx 1 and "worker" + idx 11 would both be "worker11".
 ROLE_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,30}[a-z])?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: What every container's hostname (``<role><idx>``, see ROLE_RE) is: a DNS label.
-HOSTNAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 #: The only network mode: every session is on its own private network (``_network._session_network``).
 NETWORK_MODE_AUTO = "auto"
 NETWORK_MODE_HELP = (

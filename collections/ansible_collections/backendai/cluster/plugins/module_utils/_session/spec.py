@@ -290,15 +290,6 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
     return tuple(out)
 
 
-def parse_user(raw: t.Any, path: str = "session.user") -> UserSpec:
-    """The ``user`` block alone (for records that did not come through :func:`parse_spec`); SpecError if invalid."""
-    c = _Checker()
-    user = _parse_user(c, raw, path)
-    if c.problems:
-        raise SpecError(c.problems)
-    return user
-
-
 def _parse_user(c: _Checker, raw: t.Any, path: str) -> UserSpec:
     """The session user: any name but root, or root when ``allow_root`` says so; root's ids are 0, nobody else's."""
     u = c.mapping(raw, path, _keys("user"))

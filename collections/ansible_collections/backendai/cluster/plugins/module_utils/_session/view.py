@@ -13,7 +13,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
-from ansible_collections.backendai.cluster.plugins.module_utils._session.state import BROKEN, RESTARTING, UNPLACED
+from ansible_collections.backendai.cluster.plugins.module_utils._session.status import BROKEN, RESTARTING, UNPLACED
 
 
 def plan_summary(plan: SessionPlan, with_env: bool = False) -> t.Dict[str, t.Any]:

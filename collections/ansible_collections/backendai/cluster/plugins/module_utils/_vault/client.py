@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The one Vault client of this collection: KV v2 read/write/delete through hvac.
 
-Mirrors :mod:`_nomad.api`: :class:`VaultConnection` holds the options (``module.params`` or
-:func:`vault_connection_from_env`), :class:`VaultClient` maps every failure to one
+Mirrors :mod:`_nomad.api`: :class:`VaultConnection` holds the options (``module.params``, with the
+argument spec's VAULT_* fallbacks), :class:`VaultClient` maps every failure to one
 :class:`VaultError` with the HTTP status and Vault's ``errors`` text, never the token.
 
 What hvac 2.4.0 does that this module works around:
@@ -21,13 +21,12 @@ What hvac 2.4.0 does that this module works around:
 
 from __future__ import annotations
 
-import os
 import typing as t
 from dataclasses import dataclass, field, fields
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_TIMEOUT, DEFAULT_VAULT_ADDR, VAULT_ENV
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_TIMEOUT, DEFAULT_VAULT_ADDR
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 
 try:
@@ -108,15 +107,6 @@ class VaultConnection:
         if not self.validate_certs:
             return False
         return self.vault_ca_cert or True
-
-
-def vault_connection_from_env(environ: t.Optional[t.Mapping[str, str]] = None, **overrides: t.Any) -> VaultConnection:
-    env = os.environ if environ is None else environ
-    values: t.Dict[str, t.Any] = {opt: env[var] for opt, var in VAULT_ENV.items() if env.get(var)}
-    if env.get("VAULT_SKIP_VERIFY"):
-        values["validate_certs"] = not boolean(env["VAULT_SKIP_VERIFY"], strict=False)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return VaultConnection.from_params(values)
 
 
 def _clean(path: str) -> str:

@@ -15,6 +15,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._ansible import 
 from ansible_collections.backendai.cluster.plugins.module_utils import _defaults as defaults
 
 INVERTED = dict(ca.NOMAD_INVERTED_ENV)
+#: Fragment name -> the argument spec it documents.
+FRAGMENTS = {
+    "nomad_connection": ca.nomad_connection_argument_spec(),
+    "vault_connection": ca.vault_connection_argument_spec(),
+    "local_runtime": ca.local_runtime_argument_spec(),
+    "session_network": ca.session_network_argument_spec(),
+}
 
 
 def env_of(option: t.Mapping[str, t.Any]) -> t.List[str]:
@@ -40,9 +47,9 @@ def env_documented(option: t.Mapping[str, t.Any]) -> t.Set[str]:
     return set(re.findall(r"E\(([A-Z_]+)(?:=[^)]*)?\)", description(option)))
 
 
-@pytest.mark.parametrize("fragment", sorted(ca.FRAGMENTS))
+@pytest.mark.parametrize("fragment", sorted(FRAGMENTS))
 def test_fragment_matches_argument_spec(fragment: str) -> None:
-    spec = ca.FRAGMENTS[fragment]
+    spec = FRAGMENTS[fragment]
     docs = fragment_options(fragment)
     assert sorted(docs) == sorted(spec), "options differ"
     for name, arg in spec.items():
@@ -59,7 +66,7 @@ def test_fragment_matches_argument_spec(fragment: str) -> None:
 
 
 def test_plugin_variant_has_env_entries_for_the_fallbacks() -> None:
-    spec = ca.FRAGMENTS["nomad_connection"]
+    spec = FRAGMENTS["nomad_connection"]
     docs = fragment_options("nomad_connection")
     plugin = fragment_options("nomad_connection", "PLUGINS")
     assert sorted(plugin) == sorted(spec)

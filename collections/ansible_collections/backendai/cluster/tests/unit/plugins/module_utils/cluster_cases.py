@@ -1,12 +1,14 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Builders shared by the module_utils unit tests: specs, agents and plans with fixed IDs."""
+"""Builders shared by the module_utils unit tests (and the repository's tests): specs, agents and plans with fixed
+IDs, and what a rendered job gives Nomad's client."""
 
 from __future__ import annotations
 
 import os
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import network_args
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan, build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
@@ -31,3 +33,11 @@ def make_plan(agents: t.Optional[t.List[t.Dict[str, t.Any]]] = None, **overrides
     if agents is None:
         agents = agents_list(("agent-1", 64000, 262144, 0))
     return build_plan(parse_spec(spec_dict(**overrides)), parse_agents(agents), FIXED_SESSION_ID)
+
+
+def client_args(job: t.Mapping[str, t.Any], group: str) -> t.Dict[str, str]:
+    """A group's CNI args as Nomad's client passes them on to the plugins: as the job has them."""
+    for name, args in network_args(job):
+        if name == group:
+            return dict(args)
+    raise KeyError("job %r has no group %r" % (job.get("ID"), group))

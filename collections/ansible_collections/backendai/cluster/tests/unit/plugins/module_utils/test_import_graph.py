@@ -15,6 +15,9 @@ else; the two backends are siblings and never import each other):
 "Loads" has two meanings here: the *payload* is every module_utils file a plugin can import (what
 Ansible ships with a module: it follows imports inside functions too), *eager* is what importing
 the plugin imports at once (module-level statements, not function bodies nor ``TYPE_CHECKING``).
+
+Shipped code serves the collection, not its tests: every name a module_utils file defines is used by the
+plugins, and what once shipped for the tests alone (a fault hook, helpers only tests called) stays out.
 """
 
 from __future__ import annotations
@@ -163,7 +166,7 @@ def test_no_cycle() -> None:
 
 def test_the_session_network_plugin_is_stdlib_only() -> None:
     """``_network`` runs on agents as top-level modules with no Ansible and no collection around it."""
-    allowed = set(sys.stdlib_module_names) | {"_sha2", "_cni_plugin", "_cni_agent", "_cni_nomad", "_session_network", "ansible_collections"}
+    allowed = set(sys.stdlib_module_names) | {"_cni_plugin", "_cni_system", "_cni_nomad", "_session_network", "ansible_collections"}
     for name in MODULES:
         if _unit(name) == "_network":
             assert GRAPH[name].foreign <= allowed, (name, GRAPH[name].foreign - allowed)
@@ -197,3 +200,69 @@ def test_a_local_run_does_not_load_the_nomad_or_vault_clients() -> None:
     loaded = _closure(imports.eager, eager=True) | _closure(["_local.backend"], eager=True)
     assert not [n for n in loaded if _unit(n) in ("_nomad", "_vault")]
     assert not {"requests", "nomad", "hvac"} & {f for n in loaded for f in GRAPH[n].foreign}
+
+
+#: Names that once shipped for the tests' sake alone (issue 23): a fault hook read from the environment, a session
+#: given as a dict, connections from the environment, a job's CNI args as Nomad's client sees them, dead readers.
+#: They live in tests/ now, or nowhere; defining one again in plugins/ fails here.
+TEST_ONLY = {"FAULT_ENV", "from_raw", "create_session", "connection_from_env", "vault_connection_from_env",
+             "client_args", "read_agents", "ipam_dir"}
+
+
+def _plugin_trees() -> t.Dict[str, ast.Module]:
+    out = {}
+    for directory, _dirs, files in os.walk(PLUGINS):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                with open(path, encoding="utf-8") as f:
+                    out[os.path.relpath(path, PLUGINS)] = ast.parse(f.read(), path)
+    return out
+
+
+def _defined(tree: ast.Module, members: bool = False) -> t.Set[str]:
+    """The names ``tree`` defines at its top (functions, classes, assignments); with ``members``, in its classes too."""
+    out: t.Set[str] = set()
+    nodes = list(tree.body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+            if members and isinstance(node, ast.ClassDef):
+                nodes.extend(node.body)
+        elif isinstance(node, ast.Assign):
+            out.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return out
+
+
+def _used(tree: ast.Module) -> t.Set[str]:
+    """Every name ``tree`` reads, as a name, an attribute or an import (a definition alone is no use)."""
+    out: t.Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            out.update(alias.name for alias in node.names)
+    return out
+
+
+def test_every_module_utils_name_is_used_by_the_plugins() -> None:
+    """A name defined at the top of a module_utils file that no file of plugins/ uses (its own file included, its
+    definition not) is dead, or kept for tests and benchmarks alone: either way it does not ship; a test's helper
+    belongs in tests/. Names are matched by name, not by module: a use of the same name anywhere counts, so this
+    misses a test-only name that shares its name with one in use, never reports a used one."""
+    trees = _plugin_trees()
+    used = set().union(*(_used(tree) for tree in trees.values()))
+    unused = sorted("%s: %s" % (path, name) for path, tree in trees.items() if path.startswith("module_utils" + os.sep)
+                    for name in _defined(tree) - used if not name.startswith("__"))
+    assert not unused, "defined in module_utils, used by no plugin (dead, or for tests: move it to tests/): %s" % unused
+
+
+def test_no_test_only_name_is_shipped() -> None:
+    found = sorted("%s: %s" % (path, name) for path, tree in _plugin_trees().items()
+                   for name in _defined(tree, members=True) & TEST_ONLY)
+    assert not found, "a name that serves tests alone is back in plugins/ (keep it in tests/): %s" % found

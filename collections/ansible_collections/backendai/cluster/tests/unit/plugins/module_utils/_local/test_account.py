@@ -4,11 +4,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from ansible_collections.backendai.cluster.plugins.module_utils._local import account
-from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_raw, session_record
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import session_record
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import make_plan
 
@@ -49,12 +46,7 @@ def test_a_user_gets_its_account_a_private_home_and_an_empty_root() -> None:
     assert account.switch_prefix(WORK) == "setpriv --reuid=1000 --regid=1000 --init-groups"
 
 
-def test_the_record_carries_the_spec_user_and_a_raw_dict_is_checked_by_the_spec_rules() -> None:
+def test_the_record_carries_the_spec_user() -> None:
     keys = SSHKeypair("-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----\n", "ssh-ed25519 AAAA test")
     record = session_record(make_plan(user={"name": "alice", "uid": 4242, "gid": 4343}), keys)
     assert record["user"] == {"name": "alice", "uid": 4242, "gid": 4343, "home": "/home/alice"}
-    assert from_raw(record)["user"] == record["user"]
-    assert from_raw(dict(record, user=None))["user"] == account.default_user()
-    with pytest.raises(LocalRuntimeError, match="user.name: is root: .* set user.allow_root: true"):
-        from_raw(dict(record, user={"name": "root"}))
-    assert from_raw(dict(record, user={"name": "root", "allow_root": True}))["user"]["home"] == "/root"

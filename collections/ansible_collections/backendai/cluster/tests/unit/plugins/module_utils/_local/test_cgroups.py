@@ -12,8 +12,6 @@ import typing as t
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as cg
-from ansible_collections.backendai.cluster.plugins.module_utils._local import session as ls
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError
 
 
 def _mountinfo(tmp: t.Any, v1: t.Dict[str, str], v2: t.Optional[str], v2_controllers: str = "") -> str:
@@ -125,11 +123,3 @@ def test_oom_kills_are_read_from_v1_and_v2(tmp_path: t.Any) -> None:
     (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\n")
     assert cg.oom_kills([str(v1)]) == 2 and cg.oom_kills([str(v2)]) == 1
     assert cg.oom_kills([str(tmp_path / "gone")]) == 0
-
-
-def test_a_dicts_resources_are_checked() -> None:
-    assert ls._raw_resources(None, "main1") == {"cpu": 1000, "memory": 1024}
-    assert ls._raw_resources({"memory": 256}, "main1") == {"cpu": 1000, "memory": 256}
-    for bad in ({"memory": 0}, {"cpu": "1000"}, {"cpu": True}, [1]):
-        with pytest.raises(LocalRuntimeError, match="main1: resources"):
-            ls._raw_resources(bad, "main1")

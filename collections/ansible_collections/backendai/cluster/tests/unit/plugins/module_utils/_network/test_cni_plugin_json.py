@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_agent as plugin
+from ansible_collections.backendai.cluster.plugins.module_utils._network import _cni_system as plugin
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 
 CONFLIST = net.static_conflist("10.0.0.1", "/etc/backendai-cluster/agent.key", "/run/backendai-cluster/cni",

@@ -19,7 +19,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     UNSIGNED_MAC,
     JobNetwork,
     args_version_of_job,
-    client_args,
     preferred_slot,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import dumps, register_request, render_job
@@ -37,7 +36,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     parse_key,
     slot_network,
 )
-from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import agents_list, make_plan
+from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import agents_list, client_args, make_plan
 
 KEY = parse_key(generate_key())
 OTHER_KEY = parse_key(generate_key())

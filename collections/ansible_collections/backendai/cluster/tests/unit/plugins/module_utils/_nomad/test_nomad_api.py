@@ -21,7 +21,6 @@ pytest.importorskip("nomad")
 from ansible_collections.backendai.cluster.plugins.module_utils import _defaults as defaults  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._ansible.args import nomad_connection_argument_spec  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as na  # noqa: E402
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad import connection as nc  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import nodes  # noqa: E402
 from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.recorded_http import RecordedHTTP, load  # noqa: E402
 
@@ -227,9 +226,9 @@ def test_connection_options() -> None:
                                            "validate_certs": None, "extra": "ignored"})
     assert conn.base_url == "http://nomad.test:4646" and conn.validate_certs is True
     assert conn.timeout == defaults.DEFAULT_TIMEOUT and TOKEN not in repr(conn)
-    env = nc.connection_from_env({"NOMAD_ADDR": "https://n:1", "NOMAD_SKIP_VERIFY": "1", "NOMAD_CLIENT_CERT": "/c",
-                                  "NOMAD_CLIENT_KEY": "/k"})
-    assert env.secure and env.verify is False and env.cert == ("/c", "/k")
+    tls = na.NomadConnection.from_params({"nomad_addr": "https://n:1", "validate_certs": False, "client_cert": "/c",
+                                          "client_key": "/k"})
+    assert tls.secure and tls.verify is False and tls.cert == ("/c", "/k")
 
 
 def test_argument_spec_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:

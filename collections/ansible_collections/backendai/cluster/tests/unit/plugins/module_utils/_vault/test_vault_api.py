@@ -106,9 +106,9 @@ def test_transport_errors(adapter: RecordedHTTP, exc: BaseException, fragment: s
 def test_connection_options(monkeypatch: pytest.MonkeyPatch) -> None:
     conn = va.VaultConnection.from_params({"vault_addr": "https://v:8200", "vault_token": TOKEN, "validate_certs": "no"})
     assert conn.verify is False and TOKEN not in repr(conn)
-    env = va.vault_connection_from_env({"VAULT_ADDR": "https://v:8200", "VAULT_TOKEN": TOKEN, "VAULT_NAMESPACE": "ns",
-                                        "VAULT_CACERT": "/ca"})
-    assert (env.vault_namespace, env.verify) == ("ns", "/ca")
+    ca = va.VaultConnection.from_params({"vault_addr": "https://v:8200", "vault_token": TOKEN, "vault_namespace": "ns",
+                                         "vault_ca_cert": "/ca"})
+    assert (ca.vault_namespace, ca.verify) == ("ns", "/ca")
     with pytest.raises(ValueError):
         va.VaultConnection(vault_addr="vault:8200")
     monkeypatch.setenv("VAULT_TOKEN", "from-env")  # hvac would pick it up when the token is None

@@ -8,7 +8,7 @@ import typing as t
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._session import state as ss
+from ansible_collections.backendai.cluster.plugins.module_utils._session import status as ss
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import view as sv
 from ansible_collections.backendai.cluster.plugins.module_utils._session import view
 

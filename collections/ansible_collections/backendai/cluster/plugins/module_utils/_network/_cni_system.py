@@ -1,7 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the ``backendai`` CNI plugin does to an agent: its config, JSON, commands and files, iptables rules
-and links. Stdlib only.
+"""The system side of the ``backendai`` CNI plugin on an agent: its config, JSON, commands and files, iptables
+rules and links. Stdlib only. (Its name is not ``agent``: an agent is a machine running containers, a Nomad node.)
 
 Installed next to ``_cni_plugin.py`` (the CNI protocol: admission, the session's life on the agent, the
 delegation to ``bridge``/``host-local``) and ``_session_network.py`` (the parameters and their MAC); see
@@ -11,6 +11,7 @@ DEL of a container, so it imports nothing slow either (see ``json_loads`` and ``
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 TYPE_CHECKING = False
@@ -228,7 +229,7 @@ class Config:
         except (KeyError, ValueError) as e:  # (NetworkError is a ValueError)
             raise PluginError(E_CONFIG, "the backendai plugin needs underlayIP, stateDir and keyFile in its config",
                               str(e)) from None
-        self.underlay_mtu = int(conf.get("underlayMTU", 1500))
+        self.underlay_mtu = int(conf.get("underlayMTU", net.DEFAULT_UNDERLAY_MTU))
         self.vxlan_port = int(conf.get("vxlanPort", net.VXLAN_PORT))
         self.egress = bool(conf.get("egress", True))
         self.uplinks = [str(u) for u in conf.get("uplinks") or []]
@@ -441,7 +442,7 @@ def bridge_mac(session_id: str, underlay_ip: str) -> str:
     """The session bridge's own MAC on an agent: fixed, or Linux gives a bridge the lowest MAC of its ports, which
     changes as containers come and go, and the bridge plugin's CHECK (Nomad's, after a client restart) fails on it.
     Locally administered, and different on every agent of the session (they share one layer 2)."""
-    digest = net._sha256(("bridge-mac\0%s\0%s" % (session_id, underlay_ip)).encode()).hexdigest()
+    digest = hashlib.sha256(("bridge-mac\0%s\0%s" % (session_id, underlay_ip)).encode()).hexdigest()
     return "02:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
 
 

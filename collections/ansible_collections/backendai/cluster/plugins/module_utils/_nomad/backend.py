@@ -274,7 +274,10 @@ class NomadBackend(Watching, Updating, Removing):
         session_id = rendered.plan.session_id
         if nodes is None and agents is None and self.node_catalogue is not None:
             nodes = self.node_catalogue.last  # read for this placement, inside the lock
-        network = self.network.job_network(self.nomad, rendered, agents, None, nodes)  # key and addresses: before any write
+        catalogue = self.node_catalogue
+        node = (lambda node_id: catalogue.node(self.nomad, node_id)) if catalogue is not None and agents is None else None
+        # key and addresses: before any write
+        network = self.network.job_network(self.nomad, rendered, agents, None, nodes, node)
         claim: t.Optional[Claim] = None
         step = STEP_SECRET
         try:
@@ -287,7 +290,7 @@ class NomadBackend(Watching, Updating, Removing):
             job = t.cast(t.Dict[str, t.Any], rendered.job)
             step = STEP_REGISTER
             answer = self.nomad.register_job(register_request(job))
-            failed = self._follow_eval(str(answer.get("EvalID") or ""), lock)
+            failed = self._follow_eval(str(answer.get("EvalID") or ""), lock, int(answer.get("EvalCreateIndex") or 0))
         except SecretExists as exc:
             raise ModuleFailure("creating session %s failed at step '%s': %s while job %s does not; it is left from an "
                                 "earlier run or another run is creating this session. Nothing was changed; remove it with "

@@ -34,7 +34,9 @@ attempt lands in the instant between a release and the head's acquire: then the 
 A blocking read ends after TTL / 2 (the entry is renewed between slices); one that ends with nothing changed
 blocks again, without listing the queue or trying the lock.
 Order: first come (by raft index), first served among the queued; no waiter is starved by the queue,
-only newcomers' single first attempts can overtake the head. An entry ahead that changed without
+only newcomers' single first attempts can overtake the head. A waiter whose entry ahead goes tries the lock at
+once, before listing the queue again (the waiter ahead was the head in all but one case): only if the one ahead
+gave up or died while others still queued ahead of it, and the lock is free in that instant, does it overtake them. An entry ahead that changed without
 going away belongs to a waiter that is leaving or died (its lock lapsed): it is passed over (the queue is read
 again), and deleted at the release if it is still there then.
 Waiters renew their entry's lock every TTL / 2 (a renewal is no raft write: ``RenewLock`` only
@@ -138,6 +140,12 @@ class AdmissionLock:
                     # changed but still there: its waiter is leaving (released, deleting next) or died (the entry's
                     # lock lapsed); passed over now, removed at our release if it is still there then
                     self._passed.add(path)
+                # the waiter ahead left: it was the head (it held the lock and released it) unless it gave up or died,
+                # so try the lock before listing the queue again; the listing follows only if the attempt lost (then
+                # a head blocks from this attempt's index: no second attempt while the same holder holds)
+                taken, lost_at = self._try(lock_id)
+                if taken:
+                    return self._acquired(start)
         except BaseException:
             self._leave()
             raise

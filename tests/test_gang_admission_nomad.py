@@ -500,3 +500,39 @@ def test_the_view_a_create_returns_uses_the_allocation_list_its_wait_read_last(n
     reads = [r for r in double.requests if r.method == "GET" and r.path in ("/v1/job/v1", "/v1/job/v1/allocations")]
     assert reads[-1].path == "/v1/job/v1", [r.path for r in reads]  # no allocation list after the view's job read
     assert [r.path for r in reads].count("/v1/job/v1/allocations") >= 1
+
+
+def test_a_create_follows_its_evaluation_with_one_blocking_read(nomad_double_factory: t.Any) -> None:
+    """Issue 24: the evaluation of a register is followed with a blocking read from its EvalCreateIndex (Eval.GetEval
+    blocks), answered when a worker processed it: one read, however long the evaluation takes (before: a poll every
+    50 ms doubling up to the poll interval, 4 reads for an evaluation of 0.5 s)."""
+    double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.5)
+    two_nodes(double)
+    kind, result = create(backend(double), "e1")
+    assert kind == "ok" and result["session"]["state"] == "RUNNING", result
+    reads = double.find("GET", "^/v1/evaluation/")
+    assert len(reads) == 1 and reads[0].q("index"), [(r.path, r.query) for r in reads]
+
+
+def test_queued_waiters_list_the_queue_once_each_and_the_head_never_again(nomad_double_factory: t.Any) -> None:
+    """A waiter lists the queue as it joins; one whose entry ahead went tries the lock at once (the one ahead was
+    the head), and the head blocks on the lock and tries it without listing again. Listings: one per waiter joining
+    and one per release (whether to delete the lock variable): 5 for a holder and two waiters (before: 7)."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
+    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
+    holder.acquire()
+    waiters = [AdmissionLock(client, "w%d" % i, ttl=10, lock_delay=1, wait=60) for i in range(2)]
+    order: t.List[str] = []
+    threads = []
+    for waiter in waiters:
+        threads.append(threading.Thread(target=lambda w=waiter: (w.acquire(), order.append(w.owner), w.release())))
+        threads[-1].start()
+        time.sleep(0.3)  # w0 queues first
+    holder.release()
+    for th in threads:
+        th.join(10)
+    assert order == ["w0", "w1"]
+    assert len(double.find("GET", "^/v1/vars$")) == 5, [(r.path, r.query) for r in double.find("GET", "^/v1/vars$")]
+    assert [w.attempts for w in waiters] == [2, 2], [w.attempts for w in waiters]
+    assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]

@@ -347,10 +347,10 @@ class NomadAPIDouble(HTTPDouble):
         deadline = time.monotonic() + wait + random.uniform(0, wait / 16)
         while index > 0 and ev["ModifyIndex"] <= index and not self._stop.is_set():
             remaining = deadline - time.monotonic()
-            due = self.model.eval_processed_in(eval_id)
-            if remaining <= 0 or due <= 0:
+            if remaining <= 0:
                 break
-            self.model.wake_condition().wait(min(remaining, due))  # releases the model's lock meanwhile
+            due = self.model.eval_processed_in(eval_id)  # 0: processed, nothing changes it any more: ``wait``
+            self.model.wake_condition().wait(min(remaining, due) if due > 0 else remaining)  # the lock is released meanwhile
             ev = self.model.evaluation(eval_id)
         self._blocked.seconds = time.perf_counter() - started
         return json_response(200, ev, dict(self._meta_headers(), **{"X-Nomad-Index": str(ev["ModifyIndex"])}))

@@ -117,19 +117,19 @@ class AdmissionLock:
         try:
             while True:
                 ahead = self._ahead()
-                if ahead is None:  # the head: wait on the lock itself
-                    if lost_at is None:
-                        taken, lost_at = self._try(lock_id)
-                        if taken:
-                            return self._acquired(start)
-                    while True:  # a slice that ends with the lock unchanged (its holder renewing): no new attempt
-                        # (the index of a lost attempt is its own raft index, above the variable's: the variable
-                        # changed, or went, only if the index answered is above it)
-                        _var, seen = self._wait_on(LOCK_PATH, lost_at, start)
-                        if seen > lost_at or lost_at <= 0:
-                            break
-                    lost_at = None
-                    continue
+                if ahead is None:  # the head: wait on the lock itself (nobody queues ahead of it: no more listings)
+                    while True:
+                        if lost_at is None:
+                            taken, lost_at = self._try(lock_id)
+                            if taken:
+                                return self._acquired(start)
+                        while True:  # a slice that ends with the lock unchanged (its holder renewing): no new attempt
+                            # (the index of a lost attempt is its own raft index, above the variable's: the variable
+                            # changed, or went, only if the index answered is above it)
+                            _var, seen = self._wait_on(LOCK_PATH, lost_at, start)
+                            if seen > lost_at or lost_at <= 0:
+                                break
+                        lost_at = None
                 lost_at = None
                 path, modify_index = ahead
                 while True:  # the entry ahead unchanged at the end of a slice (its waiter renewing): block again

@@ -191,20 +191,22 @@ def contention(key_file: str) -> bool:
     return running == 4 and watch.worst <= POLL
 
 
-def hold_times(requests: t.Sequence[t.Any]) -> t.List[float]:
-    """Seconds from each granted lock-acquire's answer to the release that followed it (one holder at a time)."""
+def holds_and_attempts(requests: t.Sequence[t.Any]) -> t.Tuple[t.List[float], int]:
+    """(seconds from each granted lock-acquire's answer to the release that followed it, one holder at a time; the
+    acquire attempts: refused ones and those that started a hold, not a holder's own writes of its grants)."""
     events = sorted([(r.finished, "acquired") for r in requests
                      if r.path == LOCK and "lock-acquire" in r.query and r.status == 200] +
                     [(r.started, "released") for r in requests
                      if r.path == LOCK and "lock-release" in r.query and r.status == 200])
     holds, since = [], None
     for at, kind in events:
-        if kind == "acquired":
+        if kind == "acquired" and since is None:
             since = at
-        elif since is not None:
+        elif kind == "released" and since is not None:
             holds.append(at - since)
             since = None
-    return holds
+    refused = sum(r.path == LOCK and "lock-acquire" in r.query and r.status != 200 for r in requests)
+    return holds, refused + len(holds) + (since is not None)
 
 
 def endpoint(request: t.Any) -> str:
@@ -230,13 +232,13 @@ def scale_run(creates: int, nodes: int, key_file: str) -> t.Dict[str, t.Any]:
             wall = time.perf_counter() - start
             cpu, double_cpu = time.process_time() - cpu, double.cpu_seconds - double_cpu
         seen = double.requests
-    holds = hold_times(seen)
+    holds, attempts = holds_and_attempts(seen)
     by_endpoint: t.Dict[str, int] = {}
     for r in seen:
         by_endpoint[endpoint(r)] = by_endpoint.get(endpoint(r), 0) + 1
     return {"creates": creates, "running": states.count("RUNNING"), "wall": wall, "sessions_per_s": creates / wall,
             "requests_per_session": len(seen) / creates,
-            "acquires_per_session": sum(r.path == LOCK and "lock-acquire" in r.query for r in seen) / creates,
+            "acquires_per_session": attempts / creates,
             "bytes_per_create": sum(r.response_bytes for r in seen) / creates,
             "median_hold": statistics.median(holds) if holds else 0.0,
             "cpu_per_session": cpu / creates, "double_cpu_per_session": double_cpu / creates,

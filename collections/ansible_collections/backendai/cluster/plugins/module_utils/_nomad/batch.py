@@ -63,6 +63,8 @@ class BatchPlanner:
 
     def _take(self, usage: t.Mapping[str, Usage]) -> None:
         for name, (cpu, memory, gpu) in usage.items():
+            if name not in self._index:  # not placed ("") or not in the pool
+                continue
             i = self._index[name]
             a = self._agents[i]
             self._agents[i] = a._replace(cpu=a.cpu - cpu, memory=a.memory - memory, gpu=a.gpu - gpu)

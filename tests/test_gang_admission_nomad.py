@@ -338,7 +338,7 @@ def acquire_attempts(double: NomadAPIDouble, holders_writes: bool = False) -> in
         if lock_id in holding and not holders_writes:
             continue
         count += 1
-        if r.status == 200:
+        if r.status == 200 and not r.fault:  # (an answer lost: its retry is an attempt again)
             holding.add(lock_id)
     return count
 

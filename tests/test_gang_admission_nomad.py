@@ -479,13 +479,10 @@ def test_a_waiter_that_died_in_the_queue_is_passed_once_its_entry_lapses(nomad_d
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
 
 
-def test_waiters_behind_a_long_hold_block_again_without_listing_or_trying_when_nothing_changed(
-        nomad_double_factory: t.Any) -> None:
-    """A blocking read ends after a slice of the wait (TTL / 2: the queue entry is renewed between slices). A slice
-    that ends with the lock, or the entry ahead, unchanged (a renewal is no raft write) blocks again: no new
-    acquire attempt by the head, no new queue listing by anyone, however long the hold (before: an acquire and
-    a listing per waiter and slice, so the requests of a long hold grew with its length)."""
-    double = nomad_double_factory(token=NOMAD_TOKEN)
+def two_queued_behind_a_holder(double: NomadAPIDouble) -> t.Tuple[AdmissionLock, t.List[AdmissionLock], t.List[str],
+                                                                    t.List[threading.Thread]]:
+    """A holder of the lock and two waiters queued behind it, w0 first, each taking the lock in a thread then
+    releasing it (the order they took it in: the list returned)."""
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
     holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
     holder.acquire()
@@ -496,6 +493,17 @@ def test_waiters_behind_a_long_hold_block_again_without_listing_or_trying_when_n
         threads.append(threading.Thread(target=lambda w=waiter: (w.acquire(), order.append(w.owner), w.release())))
         threads[-1].start()
         time.sleep(0.3)  # w0 queues first
+    return holder, waiters, order, threads
+
+
+def test_waiters_behind_a_long_hold_block_again_without_listing_or_trying_when_nothing_changed(
+        nomad_double_factory: t.Any) -> None:
+    """A blocking read ends after a slice of the wait (TTL / 2: the queue entry is renewed between slices). A slice
+    that ends with the lock, or the entry ahead, unchanged (a renewal is no raft write) blocks again: no new
+    acquire attempt by the head, no new queue listing by anyone, however long the hold (before: an acquire and
+    a listing per waiter and slice, so the requests of a long hold grew with its length)."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    holder, waiters, order, threads = two_queued_behind_a_holder(double)
     lists_before, attempts_before = len(double.find("GET", "^/v1/vars$")), acquire_attempts(double)
     time.sleep(11)  # two slices of 5 s each, the holder renewing its lock
     holder.keep()
@@ -540,16 +548,7 @@ def test_queued_waiters_list_the_queue_once_each_and_the_head_never_again(nomad_
     the head), and the head blocks on the lock and tries it without listing again. Listings: one per waiter joining
     and one per release (whether to delete the lock variable): 5 for a holder and two waiters (before: 7)."""
     double = nomad_double_factory(token=NOMAD_TOKEN)
-    client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
-    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
-    holder.acquire()
-    waiters = [AdmissionLock(client, "w%d" % i, ttl=10, lock_delay=1, wait=60) for i in range(2)]
-    order: t.List[str] = []
-    threads = []
-    for waiter in waiters:
-        threads.append(threading.Thread(target=lambda w=waiter: (w.acquire(), order.append(w.owner), w.release())))
-        threads[-1].start()
-        time.sleep(0.3)  # w0 queues first
+    holder, waiters, order, threads = two_queued_behind_a_holder(double)
     holder.release()
     for th in threads:
         th.join(10)

@@ -479,8 +479,10 @@ def test_a_waiter_that_died_in_the_queue_is_passed_once_its_entry_lapses(nomad_d
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
 
 
-def two_queued_behind_a_holder(double: NomadAPIDouble) -> t.Tuple[AdmissionLock, t.List[AdmissionLock], t.List[str],
-                                                                    t.List[threading.Thread]]:
+Queued = t.Tuple[AdmissionLock, t.List[AdmissionLock], t.List[str], t.List[threading.Thread]]
+
+
+def two_queued_behind_a_holder(double: NomadAPIDouble) -> Queued:
     """A holder of the lock and two waiters queued behind it, w0 first, each taking the lock in a thread then
     releasing it (the order they took it in: the list returned)."""
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))

@@ -368,7 +368,7 @@ class NomadAPIDouble(HTTPDouble):
         matcher = parse_filter(req.q("filter") or "")  # on the whole node, as Nomad's paginator does
         # IDTokenizer: the next page starts at the token's ID
         stubs, following = self.model.node_stubs(req.q("prefix") or "", resources, with_os, matcher,
-                                                  start=req.q("next_token") or "", limit=max(0, per_page))
+                                                 start=req.q("next_token") or "", limit=max(0, per_page))
         # Node.List answers the nodes table's index (state.Index("nodes")): here the last node change, as nodes are
         # never removed from the model
         headers = dict(self._meta_headers(), **{"X-Nomad-Index": str(max([n["ModifyIndex"] for n in

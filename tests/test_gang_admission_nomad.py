@@ -566,17 +566,21 @@ def failed_evaluations(double: NomadAPIDouble) -> t.List[str]:
         return sorted(str(ev["JobID"]) for ev in double.model.evals.values() if ev.get("FailedTGAllocs"))
 
 
-def slow_when_admitted(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    """A create admitted by the holder goes on only after ``seconds`` (a slow machine): it registers late."""
+def slow_when_admitted(monkeypatch: pytest.MonkeyPatch, seconds: float) -> t.List[str]:
+    """A create admitted by the holder goes on only after ``seconds`` (a slow machine): it registers late. Returns
+    the owners admitted so far (filled as they are)."""
     admitted_by = AdmissionLock._admitted_by
+    admitted: t.List[str] = []
 
     def slow(lock: AdmissionLock, var: t.Any) -> bool:
         granted = admitted_by(lock, var)
         if granted:
+            admitted.append(lock.owner)
             time.sleep(seconds)
         return granted
 
     monkeypatch.setattr(AdmissionLock, "_admitted_by", slow)
+    return admitted
 
 
 def test_batch_admission_of_many_creates_all_or_nothing(nomad_double_factory: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -611,7 +615,7 @@ def test_batch_admission_never_plans_two_sessions_on_the_same_capacity(
     holder's own register), n1 plans on the capacity q2 was granted and q2's register is refused."""
     double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.05)
     double.add_node("n1", cpu=4000, memory=8192)
-    slow_when_admitted(monkeypatch, 1.5)
+    admitted = slow_when_admitted(monkeypatch, 1.5)
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
     blocker = AdmissionLock(client, "blocker", ttl=10, lock_delay=1)
     blocker.acquire()  # q1 and q2 queue behind it
@@ -620,11 +624,12 @@ def test_batch_admission_never_plans_two_sessions_on_the_same_capacity(
     for name in ("q1", "q2"):
         threads.append(threading.Thread(target=lambda n=name: outcomes.__setitem__(n, create(backend(double), n))))
         threads[-1].start()
-        time.sleep(0.4)
+        time.sleep(1.0)
     blocker.release()  # q1, the head, takes the lock and admits q2
     threads[0].join(30)
     outcomes["n1"] = create(backend(double), "n1")  # after q1's create returned (its lock released)
     threads[1].join(30)
+    assert admitted == ["default/q2"], admitted  # else this test did not test batch admission
     assert [outcomes[n][0] for n in ("q1", "q2", "n1")] == ["ok", "ok", "failed"], outcomes
     assert outcomes["n1"][1].startswith("session n1 is PENDING: "), outcomes["n1"][1]
     assert failed_evaluations(double) == [], failed_evaluations(double)

@@ -637,8 +637,9 @@ def test_batch_admission_never_plans_two_sessions_on_the_same_capacity(
 
 def test_a_create_admitted_by_the_holder_that_dies_does_not_wedge_the_lock(nomad_double_factory: t.Any) -> None:
     """A queued create the holder admitted and that is never heard of again (it died before reading its grant) keeps
-    the lock at most a TTL past the holder's own work: the holder stops waiting for it, clears its grants and
-    releases; the dead create's grant is never taken later (grants go before the release)."""
+    the lock at most a TTL past the holder's own work: the holder stops waiting for it, clears its grants (the lock
+    variable stays, a later waiter queues for it) and releases; the waiter queued behind the dead one takes the lock
+    once the dead one's entry lapsed, as behind any dead waiter."""
     double = nomad_double_factory(token=NOMAD_TOKEN)
     double.add_node("n1", cpu=8000, memory=16384)
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
@@ -649,10 +650,17 @@ def test_a_create_admitted_by_the_holder_that_dies_does_not_wedge_the_lock(nomad
     dead = AdmissionLock(client, "dead", ttl=10, lock_delay=1, request=request)
     dead._join()  # queued with its request, then gone: it never reads its grant
     assert holder.admit(lambda req: [{"name": "n1", "cpu": 1000, "memory": 1024}]) == 1
+    later = AdmissionLock(client, "later", ttl=10, lock_delay=1, wait=60)  # queued after the grants: not admitted
+    behind = threading.Thread(target=later.acquire)
+    behind.start()
+    time.sleep(0.3)
     started = time.monotonic()
     holder.release()
     took = time.monotonic() - started
     assert 9 <= took <= 14, took  # one TTL of silence
     lock_var = double.stored_variable(LOCK_PATH)
-    assert lock_var is None or "grants" not in (lock_var.get("Items") or {}), lock_var
-    assert dead._admitted_by(None) is False  # a grant read after the release: none
+    assert lock_var is not None and "grants" not in (lock_var.get("Items") or {}), lock_var
+    behind.join(killed_holder_keeps(10, 1) + 5)  # behind the dead entry: until it lapses, as behind any dead waiter
+    assert later.lock_id is not None and later.grant is None
+    later.release()
+    assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]

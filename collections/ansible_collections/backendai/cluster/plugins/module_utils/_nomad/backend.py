@@ -4,9 +4,11 @@
 
 Create (``present``, no job yet), in this order:
 
-1. take the cluster's admission lock (``_nomad.admission``: a Nomad variable lock with a TTL);
-2. place the containers on live node data (or the given agents); PENDING releases the lock and
-   fails with the reason, or retries against fresh node data for ``wait_for_resources`` seconds;
+1. take the cluster's admission lock (``_nomad.admission``: a Nomad variable lock with a TTL), or be
+   admitted by its holder (batch admission, ``_nomad.batch``: then it renders on the capacity granted);
+2. place the containers on live node data (or the given agents), and, holding the lock, the creates
+   queued behind it that fit; PENDING releases the lock and fails with the reason, or retries against
+   fresh node data for ``wait_for_resources`` seconds;
 3. generate the keypair and write it to the secret backend with check-and-set ``cas=0``
    (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
    ``nomadVar`` is missing blocks forever (nomad#17220);
@@ -97,12 +99,8 @@ class NomadBackend(Watching, Updating, Removing):
                  clock: t.Callable[[], float] = time.monotonic, poll_interval: float = DEFAULT_POLL_INTERVAL,
                  lock_ttl: float = admission.DEFAULT_TTL, lock_delay: float = admission.DEFAULT_LOCK_DELAY,
                  lock_wait: float = admission.DEFAULT_LOCK_WAIT, eval_timeout: float = DEFAULT_EVAL_TIMEOUT,
-                 network: t.Optional[NetworkControl] = None, node_catalogue: t.Optional[NodeCatalogue] = None,
-                 batch_admission: bool = True) -> None:
+                 network: t.Optional[NetworkControl] = None, node_catalogue: t.Optional[NodeCatalogue] = None) -> None:
         self.nomad = nomad
-        #: a create publishes its placement request while it queues, and a holder admits the queued ones it can
-        #: (``_nomad.batch``); off: each create places itself when it holds the lock
-        self.batch_admission = batch_admission
         #: the node list kept between creates (``_nomad.capacity``), or None: read whole every time
         self.node_catalogue = node_catalogue
         self.network = network or NetworkControl(hide=hide)
@@ -230,7 +228,7 @@ class NomadBackend(Watching, Updating, Removing):
             nodes = self.nomad.list_nodes() if agents is None and self.node_catalogue is None else None
             # Admission: plan on live data and register while no other create of this collection does, or as
             # admitted by the holder with its own placement (batch admission, ``_nomad.batch``)
-            request = placement_request(spec) if agents is None and self.batch_admission else None
+            request = placement_request(spec) if agents is None else None
             with self._admission("%s/%s" % (self.namespace or "default", spec.name), request) as lock:
                 if lock.grant is not None:  # placed by the holder on its live capacity read: render on what it granted
                     rendered = self._render(spec_raw, lock.grant, session_id, set())
@@ -238,7 +236,7 @@ class NomadBackend(Watching, Updating, Removing):
                     pool = agents if agents is not None else live_capacity(
                         self.nomad, self.node_catalogue, namespace=self.namespace or "default")
                     rendered = self._render(spec_raw, pool, session_id, set())
-                    if rendered.plan.placed and agents is None and self.batch_admission:
+                    if rendered.plan.placed and agents is None:
                         lock.admit(BatchPlanner(pool, rendered.plan).grant)  # the creates queued behind, same pass
                 if rendered.plan.placed:
                     store = self._store(location_of_plan(rendered.plan))

@@ -14,7 +14,9 @@
 
 * Cluster scale (issue 24): 16, 64 and 100 creates at once on 1,000 nodes with capacity for all
   (2-container sessions): sessions/s, requests per session, lock-acquire attempts per session, bytes
-  read per create and the admission lock's median hold time, for this tree's client and, in the same
+  read per create, the admission lock's median hold time and the sessions admitted per hold (batch admission:
+  the holder's own and those it admitted), lock-acquire attempts counting refused ones and those that started a
+  hold (not a holder's writes of its grants), for this tree's client and, in the same
   run against the same double, for the client of ``--against REV`` (default ``main``: the figures
   before issue 24), run from a temporary worktree of REV in a subprocess.
 * The double itself: the slowest answer in a burst of 400 connections with its listen backlog and with
@@ -191,20 +193,22 @@ def contention(key_file: str) -> bool:
     return running == 4 and watch.worst <= POLL
 
 
-def hold_times(requests: t.Sequence[t.Any]) -> t.List[float]:
-    """Seconds from each granted lock-acquire's answer to the release that followed it (one holder at a time)."""
+def holds_and_attempts(requests: t.Sequence[t.Any]) -> t.Tuple[t.List[float], int]:
+    """(seconds from each granted lock-acquire's answer to the release that followed it, one holder at a time; the
+    acquire attempts: refused ones and those that started a hold, not a holder's own writes of its grants)."""
     events = sorted([(r.finished, "acquired") for r in requests
                      if r.path == LOCK and "lock-acquire" in r.query and r.status == 200] +
                     [(r.started, "released") for r in requests
                      if r.path == LOCK and "lock-release" in r.query and r.status == 200])
     holds, since = [], None
     for at, kind in events:
-        if kind == "acquired":
+        if kind == "acquired" and since is None:
             since = at
-        elif since is not None:
+        elif kind == "released" and since is not None:
             holds.append(at - since)
             since = None
-    return holds
+    refused = sum(r.path == LOCK and "lock-acquire" in r.query and r.status != 200 for r in requests)
+    return holds, refused + len(holds) + (since is not None)
 
 
 def endpoint(request: t.Any) -> str:
@@ -230,15 +234,16 @@ def scale_run(creates: int, nodes: int, key_file: str) -> t.Dict[str, t.Any]:
             wall = time.perf_counter() - start
             cpu, double_cpu = time.process_time() - cpu, double.cpu_seconds - double_cpu
         seen = double.requests
-    holds = hold_times(seen)
+    holds, attempts = holds_and_attempts(seen)
     by_endpoint: t.Dict[str, int] = {}
     for r in seen:
         by_endpoint[endpoint(r)] = by_endpoint.get(endpoint(r), 0) + 1
     return {"creates": creates, "running": states.count("RUNNING"), "wall": wall, "sessions_per_s": creates / wall,
             "requests_per_session": len(seen) / creates,
-            "acquires_per_session": sum(r.path == LOCK and "lock-acquire" in r.query for r in seen) / creates,
+            "acquires_per_session": attempts / creates,
             "bytes_per_create": sum(r.response_bytes for r in seen) / creates,
             "median_hold": statistics.median(holds) if holds else 0.0,
+            "sessions_per_hold": creates / max(1, len(holds)),
             "cpu_per_session": cpu / creates, "double_cpu_per_session": double_cpu / creates,
             "requests_by_endpoint": {k: v / creates for k, v in by_endpoint.items()},
             "failures": sorted({s for s in states if s != "RUNNING"})[:3]}
@@ -267,13 +272,14 @@ def print_scale(rows: t.List[t.Dict[str, t.Any]], before: t.Optional[t.List[t.Di
     print("cluster scale: N creates at once on %d nodes, capacity for all (2-container sessions; against the Nomad "
           "API double, in this process):" % nodes)
     header = ("client", "N", "wall s", "sessions/s", "requests/s'n", "acquires/s'n", "bytes/create", "hold ms",
-              "CPU ms/s'n", "of it double", "RUNNING")
-    print("  %-9s %4s %8s %10s %12s %12s %14s %10s %10s %12s %s" % header)
+              "s'ns/hold", "CPU ms/s'n", "of it double", "RUNNING")
+    print("  %-9s %4s %8s %10s %12s %12s %14s %10s %9s %10s %12s %s" % header)
     for label, runs in (("before " + rev, before or []), ("this tree", rows)):
         for r in runs:
-            print("  %-9s %4d %8.2f %10.1f %12.1f %12.1f %14.0f %10.1f %10s %12s %d/%d%s" % (
+            print("  %-9s %4d %8.2f %10.1f %12.1f %12.1f %14.0f %10.1f %9.1f %10s %12s %d/%d%s" % (
                 label[:9], r["creates"], r["wall"], r["sessions_per_s"], r["requests_per_session"],
                 r["acquires_per_session"], r["bytes_per_create"], r["median_hold"] * 1000,
+                r.get("sessions_per_hold", 1.0),
                 "%.0f" % (r["cpu_per_session"] * 1000) if "cpu_per_session" in r else "-",
                 "%.0f" % (r["double_cpu_per_session"] * 1000) if "double_cpu_per_session" in r else "-",
                 r["running"], r["creates"], (" " + "; ".join(r["failures"]))[:200] if r["failures"] else ""))

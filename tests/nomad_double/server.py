@@ -32,7 +32,9 @@ variable API that block: ``GET /v1/var/:path`` (``Variables.Read``: the variable
 variables table's index on a 404) and ``GET /v1/vars`` (``Variables.List``: the table's index), both through
 ``blockingRPC`` (``nomad/variables_endpoint.go``, ``nomad/rpc.go``; ``parseWait`` in ``command/agent/http.go``
 answers ``Invalid wait time`` / ``Invalid index``). Variable writes and lock operations are raft applies that
-never block. See ``model/variables.py`` for the wake-ups.
+never block. See ``model/variables.py`` for the wake-ups. ``GET /v1/evaluation/:id`` blocks too (``Eval.GetEval``
+through ``blockingRPC``, ``nomad/eval_endpoint.go``: the evaluation's ModifyIndex), until it is processed
+(``model/evals.py``).
 
 What it does not model: blocking queries on every other endpoint (``index``/``wait`` are ignored there:
 those reads answer at once), ``stale`` reads, gzip, the event stream, ``follow=true`` log streaming, and every endpoint the collection
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import random
 import time
 import typing as t
 
@@ -333,9 +336,24 @@ class NomadAPIDouble(HTTPDouble):
         return json_response(200, frame)
 
     def _evaluation(self, req: Request, eval_id: str) -> Response:
+        """``GET /v1/evaluation/:id``, a blocking query (``Eval.GetEval`` through ``blockingRPC``,
+        ``nomad/eval_endpoint.go``): with ``index``, the answer waits until the evaluation's ModifyIndex is above it
+        (here: until it is processed, ``model/evals.py``) or ``wait`` passed."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
-        return self._ok(self.model.evaluation(eval_id))
+        index, wait = self._blocking_options(req)
+        started = time.perf_counter()
+        ev = self.model.evaluation(eval_id)
+        deadline = time.monotonic() + wait + random.uniform(0, wait / 16)
+        while index > 0 and ev["ModifyIndex"] <= index and not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            due = self.model.eval_processed_in(eval_id)  # 0: processed, nothing changes it any more: ``wait``
+            self.model.wake_condition().wait(min(remaining, due) if due > 0 else remaining)  # the lock is released meanwhile
+            ev = self.model.evaluation(eval_id)
+        self._blocked.seconds = time.perf_counter() - started
+        return json_response(200, ev, dict(self._meta_headers(), **{"X-Nomad-Index": str(ev["ModifyIndex"])}))
 
     # Nodes (node_endpoint.go) -------------------------------------------------------------------
     def _list_nodes(self, req: Request) -> Response:
@@ -348,16 +366,15 @@ class NomadAPIDouble(HTTPDouble):
         except ValueError:
             return text_response(400, "Expect a number for `per_page` query string parameter")
         matcher = parse_filter(req.q("filter") or "")  # on the whole node, as Nomad's paginator does
-        stubs = sorted(self.model.node_stubs(req.q("prefix") or "", resources, with_os, matcher), key=lambda n: n["ID"])
-        token = req.q("next_token") or ""
-        stubs = [n for n in stubs if n["ID"] >= token]  # IDTokenizer: the next page starts at the token's ID
+        # IDTokenizer: the next page starts at the token's ID
+        stubs, following = self.model.node_stubs(req.q("prefix") or "", resources, with_os, matcher,
+                                                 start=req.q("next_token") or "", limit=max(0, per_page))
         # Node.List answers the nodes table's index (state.Index("nodes")): here the last node change, as nodes are
         # never removed from the model
         headers = dict(self._meta_headers(), **{"X-Nomad-Index": str(max([n["ModifyIndex"] for n in
                                                                           self.model.nodes.values()] or [1]))})
-        if per_page and len(stubs) > per_page:
-            headers["X-Nomad-NextToken"] = stubs[per_page]["ID"]
-            stubs = stubs[:per_page]
+        if following:
+            headers["X-Nomad-NextToken"] = following
         return json_response(200, stubs, headers)
 
     def _node_specific(self, req: Request, rest: str) -> Response:
@@ -370,6 +387,16 @@ class NomadAPIDouble(HTTPDouble):
     # Variables (variable_endpoint.go) -----------------------------------------------------------
     def _blocking(self, req: Request, read: t.Callable[[], t.Tuple[t.Any, int]]) -> t.Tuple[t.Any, t.Dict[str, str]]:
         """A read through ``blockingRPC`` (``index``, ``wait``): its answer and Nomad's query meta headers."""
+        index, wait = self._blocking_options(req)
+        started = time.perf_counter()
+        answer, at = self.model.wait_for_variables(index, wait, read, self._stop.is_set)
+        self._blocked.seconds = time.perf_counter() - started
+        return answer, dict(self._meta_headers(), **{"X-Nomad-Index": str(max(1, at))})
+
+    @staticmethod
+    def _blocking_options(req: Request) -> t.Tuple[int, float]:
+        """A blocking query's ``index`` and ``wait`` (``parseWait`` in ``command/agent/http.go``; capped at 300 s
+        as ``blockingRPC`` does)."""
         wait = 0.0
         if req.q("wait"):
             try:
@@ -382,10 +409,7 @@ class NomadAPIDouble(HTTPDouble):
                 raise ValueError
         except ValueError:
             raise BadRequest(400, "Invalid index") from None
-        started = time.perf_counter()
-        answer, at = self.model.wait_for_variables(index, wait, read, self._stop.is_set)
-        self._blocked.seconds = time.perf_counter() - started
-        return answer, dict(self._meta_headers(), **{"X-Nomad-Index": str(max(1, at))})
+        return index, (wait if 0 < wait <= 300.0 else 300.0)
 
     def stop(self) -> None:
         self._stop.set()

@@ -688,6 +688,29 @@ def test_variable_reads_block_on_index_and_wait_as_nomads_blocking_rpc(nomad: No
     assert get(nomad, path, params={"index": "x"}).text == "Invalid index"
 
 
+def test_evaluation_reads_block_until_a_worker_processed_it(nomad: NomadAPIDouble) -> None:
+    """Eval.GetEval (nomad/eval_endpoint.go) runs through blockingRPC with the evaluation's ModifyIndex: a read from
+    the register's EvalCreateIndex answers once a worker processed it (a raft write: a higher ModifyIndex), not at
+    once and not only after ``wait``."""
+    nomad.eval_delay = 0.4
+    answer = put(nomad, "/v1/jobs", {"Job": make_job("web")}).json()
+    path = "/v1/evaluation/" + answer["EvalID"]
+    pending = get(nomad, path)
+    assert pending.json()["Status"] == "pending" and pending.json()["ModifyIndex"] == answer["EvalCreateIndex"]
+    assert int(pending.headers["X-Nomad-Index"]) == answer["EvalCreateIndex"]
+    started = time.monotonic()
+    done = get(nomad, path, params={"index": str(answer["EvalCreateIndex"]), "wait": "5s"})
+    took = time.monotonic() - started
+    assert done.json()["Status"] == "complete" and 0.2 <= took < 2, (done.json()["Status"], took)
+    index = int(done.headers["X-Nomad-Index"])
+    assert index == done.json()["ModifyIndex"] > answer["EvalCreateIndex"]
+    started = time.monotonic()
+    same = get(nomad, path, params={"index": str(index), "wait": "200ms"})  # nothing changes any more: ``wait``
+    assert same.json()["ModifyIndex"] == index and 0.2 <= time.monotonic() - started < 1
+    assert get(nomad, path, params={"index": "1", "wait": "5s"}).json()["ModifyIndex"] == index  # older: at once
+    assert get(nomad, "/v1/evaluation/nope", params={"index": "1", "wait": "1s"}).status_code == 404
+
+
 def test_lock_conflicts_carry_their_raft_index_and_a_release_wakes_blocked_readers(nomad: NomadAPIDouble) -> None:
     body = {"Path": "locks/one", "Items": {"holder": "a"}, "Lock": {"TTL": "10s", "LockDelay": "1s"}}
     held = requests.put(nomad.url + LOCK + "?lock-acquire", json=body, timeout=TIMEOUT)

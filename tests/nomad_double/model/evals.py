@@ -5,9 +5,16 @@ creates one, ``complete`` with ``FailedTGAllocs`` (the scheduler's ``AllocMetric
 place) and, if any, a ``BlockedEval`` (status ``blocked``). For ``eval_delay`` seconds after its creation an
 evaluation reads as ``pending`` (no scheduler worker has processed it yet).
 
+Blocking reads (``GET /v1/evaluation/:id?index=&wait=``): ``Eval.GetEval`` runs through ``blockingRPC``
+(``nomad/eval_endpoint.go``) and answers the evaluation's ``ModifyIndex`` as the query index. Processing it is a raft
+write (the worker's ``Eval.Update`` after ``Plan.Submit``), so a processed evaluation reads with a ModifyIndex above
+its CreateIndex: here the index taken when it is first read processed (:meth:`EvalsModel.evaluation`), and a read
+blocked on the pending one's index answers when ``eval_delay`` has passed.
+
 What it does not model: the eval broker and its queues, nack/retry, evaluations of node updates or
 deregistration (a deregister answers an EvalID that cannot be read), and unblocking: a blocked evaluation
-stays blocked (a new register places what capacity allows).
+stays blocked (a new register places what capacity allows); the updates a real evaluation may go through before
+it completes (each would answer a blocked read: a client reads again while it is pending).
 """
 
 from __future__ import annotations
@@ -45,8 +52,19 @@ class EvalsModel(ModelState):
         ev = self.evals.get(eval_id)
         if ev is None:
             raise CodedError(404, "eval not found")
-        out = {k: copy.deepcopy(v) for k, v in ev.items() if k != "created"}
-        if out["Status"] == "complete" and time.monotonic() - ev["created"] < self.eval_delay:
+        out = {k: copy.deepcopy(v) for k, v in ev.items() if k not in ("created", "processed_index")}
+        if out["Status"] == "complete" and self.eval_processed_in(eval_id) > 0:
             # not processed by a scheduler worker yet
             out.update(Status="pending", FailedTGAllocs=None, BlockedEval="", QueuedAllocations=None)
+        elif out["Status"] == "complete":
+            if "processed_index" not in ev:  # the worker's update: a raft write
+                ev["processed_index"] = self.next_index()
+            out["ModifyIndex"] = ev["processed_index"]
         return out
+
+    def eval_processed_in(self, eval_id: str) -> float:
+        """Seconds until a scheduler worker has processed the evaluation (0: done, or not one the model delays)."""
+        ev = self.evals.get(eval_id)
+        if ev is None or ev["Status"] != "complete":
+            return 0.0
+        return max(0.0, self.eval_delay - (time.monotonic() - ev["created"]))

@@ -153,9 +153,14 @@ class NodesModel(ModelState):
 
 
     def node_stubs(self, prefix: str, resources: bool, with_os: bool,
-                   matcher: t.Callable[[t.Mapping[str, t.Any]], bool] = lambda node: True) -> t.List[t.Dict[str, t.Any]]:
-        nodes = sorted((n for n in self.nodes.values() if n["ID"].startswith(prefix) and matcher(n)), key=lambda n: n["ID"])
-        return [self.node_stub(n, resources, with_os) for n in nodes]
+                   matcher: t.Callable[[t.Mapping[str, t.Any]], bool] = lambda node: True, start: str = "",
+                   limit: int = 0) -> t.Tuple[t.List[t.Dict[str, t.Any]], str]:
+        """(the stubs of the matching nodes by ID from ID ``start``, at most ``limit`` of them when given; the ID the
+        next page starts at, or ""). Only the page's stubs are built, as Nomad's paginator does."""
+        nodes = sorted((n for n in self.nodes.values() if n["ID"].startswith(prefix) and n["ID"] >= start and matcher(n)),
+                       key=lambda n: n["ID"])
+        following = nodes[limit]["ID"] if limit and len(nodes) > limit else ""
+        return [self.node_stub(n, resources, with_os) for n in (nodes[:limit] if limit else nodes)], following
 
     def node(self, node_id: str) -> t.Dict[str, t.Any]:
         node = self.nodes.get(node_id)

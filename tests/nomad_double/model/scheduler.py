@@ -29,6 +29,7 @@ this collection renders are pinned to a node), and unblocking a blocked evaluati
 from __future__ import annotations
 
 import fnmatch
+import functools
 import itertools
 import re
 import typing as t
@@ -43,8 +44,14 @@ Placement = t.Tuple[t.Dict[str, t.Any], t.List[t.Dict[str, t.Any]]]
 
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 _VERSION_TERM = re.compile(r"^\s*(=|!=|<=|>=|<|>)?\s*(\S+)\s*$")
+#: A constraint target that interpolates a node property (``${node.unique.name}``, ``${attr.x}``, ``${meta.x}``).
+_INTERPOLATED = re.compile(r"\$\{([^}]+)\}")
+#: ``${node.*}`` targets and the node field each reads (``node.region`` is the model's region).
+_NODE_FIELDS = {"node.unique.name": "Name", "node.unique.id": "ID", "node.datacenter": "Datacenter",
+                "node.class": "NodeClass", "node.pool": "NodePool"}
 
 
+@functools.lru_cache(maxsize=1024)  # pure: the scheduler asks the same (version, constraint) for every node
 def version_matches(version: str, constraint: str, strict: bool = True) -> bool:
     """Nomad's ``version``/``semver`` constraint operands (``scheduler/feasible/feasible.go``: checkVersionMatch with
     hashicorp/go-version constraints): every comma-separated term must hold; a pre-release sorts before its release.
@@ -77,14 +84,14 @@ class SchedulerModel(ModelState):
     """Placement of task groups on the model's nodes."""
 
     def node_value(self, node: t.Mapping[str, t.Any], target: str) -> t.Optional[str]:
-        m = re.fullmatch(r"\$\{([^}]+)\}", target or "")
+        m = _INTERPOLATED.fullmatch(target or "")
         if not m:
             return target
         name = m.group(1)
-        plain = {"node.unique.name": node["Name"], "node.unique.id": node["ID"], "node.datacenter": node["Datacenter"],
-                 "node.class": node["NodeClass"], "node.pool": node["NodePool"], "node.region": self.region}
-        if name in plain:
-            return plain[name]
+        if name in _NODE_FIELDS:
+            return node[_NODE_FIELDS[name]]
+        if name == "node.region":
+            return self.region
         if name.startswith("attr."):
             return node["Attributes"].get(name[5:])
         if name.startswith("meta."):

@@ -109,6 +109,10 @@ class VariablesModel(ModelState):
                 self._variables_changed = threading.Condition(self.lock)
             return self._variables_changed
 
+    def wake_condition(self) -> threading.Condition:
+        """The condition (over :attr:`lock`) blocked reads wait on: notified when a variable changes or the double stops."""
+        return self._changed()
+
     def variable_written(self, index: int) -> int:
         """A variable changed at ``index``: the table's index moves, blocked reads look again."""
         with self.lock:

@@ -25,8 +25,10 @@ description:
     failed step. O(state=absent) removes the same three.
   - "All or nothing: placing and registering happen under a cluster-wide admission lock (a Nomad variable lock on
     C(backendai-cluster/admission) in the C(default) namespace, TTL 15 s; a killed holder keeps it 2 x TTL + 1 s, about
-    31 s; waiters queue under C(backendai-cluster/admission-queue/) and block on Nomad, so the token needs write and
-    destroy there too), and the job's evaluation is followed; if
+    31 s; waiters queue under C(backendai-cluster/admission-queue/) and block on Nomad, so the token needs read, list,
+    write and destroy there too, and read on the lock). The holder places the creates queued behind it with its own
+    (batch admission: each publishes only its resources and placement constraints, and registers its own job), and the
+    job's evaluation is followed; if
     Nomad cannot place some container (capacity taken by another job), the new session is rolled back at once and,
     with O(wait_for_resources), placed again on fresh capacity, else the error gives Nomad's reason per container."
   - A session with a failed or lost container (C(DEGRADED), C(ERROR)) is brought back by O(state=present) with the

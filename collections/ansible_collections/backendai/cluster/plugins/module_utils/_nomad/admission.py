@@ -34,9 +34,31 @@ attempt lands in the instant between a release and the head's acquire: then the 
 A blocking read ends after TTL / 2 (the entry is renewed between slices); one that ends with nothing changed
 blocks again, without listing the queue or trying the lock.
 Order: first come (by raft index), first served among the queued; no waiter is starved by the queue,
-only newcomers' single first attempts can overtake the head. An entry ahead that changed without
-going away belongs to a waiter that is leaving or died (its lock lapsed): it is passed over (the queue is read
-again), and deleted at the release if it is still there then.
+only newcomers' single first attempts can overtake the head. A waiter whose entry ahead goes tries the lock at
+once, before listing the queue again (the waiter ahead was the head in all but one case): only if the one ahead
+gave up or died while others still queued ahead of it, and the lock is free in that instant, does it overtake
+them. An entry ahead that changed without going away belongs to a waiter that is leaving or died (its lock
+lapsed): it is passed over (the queue is read again), and deleted at the release if it is still there then.
+
+Batch admission (issue 24): a waiter publishes its placement request in its entry (``_nomad.batch``: resources,
+counts, constraints; no name, image, environment or key). The holder, after placing its own session on its one
+live capacity read, reads the entries queued behind it (at most :data:`BATCH_LIMIT`) and places them in queue
+order on what is left, stopping at the first that does not fit (:meth:`AdmissionLock.admit`). Its grants (entry
+-> the agents granted, with exactly the capacity granted, and when) go into the lock variable's Items: a write
+only the lock's holder can make (``isLocked``, ``nomad/state/state_store_variables.go``: a locked variable is
+written only with its lock ID; ``VarLockAcquire`` by the same ID overwrites the data). An admitted waiter learns
+it where it blocks: the head from its blocking read of the lock variable, the others from the entry ahead, which
+its admitted waiter (or the holder, for its own entry) writes again with a ``granted`` mark, or after a lost
+attempt; it then marks its own entry, renders its job on its grant and registers it itself, with its own keypair
+and token (the holder never sees its secrets nor acts for it), and leaves the queue. The holder keeps the lock
+until each admitted entry is gone (:meth:`AdmissionLock.release`), so no other holder plans on capacity granted
+but not yet registered; an admitted waiter marks its entry every TTL / 4 (its heartbeat) and stops without
+registering after TTL / 2 without one, and the holder stops waiting for one it has not heard of for a TTL (it
+died), so a dead admitted waiter keeps the lock one TTL at most. Before it releases, the holder clears its grants
+(Nomad keeps a variable's data on ``lock-release``), and a grant older than a TTL is not taken (a dead holder's
+lock lapses 1.5 TTL after its grants at the earliest; clocks are assumed within TTL / 2 of each other).
+Not covered: a waiter that reads its grant and then stalls past its checks (the same window as a holder that
+stalls between its last renewal and its register).
 Waiters renew their entry's lock every TTL / 2 (a renewal is no raft write: ``RenewLock`` only
 restarts a timer). The token needs ``write`` and ``destroy`` on ``backendai-cluster/admission-queue/*``
 too.
@@ -48,6 +70,7 @@ when its waiter is done: nothing is left behind.
 
 from __future__ import annotations
 
+import json
 import time
 import typing as t
 import uuid
@@ -65,6 +88,15 @@ DEFAULT_TTL = 15.0
 DEFAULT_LOCK_DELAY = 1.0
 #: How long a create waits for the lock before failing (a killed holder's lock lasts TTL × 2 + delay, 31 s).
 DEFAULT_LOCK_WAIT = 120.0
+#: The most queued creates one holder admits with its own (each costs the holder one read and a placement pass).
+BATCH_LIMIT = 16
+#: Items of the lock variable (the holder's grants: queue entry path -> granted agents, JSON) and of a queue entry
+#: (its placement request, JSON; its mark once granted, which wakes the waiter behind it).
+GRANTS_ITEM = "grants"
+REQUEST_ITEM = "request"
+GRANTED_ITEM = "granted"
+#: When the holder wrote its grants (Unix seconds): a grant is taken only while younger than a TTL.
+GRANTED_AT_ITEM = "granted_at"
 
 
 def killed_holder_keeps(ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY) -> float:
@@ -77,12 +109,17 @@ class AdmissionBusy(BackendAIClusterError):
     """The admission lock could not be taken in time."""
 
 
+class GrantLapsed(BackendAIClusterError):
+    """A create admitted by another holder stalled so long that the holder may have stopped waiting for it."""
+
+
 class AdmissionLock:
     """``with AdmissionLock(nomad, owner):`` holds the cluster's admission lock (renew with :meth:`keep`)."""
 
     def __init__(self, nomad: NomadClient, owner: str, ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY,
                  wait: float = DEFAULT_LOCK_WAIT, sleep: t.Callable[[float], None] = time.sleep,
-                 clock: t.Callable[[], float] = time.monotonic) -> None:
+                 clock: t.Callable[[], float] = time.monotonic,
+                 request: t.Optional[t.Mapping[str, t.Any]] = None) -> None:
         self.nomad = nomad.in_namespace(LOCK_NAMESPACE)
         self.owner = owner
         self.ttl = max(10.0, float(ttl))
@@ -100,9 +137,21 @@ class AdmissionLock:
         self.waited = 0.0
         #: lock-acquire requests made on the admission lock (reports, tests)
         self.attempts = 0
+        #: the placement request this create publishes in its queue entry (``_nomad.batch``), or None: not admitted
+        #: by another holder (it places itself when it holds the lock)
+        self.request = dict(request) if request is not None else None
+        #: the agents a holder granted this create (then it renders on them and registers without the lock), or None
+        self.grant: t.Optional[t.List[t.Dict[str, t.Any]]] = None
+        #: when this granted create last marked its entry (a raft write the holder waits on: its heartbeat)
+        self._heartbeat = 0.0
+        #: entries ahead seen marked granted (a later change of one is its leave or its lapse)
+        self._marked: t.Set[str] = set()
+        #: queue entries (path, ModifyIndex) this holder granted: waited for before the lock is released
+        self._granted: t.List[t.Tuple[str, int]] = []
 
     # Acquire ------------------------------------------------------------------------------------
     def acquire(self) -> None:
+        """Hold the lock, or be admitted by its holder (then :attr:`grant` is set and the lock is not held)."""
         start = self._clock()
         lock_id = str(uuid.uuid4())  # one ID for every attempt: a retried acquire is granted to us again
         taken, index = self._try(lock_id)
@@ -115,32 +164,98 @@ class AdmissionLock:
         try:
             while True:
                 ahead = self._ahead()
-                if ahead is None:  # the head: wait on the lock itself
-                    if lost_at is None:
-                        taken, lost_at = self._try(lock_id)
-                        if taken:
-                            return self._acquired(start)
-                    while True:  # a slice that ends with the lock unchanged (its holder renewing): no new attempt
-                        # (the index of a lost attempt is its own raft index, above the variable's: the variable
-                        # changed, or went, only if the index answered is above it)
-                        _var, seen = self._wait_on(LOCK_PATH, lost_at, start)
-                        if seen > lost_at or lost_at <= 0:
-                            break
-                    lost_at = None
-                    continue
+                if ahead is None:  # the head: wait on the lock itself (nobody queues ahead of it: no more listings)
+                    while True:
+                        if lost_at is None:
+                            taken, lost_at = self._try(lock_id)
+                            if taken:
+                                return self._acquired(start)
+                            if self._admitted_by(None):
+                                return self._admitted(start)
+                        while True:  # a slice that ends with the lock unchanged (its holder renewing): no new attempt
+                            # (the index of a lost attempt is its own raft index, above the variable's: the variable
+                            # changed, or went, only if the index answered is above it)
+                            var, seen = self._wait_on(LOCK_PATH, lost_at, start)
+                            if self._admitted_by(var):
+                                return self._admitted(start)
+                            if seen > lost_at or lost_at <= 0:  # (grants for others: tried all the same, since
+                                break  # a read cannot tell whether the lock is still held for them or released since)
+                        lost_at = None
                 lost_at = None
                 path, modify_index = ahead
                 while True:  # the entry ahead unchanged at the end of a slice (its waiter renewing): block again
                     var, _seen = self._wait_on(path, modify_index, start)
-                    if var is None or int(var.get("ModifyIndex") or 0) != modify_index:
+                    if var is None:
                         break
+                    changed_to = int(var.get("ModifyIndex") or 0)
+                    if changed_to == modify_index:
+                        continue
+                    if path not in self._marked and (var.get("Items") or {}).get(GRANTED_ITEM):
+                        # the waiter ahead was admitted by the holder (its mark): this one may be too
+                        self._marked.add(path)
+                        if self._admitted_by(None):
+                            return self._admitted(start)
+                        modify_index = changed_to
+                        continue
+                    break
                 if var is not None:
                     # changed but still there: its waiter is leaving (released, deleting next) or died (the entry's
                     # lock lapsed); passed over now, removed at our release if it is still there then
                     self._passed.add(path)
+                # the waiter ahead left: it was the head (it held the lock and released it) unless it gave up or died,
+                # so try the lock before listing the queue again; the listing follows only if the attempt lost (then
+                # a head blocks from this attempt's index: no second attempt while the same holder holds)
+                taken, lost_at = self._try(lock_id)
+                if taken:
+                    return self._acquired(start)
+                if self._admitted_by(None):  # lost: the lock may be held for us
+                    return self._admitted(start)
         except BaseException:
             self._leave()
             raise
+
+    def _admitted_by(self, var: t.Optional[t.Dict[str, t.Any]]) -> bool:
+        """Whether the holder granted this create (``var``: the lock variable just read; None: read it now). If so,
+        take the grant and mark the queue entry (the waiter behind it wakes and looks for its own)."""
+        if self._ticket is None or self.request is None:
+            return False
+        if var is None:
+            var = self.nomad.get_variable(LOCK_PATH)
+        items = (var or {}).get("Items") or {}
+        try:
+            grants = json.loads(str(items.get(GRANTS_ITEM) or "{}"))
+            age = time.time() - float(items.get(GRANTED_AT_ITEM) or 0)
+        except ValueError:
+            return False
+        # a holder clears its grants before it releases; grants older than a TTL may be a dead holder's (its lock
+        # lapses 1.5 TTL after its grants at the earliest): not taken (clocks are assumed within TTL / 2 of each other)
+        if not -self.ttl / 2 < age < self.ttl:
+            return False
+        mine = grants.get(self._ticket[0]) if isinstance(grants, dict) else None
+        if not isinstance(mine, list) or not mine:
+            return False
+        self.grant = mine
+        self._mark()
+        return True
+
+    def _mark(self) -> None:
+        """Write this granted create's entry again (a raft write: a new ModifyIndex): the holder, blocked on it, sees
+        it alive, and the waiter behind it wakes."""
+        if self._ticket is None:
+            raise AssertionError("_mark() is called only while queued")
+        path, ticket_id, _place = self._ticket
+        self.nomad.acquire_lock(path, self.ttl, self.lock_delay, dict(self._entry_items(), **{GRANTED_ITEM: "1"}),
+                                lock_id=ticket_id)
+        self._heartbeat = self._ticket_renewed = self._clock()
+
+    def _admitted(self, start: float) -> None:
+        self.waited = self._clock() - start
+
+    def _entry_items(self) -> t.Dict[str, str]:
+        items = {"holder": self.owner}
+        if self.request is not None:
+            items[REQUEST_ITEM] = json.dumps(self.request, sort_keys=True)
+        return items
 
     def _try(self, lock_id: str) -> t.Tuple[bool, int]:
         """One acquire attempt: (taken, the raft index of a lost attempt)."""
@@ -162,7 +277,7 @@ class AdmissionLock:
     def _join(self) -> None:
         ticket_id = str(uuid.uuid4())
         path = QUEUE_PREFIX + ticket_id
-        var = self.nomad.acquire_lock(path, self.ttl, self.lock_delay, {"holder": self.owner}, lock_id=ticket_id)
+        var = self.nomad.acquire_lock(path, self.ttl, self.lock_delay, self._entry_items(), lock_id=ticket_id)
         self._ticket = (path, ticket_id, int(var.get("CreateIndex") or 0))
         self._ticket_renewed = self._clock()
 
@@ -203,15 +318,101 @@ class AdmissionLock:
             self._ticket_renewed = self._clock()
 
     def keep(self) -> None:
-        """Renew the lock (and the queue entry) when half its TTL has passed (call it while working under the lock)."""
+        """Renew the lock (and the queue entry) when half its TTL has passed (call it while working under the lock).
+
+        A create admitted by the holder marks its entry again every TTL / 4 instead (its heartbeat: the holder stops
+        waiting for a create it has not heard of for a TTL), and refuses to go on (:class:`GrantLapsed`) once half a
+        TTL passed without one: the holder may stop waiting before what it does next takes effect."""
         if self.lock_id and self._clock() - self._renewed >= self.ttl / 2:
             self.nomad.renew_lock(LOCK_PATH, self.lock_id)
             self._renewed = self._clock()
+        if self.grant is not None:
+            silent = self._clock() - self._heartbeat
+            if silent >= self.ttl / 2:
+                raise GrantLapsed("admitted by the admission lock's holder, this create was silent for %.0fs (the "
+                                  "holder waits %gs for it): it registers nothing; run it again" % (silent, self.ttl))
+            if silent >= self.ttl / 4:
+                self._mark()
+            return
         self._keep_ticket()
+
+    # Batch admission (the holder) ---------------------------------------------------------------
+    def admit(self, grant: t.Callable[[t.Any], t.Optional[t.List[t.Dict[str, t.Any]]]],
+              limit: int = BATCH_LIMIT) -> int:
+        """Admit the creates queued now, in queue order while they fit (``grant``: a request -> its agents, or None,
+        ``_nomad.batch.BatchPlanner.grant``): their grants go into the lock variable (this holder's write), and the
+        lock is held (:meth:`release`) until each is done. Returns how many were admitted; on an error, none."""
+        if not self.lock_id:
+            return 0
+        try:
+            entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
+            mine = self._ticket[0] if self._ticket else None
+            queued = sorted((int(e.get("CreateIndex") or 0), str(e.get("Path"))) for e in entries
+                            if e.get("Path") not in (mine, None) and e.get("Path") not in self._passed)
+            grants: t.Dict[str, t.List[t.Dict[str, t.Any]]] = {}
+            admitted: t.List[t.Tuple[str, int]] = []
+            for _place, path in queued[:limit]:
+                var = self.nomad.get_variable(path)
+                if var is None:  # left meanwhile
+                    continue
+                items = var.get("Items") or {}
+                if items.get(GRANTED_ITEM):  # another holder's (this one's lock lapsed?): stop
+                    break
+                try:
+                    request = json.loads(str(items.get(REQUEST_ITEM) or ""))
+                except ValueError:  # a create that does not publish one: it places itself at its turn
+                    break
+                agents = grant(request)
+                if agents is None:  # does not fit now: it and those behind it wait for their turn (queue order)
+                    break
+                grants[path] = agents
+                admitted.append((path, int(var.get("ModifyIndex") or 0)))
+            if not grants:
+                return 0
+            self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay,
+                                    {"holder": self.owner, GRANTS_ITEM: json.dumps(grants, sort_keys=True),
+                                     GRANTED_AT_ITEM: "%.3f" % time.time()}, lock_id=self.lock_id)
+            self._renewed = self._clock()
+        except NomadError:
+            return 0  # nobody saw a grant: this holder goes on alone
+        self._granted = admitted
+        if self._ticket is not None:  # the first one admitted may block on this holder's own entry: wake it
+            try:
+                self.nomad.acquire_lock(self._ticket[0], self.ttl, self.lock_delay,
+                                        dict(self._entry_items(), **{GRANTED_ITEM: "1"}), lock_id=self._ticket[1])
+            except NomadError:
+                pass  # it wakes when this entry goes
+        return len(admitted)
+
+    def _await_admitted(self) -> None:
+        """Until each create this holder admitted is done (its entry gone) or silent for a TTL (it marks its entry
+        every TTL / 4 while admitted, and stops before registering after TTL / 2 of silence): no other holder plans
+        on capacity granted but not yet registered."""
+        if not self._granted:
+            return
+        for path, index in self._granted:
+            while True:
+                var, _seen = self.nomad.wait_variable(path, index, self.ttl)
+                self.keep()
+                if var is None:
+                    break
+                changed_to = int(var.get("ModifyIndex") or 0)
+                if changed_to == index:  # a whole TTL without a heartbeat: it died (or never saw its grant)
+                    self._passed.add(path)
+                    break
+                index = changed_to
+        self._granted = []
+        if self.lock_id:  # no grant outlives the hold: a create that reads one later places itself at its turn
+            self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, {"holder": self.owner}, lock_id=self.lock_id)
 
     def release(self) -> None:
         if not self.lock_id:
+            self._leave()  # admitted by the holder: its entry goes, and the holder waiting for it goes on
             return
+        try:
+            self._await_admitted()
+        except NomadError:
+            pass  # (reads failed after their retries) released anyway: a holder never keeps the lock for good
         lock_id, self.lock_id = self.lock_id, None
         try:
             released: t.Optional[t.Dict[str, t.Any]] = self.nomad.release_lock(LOCK_PATH, lock_id)

@@ -35,6 +35,7 @@ Other writes (register, variable writes) are not retried: they are not idempoten
 
 from __future__ import annotations
 
+import os
 import time
 import typing as t
 import uuid
@@ -130,6 +131,9 @@ class NomadClient:
         self._session = session if session is not None else requests.Session()
         if str(self._session.headers.get("User-Agent", "")).startswith("python-requests"):
             self._session.headers["User-Agent"] = USER_AGENT
+        verify = connection.verify
+        if self._own_session:
+            verify = _environment_once(self._session, connection.base_url, verify)
         settings = {
             "address": connection.base_url,
             "uri": "%s://%s" % (connection.scheme, connection.host),
@@ -139,7 +143,7 @@ class NomadClient:
             "token": connection.token or None,
             "timeout": connection.timeout,
             "version": "v1",
-            "verify": connection.verify,
+            "verify": verify,
             "cert": connection.cert or (),
             "region": connection.region or None,
             "session": self._session,
@@ -355,10 +359,20 @@ class NomadClient:
                 return out
 
     # Evaluations ------------------------------------------------------------------------------
-    def evaluation(self, eval_id: str) -> t.Optional[t.Dict[str, t.Any]]:
-        """``GET /v1/evaluation/:id``: Status, FailedTGAllocs, BlockedEval, QueuedAllocations ..., or None."""
-        return self._call_or_none("reading evaluation %r" % eval_id,
-                                  lambda: self._evaluation.request(_quote_id(eval_id), method="get").json())
+    def evaluation(self, eval_id: str, index: int = 0, wait: float = 0.0) -> t.Optional[t.Dict[str, t.Any]]:
+        """``GET /v1/evaluation/:id``: Status, FailedTGAllocs, BlockedEval, QueuedAllocations ..., or None.
+
+        With ``index``, a blocking query: Nomad answers once the evaluation's ModifyIndex is above ``index`` (a
+        worker processed it: ``Eval.Update`` is a raft write) or after ``wait`` seconds (``Eval.GetEval`` runs
+        through ``blockingRPC``, ``nomad/eval_endpoint.go``)."""
+        if index <= 0:
+            return self._call_or_none("reading evaluation %r" % eval_id,
+                                      lambda: self._evaluation.request(_quote_id(eval_id), method="get").json())
+        wait = min(max(wait, 0.001), MAX_BLOCKING_WAIT)
+        params = {"index": int(index), "wait": "%dms" % int(wait * 1000)}
+        timeout = max(float(self.connection.timeout or 0), wait * 17 / 16 + 5)
+        return self._call_or_none("waiting on evaluation %r" % eval_id, lambda: self._evaluation.request(
+            _quote_id(eval_id), method="get", params=dict(params), timeout=timeout).json())
 
     # Variable locks ---------------------------------------------------------------------------
     def _lock_operation(self, operation: str, path: str, body: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
@@ -455,6 +469,22 @@ def is_transient(error: NomadError) -> bool:
     if isinstance(error, (NomadUnreachable, NomadTimeout)):
         return True
     return error.status in TRANSIENT_STATUS or (error.status == 500 and NO_LEADER in (error.body or ""))
+
+
+def _environment_once(session: t.Any, url: str, verify: t.Union[bool, str]) -> t.Union[bool, str]:
+    """Read what ``requests`` takes from the environment once for this client, not on every request: with
+    ``trust_env`` it scans the whole environment for proxy variables twice per request and looks for a ``.netrc``
+    (``Session.merge_environment_settings``, ``Session.prepare_request``), a tenth of the client's CPU per request
+    when creates run many requests. The same settings result: the proxies for ``url`` (every request of a client
+    goes to one host, so ``no_proxy`` gives one answer), the ``.netrc`` credentials for it, and for ``verify=True``
+    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``. Returns the ``verify`` to pass."""
+    session.proxies.update(requests.utils.get_environ_proxies(url, no_proxy=session.proxies.get("no_proxy")))
+    if session.auth is None:
+        session.auth = requests.utils.get_netrc_auth(url)
+    session.trust_env = False
+    if verify is True:
+        return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+    return verify
 
 
 def _header_index(response: t.Any) -> int:

@@ -4,9 +4,11 @@
 
 Create (``present``, no job yet), in this order:
 
-1. take the cluster's admission lock (``_nomad.admission``: a Nomad variable lock with a TTL);
-2. place the containers on live node data (or the given agents); PENDING releases the lock and
-   fails with the reason, or retries against fresh node data for ``wait_for_resources`` seconds;
+1. take the cluster's admission lock (``_nomad.admission``: a Nomad variable lock with a TTL), or be
+   admitted by its holder (batch admission, ``_nomad.batch``: then it renders on the capacity granted);
+2. place the containers on live node data (or the given agents), and, holding the lock, the creates
+   queued behind it that fit; PENDING releases the lock and fails with the reason, or retries against
+   fresh node data for ``wait_for_resources`` seconds;
 3. generate the keypair and write it to the secret backend with check-and-set ``cas=0``
    (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
    ``nomadVar`` is missing blocks forever (nomad#17220);
@@ -45,6 +47,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import admission
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError, ModuleFailure
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.batch import BatchPlanner, placement_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue, live_capacity
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, dumps, register_request
@@ -190,8 +193,9 @@ class NomadBackend(Watching, Updating, Removing):
                        % (spec.name, pending.summary["reason"], wait_for_resources))
             return {"changed": True, "created": False, "plan": pending.summary, "job": None, "session": None}
 
-    def _admission(self, owner: str) -> admission.AdmissionLock:
-        return admission.AdmissionLock(self.nomad, owner, sleep=self._sleep, clock=self._clock, **self.lock_options)
+    def _admission(self, owner: str, request: t.Optional[t.Mapping[str, t.Any]] = None) -> admission.AdmissionLock:
+        return admission.AdmissionLock(self.nomad, owner, sleep=self._sleep, clock=self._clock, request=request,
+                                       **self.lock_options)
 
     def _create(self, spec_raw: t.Any, spec: SessionSpec, agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool,
                 diff: bool, wait: bool, wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
@@ -214,9 +218,18 @@ class NomadBackend(Watching, Updating, Removing):
             # what needs it (issue 24: plan from live capacity, write, register, follow the evaluation)
             # (with a node catalogue, the list read inside the lock for live capacity serves: no read here)
             nodes = self.nomad.list_nodes() if agents is None and self.node_catalogue is None else None
-            # Admission: plan on live data and register while no other create of this collection does.
-            with self._admission("%s/%s" % (self.namespace or "default", spec.name)) as lock:
-                rendered = self._plan_once(spec_raw, spec, agents, session_id, None)
+            # Admission: plan on live data and register while no other create of this collection does, or as
+            # admitted by the holder with its own placement (batch admission, ``_nomad.batch``)
+            request = placement_request(spec) if agents is None else None
+            with self._admission("%s/%s" % (self.namespace or "default", spec.name), request) as lock:
+                if lock.grant is not None:  # placed by the holder on its live capacity read: render on what it granted
+                    rendered = self._render(spec_raw, lock.grant, session_id, set())
+                else:
+                    pool = agents if agents is not None else live_capacity(
+                        self.nomad, self.node_catalogue, namespace=self.namespace or "default")
+                    rendered = self._render(spec_raw, pool, session_id, set())
+                    if rendered.plan.placed and agents is None:
+                        lock.admit(BatchPlanner(pool, rendered.plan).grant)  # the creates queued behind, same pass
                 if rendered.plan.placed:
                     store = self._store(location_of_plan(rendered.plan))
                     rendered, refused = self._submit(spec, rendered, agents, store, keypair, lock, nodes)
@@ -265,8 +278,11 @@ class NomadBackend(Watching, Updating, Removing):
         (Nomad's reason per group, what the rollback did): the new session was rolled back at once."""
         session_id = rendered.plan.session_id
         if nodes is None and agents is None and self.node_catalogue is not None:
-            nodes = self.node_catalogue.last  # read for this placement, inside the lock
-        network = self.network.job_network(self.nomad, rendered, agents, None, nodes)  # key and addresses: before any write
+            nodes = self.node_catalogue.known(self.nomad)  # read for this placement (or by the holder that admitted it)
+        catalogue = self.node_catalogue
+        node = (lambda node_id: catalogue.node(self.nomad, node_id)) if catalogue is not None and agents is None else None
+        # key and addresses: before any write
+        network = self.network.job_network(self.nomad, rendered, agents, None, nodes, node)
         claim: t.Optional[Claim] = None
         step = STEP_SECRET
         try:
@@ -278,8 +294,9 @@ class NomadBackend(Watching, Updating, Removing):
                               self.namespace, self.region)
             job = t.cast(t.Dict[str, t.Any], rendered.job)
             step = STEP_REGISTER
+            lock.keep()  # admitted by the holder: its heartbeat, and no register once it may have stopped waiting
             answer = self.nomad.register_job(register_request(job))
-            failed = self._follow_eval(str(answer.get("EvalID") or ""), lock)
+            failed = self._follow_eval(str(answer.get("EvalID") or ""), lock, int(answer.get("EvalCreateIndex") or 0))
         except SecretExists as exc:
             raise ModuleFailure("creating session %s failed at step '%s': %s while job %s does not; it is left from an "
                                 "earlier run or another run is creating this session. Nothing was changed; remove it with "

@@ -41,6 +41,12 @@ class NodeCatalogue:
         self.directory = os.path.abspath(os.path.expanduser(directory))
         #: the list :meth:`nodes` gave last (this process), for reads that need no fresh check (node addresses)
         self.last: t.Optional[t.List[t.Dict[str, t.Any]]] = None
+        #: file -> (Nomad's nodes index, the file's (mtime_ns, size), its list) as this process read or wrote it
+        #: last: creates in one process (threads, a long-lived caller) parse the 0.8 MB file once per index
+        self._parsed: t.Dict[str, t.Tuple[int, t.Tuple[int, int], t.List[t.Dict[str, t.Any]]]] = {}
+        #: the nodes index :attr:`last` was read at, and the full nodes (``GET /v1/node/:id``) read at that index
+        self._last_index = 0
+        self._details: t.Dict[t.Tuple[str, int, str], t.Optional[t.Dict[str, t.Any]]] = {}
 
     def known(self, client: NomadClient) -> t.List[t.Dict[str, t.Any]]:
         """The list read last by this process, else :meth:`nodes` (for node addresses: no index check needed)."""
@@ -56,17 +62,38 @@ class NodeCatalogue:
         path = self._file(client)
         index = client.nodes_index()
         try:
+            stamp = _stamp(path)
+            parsed = self._parsed.get(path)
+            if index and parsed is not None and parsed[:2] == (index, stamp):
+                self.last, self._last_index = parsed[2], index
+                return self.last
             with open(path, encoding="utf-8") as f:
                 kept = json.load(f)
             if index and kept.get("index") == index and isinstance(kept.get("nodes"), list):
-                self.last = t.cast(t.List[t.Dict[str, t.Any]], kept["nodes"])
+                self.last, self._last_index = t.cast(t.List[t.Dict[str, t.Any]], kept["nodes"]), index
+                self._parsed[path] = (index, stamp, self.last)
                 return self.last
         except (OSError, ValueError, AttributeError):
             pass
         stubs, index = client.list_nodes_at(resources=True, filter_expr=PLUGIN_FILTER)
         self._write(path, {"index": index, "nodes": stubs})
-        self.last = stubs
+        try:
+            self._parsed[path] = (index, _stamp(path), stubs)
+        except OSError:
+            pass
+        self.last, self._last_index = stubs, index
         return stubs
+
+    def node(self, client: NomadClient, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+        """``GET /v1/node/:id`` (a node's meta: the session network's underlay address), kept in this process for the
+        nodes index :attr:`last` was read at: a change of a node's meta is a node update, which moves that index."""
+        key = (self._file(client), self._last_index, node_id)
+        if not self._last_index or key not in self._details:
+            detail = client.node(node_id)
+            if not self._last_index:
+                return detail
+            self._details[key] = detail
+        return self._details[key]
 
     def _write(self, path: str, content: t.Mapping[str, t.Any]) -> None:
         try:
@@ -81,6 +108,12 @@ class NodeCatalogue:
                 raise
         except OSError:
             pass  # no catalogue this time: the next create reads the list again
+
+
+def _stamp(path: str) -> t.Tuple[int, int]:
+    """The file's (mtime_ns, size): another writer (a create in another process) changes it."""
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size
 
 
 class _CatalogueClient:

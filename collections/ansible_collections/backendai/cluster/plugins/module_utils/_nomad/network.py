@@ -57,15 +57,17 @@ class NetworkControl:
 
     def job_network(self, nomad: NomadClient, rendered: RenderedSession,
                     agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]], slot: t.Optional[int],
-                    nodes: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None) -> JobNetwork:
+                    nodes: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None,
+                    node: t.Optional[t.Callable[[str], t.Optional[t.Dict[str, t.Any]]]] = None) -> JobNetwork:
         """The key and the plan's agents' underlay addresses (read now); ``slot`` None: the preferred one.
 
         ``nodes``: the node list (``GET /v1/nodes``) read earlier, outside the admission lock (issue 24: the lock is
-        held only for what needs it); it is read again if an agent of the plan is not in it (a node that joined)."""
+        held only for what needs it); it is read again if an agent of the plan is not in it (a node that joined).
+        ``node``: reads one full node (its meta), in place of ``GET /v1/node/:id`` (``_nomad.capacity.NodeCatalogue``)."""
         key = self.key()
         used = rendered.plan.agents_used
         if nodes is not None and set(used) <= {n.get("Name") for n in nodes}:
-            nomad = t.cast(NomadClient, _NodesReadBefore(nomad, nodes))
+            nomad = t.cast(NomadClient, _NodesReadBefore(nomad, nodes, node))
         try:
             found = underlay_addresses(nomad, used, agents)
         except ValueError as err:
@@ -77,15 +79,17 @@ class NetworkControl:
 class _NodesReadBefore:
     """The client for ``underlay_addresses`` with its one ``GET /v1/nodes`` answered by the list read before."""
 
-    def __init__(self, nomad: NomadClient, nodes: t.Sequence[t.Mapping[str, t.Any]]) -> None:
+    def __init__(self, nomad: NomadClient, nodes: t.Sequence[t.Mapping[str, t.Any]],
+                 node: t.Optional[t.Callable[[str], t.Optional[t.Dict[str, t.Any]]]] = None) -> None:
         self._nomad = nomad
-        self._nodes = [dict(n) for n in nodes]
+        self._nodes = list(nodes)  # read only: no copy of a 1,000-node list per create
+        self._node = node or nomad.node
 
     def list_nodes(self) -> t.List[t.Dict[str, t.Any]]:
-        return self._nodes
+        return t.cast(t.List[t.Dict[str, t.Any]], self._nodes)
 
     def node(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
-        return self._nomad.node(node_id)
+        return self._node(node_id)
 
 
 def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "",

@@ -10,6 +10,7 @@ host variable ``backendai_agent``, so a playbook can build the same ``agents`` l
 
 from __future__ import annotations
 
+import functools
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
@@ -66,6 +67,7 @@ MIN_CLIENT_VERSION = "1.10.0"
 PLUGIN_FILTER = '"%s" in Attributes' % PLUGIN_ATTRIBUTE
 
 
+@functools.lru_cache(maxsize=256)  # pure, and a cluster's 1,000 nodes run a handful of Nomad versions
 def _version_key(version: str) -> t.Optional[t.Tuple[t.Tuple[int, ...], int]]:
     """``1.10.2`` -> ((1, 10, 2), 1); a pre-release (``1.10.0-beta.1``) sorts before its release, as in semver;
     ``+ent``-style build metadata is ignored. None if it is not a version."""
@@ -80,7 +82,7 @@ def _version_key(version: str) -> t.Optional[t.Tuple[t.Tuple[int, ...], int]]:
 
 def is_min_version(version: str, minimum: str = MIN_CLIENT_VERSION) -> bool:
     """Whether a client's ``nomad.version`` is at least ``minimum`` (the job's ``semver >= 1.10.0`` constraint)."""
-    have, want = _version_key(version), _version_key(minimum)
+    have, want = _version_key(str(version or "")), _version_key(str(minimum))
     return have is not None and want is not None and have >= want
 
 

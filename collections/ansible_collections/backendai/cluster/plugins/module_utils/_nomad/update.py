@@ -156,7 +156,7 @@ class Updating(BackendState):
             raise ModuleFailure("updating session %s failed at step '%s': %s. Nothing to roll back: the previous job "
                                 "version stays registered and the keypair is unchanged" % (name, STEP_REGISTER, err),
                                 {"changed": False, "failed_step": STEP_REGISTER}) from None
-        unplaced = self._follow_eval(str(answer.get("EvalID") or ""), lock)
+        unplaced = self._follow_eval(str(answer.get("EvalID") or ""), lock, int(answer.get("EvalCreateIndex") or 0))
         lock.release()
         if old_block is not None:  # the session outgrew its block: the new one is in the registered job now
             self.network.claims(self.nomad).release(old_block[0], self.namespace, name, slots=old_block[1])

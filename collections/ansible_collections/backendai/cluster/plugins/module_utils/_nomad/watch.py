@@ -26,6 +26,10 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps imp
 )
 
 
+#: The longest blocking read of an evaluation (seconds): the admission lock (TTL >= 10 s) is renewed between reads.
+EVAL_WAIT_SLICE = 4.0
+
+
 class Watching(BackendState):
     """The watching part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
 
@@ -98,17 +102,24 @@ class Watching(BackendState):
             self._sleep(min(delay, remaining))
             delay = min(delay * 2, self.poll_interval)
 
-    def _follow_eval(self, eval_id: str, lock: t.Optional[admission.AdmissionLock]) -> t.Dict[str, t.Any]:
+    def _follow_eval(self, eval_id: str, lock: t.Optional[admission.AdmissionLock], index: int = 0) -> t.Dict[str, t.Any]:
         """Nomad's verdict on a register: the groups it could not place (``FailedTGAllocs``), else {}.
 
-        Polls ``/v1/evaluation/:id`` until it is processed (at most ``eval_timeout``: then no verdict).
+        Reads ``/v1/evaluation/:id`` until it is processed (at most ``eval_timeout``: then no verdict). With
+        ``index`` (the register's ``EvalCreateIndex``), each read is a blocking query from the index read last
+        (``Eval.GetEval`` through ``blockingRPC``): one read answered when a worker has processed the evaluation,
+        instead of polling; slices of at most :data:`EVAL_WAIT_SLICE` so that the lock is renewed between them.
+        A read that answers pending at once (a server that does not block) is followed by the polling delay.
         """
         if not eval_id:
             return {}
         deadline = self._clock() + self.eval_timeout
         delay = min(0.05, self.poll_interval)
         while True:
-            ev = self.nomad.evaluation(eval_id) or {}
+            asked = self._clock()
+            slice_s = max(0.001, min(EVAL_WAIT_SLICE, deadline - asked))
+            ev = (self.nomad.evaluation(eval_id, index=index, wait=slice_s) if index > 0
+                  else self.nomad.evaluation(eval_id)) or {}
             status = ev.get("Status") or "pending"
             if status not in ("pending", ""):
                 failed = dict(ev.get("FailedTGAllocs") or {})
@@ -121,5 +132,9 @@ class Watching(BackendState):
                 return {}
             if lock is not None:
                 lock.keep()
+            if index > 0:
+                index = max(index, int(ev.get("ModifyIndex") or 0))  # block again from what it answered
+                if self._clock() - asked >= min(delay, slice_s):  # it blocked: no delay needed
+                    continue
             self._sleep(delay)
             delay = min(delay * 2, self.poll_interval)

@@ -251,3 +251,23 @@ def test_argument_spec_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NOMAD_SKIP_VERIFY")
     assert ArgumentSpecValidator(spec).validate({}).validated_parameters["validate_certs"] is True
     assert ArgumentSpecValidator(spec).validate({"validate_certs": True}).validated_parameters["validate_certs"] is True
+
+
+def test_the_environment_is_read_once_per_client_with_the_same_settings(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: t.Any) -> None:
+    """``requests`` reads proxy variables and ``.netrc`` on every request (trust_env); the client reads them once, to
+    the same effect: the proxy for its address (none if ``no_proxy`` names it), and for ``verify=True`` the
+    ``REQUESTS_CA_BUNDLE``."""
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    monkeypatch.setenv("NO_PROXY", "skip.test")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+    client = na.NomadClient(na.NomadConnection.from_params({"nomad_addr": "https://nomad.test:4646"}))
+    assert client._session.trust_env is False
+    assert client._session.proxies.get("https") == "http://proxy.test:3128"
+    assert client._job.verify == str(bundle)
+    client.close()
+    skipped = na.NomadClient(na.NomadConnection.from_params({"nomad_addr": "https://skip.test:4646"}))
+    assert "https" not in skipped._session.proxies
+    skipped.close()

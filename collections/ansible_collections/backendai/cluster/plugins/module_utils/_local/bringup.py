@@ -22,8 +22,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     PRIVATE_DIRS,
     ContainerSetup,
     add_netns,
+    container_start,
     is_alive,
-    launch,
     link_exists,
     netns_path,
     proc_stat,
@@ -32,6 +32,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     socket_in_netns,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
+from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, spawn, wait_started
 from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
     free_local_port,
     sshd_config,
@@ -114,7 +115,7 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
                                 % ", ".join(taken))
     hier = _cgroups.detect()
     cgroup_dirs = {h: hier.dirs(names["netns"][h]) for h in hosts}
-    published = _write_files(spec, paths, names, cgroup_dirs)
+    published, starts = _write_files(spec, paths, names, cgroup_dirs)
 
     missing = _missing_dirs(targets, PRIVATE_DIRS + (() if account.is_root(spec["user"]) else (account.HOME_ROOT,)))
     if missing:
@@ -146,7 +147,7 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
 
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
-    _start_containers(spec, paths, names, addresses, published, journal)
+    _start_containers(spec, paths, names, addresses, published, starts, journal)
     t_ready = time.monotonic() - t_ready
     for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
         isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
@@ -211,9 +212,9 @@ def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cg
 
 
 def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any],
-                 cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Dict[str, t.Tuple[str, int]]:
+                 cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str, t.Tuple[str, int]], t.Dict[str, Container]]:
     """Everything in the state dir a container needs (no journal: destroy removes the dir);
-    returns the published address of each container that publishes its ssh port."""
+    returns the published address of each container that publishes its ssh port, and how to start each."""
     for d in (paths.logs_dir, paths.cni_dir):
         os.makedirs(d, mode=0o700, exist_ok=True)
     # No DNS on the private network: fail lookups at once instead of timing out.
@@ -228,6 +229,7 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
                                                 account.login_shell())):
         write_file(path, text, mode=0o644)
     published: t.Dict[str, t.Tuple[str, int]] = {}
+    starts = {}
     for c in spec["containers"]:
         host = c["hostname"]
         cdir = paths.container_dir(host)
@@ -238,20 +240,31 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
                                cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c["resources"]["memory"]))
         for fname, text in render_container(paths, setup).items():
             write_file(os.path.join(cdir, fname), text, mode=0o600)
+        starts[host] = container_start(paths, setup)
         if c["publish"]:
             published[host] = ("127.0.0.1", free_local_port())
-    return published
+    return published, starts
 
 
 def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
-                      published: t.Dict[str, t.Tuple[str, int]], journal: Journal) -> None:
-    """Start every container and wait until each sshd (and each published port) answers."""
+                      published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal) -> None:
+    """Start every container (all at once: each one's setup runs while the next is forked) and wait until
+    each sshd (and each published port) answers."""
     hosts = [c["hostname"] for c in spec["containers"]]
-    starters = [launch(paths, h, names["netns"][h]) for h in hosts]
-    for host, proc in zip(hosts, starters):
-        if proc.wait() != 0:
-            raise LocalRuntimeError("could not start container %s: %s"
-                                    % (host, "\n".join(tail_lines(paths.system_log(host), 10))))
+    starting = []
+    failed = None
+    try:
+        for host in hosts:
+            starting.append(spawn(starts[host]))
+    finally:
+        for s in starting:  # every one collected, also after a failure (no setup process is left a zombie)
+            try:
+                # the init's pid on this machine, as the runtime records pids
+                write_file(os.path.join(paths.container_dir(s.hostname), "pid"), "%d\n" % wait_started(s), mode=0o600)
+            except LocalRuntimeError as e:
+                failed = failed or e
+    if failed:
+        raise failed
     targets = {h: (addresses[h], spec["ssh"]["port"]) for h in hosts}
     make_socket = None
     if spec["agents"]:

@@ -29,6 +29,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     proc_stat,
     read_pid,
     render_container,
+    sshd_of,
     socket_in_netns,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
@@ -48,6 +49,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     Journal,
     LocalRuntimeError,
     SessionPaths,
+    flocked,
     read_text,
     tail_lines,
 )
@@ -99,6 +101,12 @@ def _missing_dirs(targets: t.List[str], private: t.Tuple[str, ...]) -> t.List[st
 
 
 def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+    write_file(paths.start_gate, "", mode=0o600)
+    with flocked(paths.start_gate):  # the batch commands wait for it (see SessionPaths.start_gate)
+        return _bring_up(spec, paths, journal)
+
+
+def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
     t0 = time.monotonic()
     names = resource_names(paths, spec)
     hosts = [c["hostname"] for c in spec["containers"]]
@@ -156,7 +164,8 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
     for c in spec["containers"]:
         host = c["hostname"]
         cdir = paths.container_dir(host)
-        pid, sshd_pid = read_pid(os.path.join(cdir, "pid")), read_pid(os.path.join(cdir, "sshd.pid"))
+        pid = read_pid(os.path.join(cdir, "pid"))
+        sshd_pid = sshd_of(pid) if pid else None  # it answered: it runs as sshd
         containers.append({
             "hostname": host, "role": c["role"], "idx": c["idx"], "agent": c["agent"], "netns": names["netns"][host],
             "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
@@ -302,10 +311,9 @@ def public_info(info: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
 
 
 def _check_started(paths: SessionPaths, hosts: t.List[str]) -> None:
+    """A container whose init ended (an interactive one's ends with its sshd) fails the start at once."""
     for host in hosts:
-        cdir = paths.container_dir(host)
-        for pidfile, what in (("pid", "supervisor"), ("sshd.pid", "sshd")):
-            pid = read_pid(os.path.join(cdir, pidfile))
-            if pid is not None and not is_alive(pid):
-                raise LocalRuntimeError("container %s: %s exited during start-up:\n%s" % (
-                    host, what, "\n".join(tail_lines(paths.system_log(host), 15))))
+        pid = read_pid(os.path.join(paths.container_dir(host), "pid"))
+        if pid is not None and not is_alive(pid):
+            raise LocalRuntimeError("container %s: supervisor exited during start-up:\n%s" % (
+                host, "\n".join(tail_lines(paths.system_log(host), 15))))

@@ -8,8 +8,8 @@ only) and mount namespace (private /run and /tmp, the session user's account and
 and ssh client config, the session's mounts: ``_local.account``; a private /dev/shm, a read-only /sys of its
 own), in its cgroups (``_local.cgroups``).  ``_local.spawn`` makes the cgroups, namespaces, hostname and
 mounts in one fork of the runtime and execs the container's first process, the PID namespace's init: a small
-``sh`` supervisor (``init.sh``, with no_new_privs, inherited by all it starts) that starts sshd (as root) once it
-has mounted the container's /proc, runs the user command as the session user with exactly its environment, no
+``sh`` supervisor (``init.sh``, with the container's own /proc and no_new_privs, inherited by all it starts) that
+starts sshd (as root), runs the user command as the session user with exactly its environment, no
 capabilities once the session is up, records the command's exit code and then ends the container (the kernel
 kills whatever is left in the PID namespace when its init ends); without a command it waits for sshd.  The
 init is never a child of the caller (an Ansible module exits long before its containers do).
@@ -124,16 +124,6 @@ def link_exists(name: str) -> bool:
     return os.path.exists(os.path.join("/sys/class/net", name))
 
 
-def _fstab_escape(path: str) -> str:
-    return (path.replace("\\", "\\134").replace(" ", "\\040")
-            .replace("\t", "\\011").replace("\n", "\\012"))
-
-
-def _fstab(entries: t.List[t.Tuple[str, str, str, str]]) -> str:
-    return "".join("%s %s %s %s 0 0\n" % (_fstab_escape(src), _fstab_escape(dst), fstype, opts)
-                   for src, dst, fstype, opts in entries)
-
-
 def mount_entries(paths: SessionPaths, setup: ContainerSetup) -> t.List[t.Tuple[str, str, str, str]]:
     """The container's mounts before its init starts, in order (fstab-style entries: source, target, type,
     options; ``_local.spawn`` makes them): a private /run staged beside the state it must show, moved over
@@ -172,39 +162,35 @@ def mount_entries(paths: SessionPaths, setup: ContainerSetup) -> t.List[t.Tuple[
     return stage + [(staging, "/run", "none", MOVE_OPTION)] + final
 
 
+def proc_entries() -> t.List[t.Tuple[str, str, str, str]]:
+    """The PID namespace's own /proc (over the machine's), with the kernel's knobs read-only: mounted by the
+    container's init (a proc mount shows the PID namespace of the process that makes it), before its exec."""
+    procs = [("container-proc", "/proc", "proc", "nosuid,nodev,noexec")]
+    return procs + [(p, p, "none", "bind,ro,nosuid,nodev,noexec") for p in ("/proc/sys", "/proc/sysrq-trigger") if os.path.exists(p)]
+
+
 def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, str]:
     """The files (relative to the container dir) that make up a container's init."""
-    cdir = paths.container_dir(setup.hostname)
-    inside = paths.in_container(cdir)
-    # The PID namespace's own /proc (over the machine's), with the kernel's knobs read-only: mounted from
-    # inside the PID namespace (a proc mount shows the PID namespace of the process that makes it). (The
-    # source is named container-proc: mount -a skips an entry whose source and target are mounted already,
-    # and the machine's /proc is "proc" on /proc.)
-    procs = [("container-proc", "/proc", "proc", "nosuid,nodev,noexec")]
-    procs += [(p, p, "none", "bind,ro") for p in ("/proc/sys", "/proc/sysrq-trigger") if os.path.exists(p)]
-
+    inside = paths.in_container(paths.container_dir(setup.hostname))
     q = shlex.quote
-    # Cgroups, namespaces, hostname and the other mounts are made before init.sh starts (_local.spawn), and
+    # Cgroups, namespaces, hostname, mounts and /proc are made before init.sh starts (_local.spawn), and
     # init.sh and all it starts run with no_new_privs (sshd and its logins can never gain privileges by exec).
     lines = [
         "# backendai.cluster local runtime: container %s of session %s" % (setup.hostname, paths.name),
         "set -eu",
-        # sshd records its pid (the machine's, as the runtime records pids: read while /proc is still the
-        # machine's), then mounts the container's /proc (so before it accepts anyone).
         # env --default-signal: a background job of sh starts with SIGINT/SIGQUIT ignored.
-        "(read -r P _ < /proc/self/stat; echo $P > %s; mount -n -a -T %s; exec env --default-signal %s -D -e -f %s) &" % (
-            q(inside + "/sshd.pid"), q(inside + "/proc.fstab"), SSHD, q(inside + "/sshd_config")),
+        "env --default-signal %s -D -e -f %s &" % (SSHD, q(inside + "/sshd_config")),
         "S=$!",
         "set +e",
     ]
     if setup.command:
-        # A batch container: its command starts once the whole session is up (the creator holds the session
-        # directory's lock until then: a shared lock waits without polling; no `started` after it means the
-        # create failed), and the container ends with it (sshd goes too): complete on exit 0, failed otherwise;
-        # no restart (see the README).
+        # A batch container: its command starts once the whole session is up (the creator holds the start gate's
+        # lock until then: a shared lock waits without polling; no `started` after it means the create failed),
+        # and the container ends with it (sshd goes too): complete on exit 0, failed otherwise; no restart (see
+        # the README).
         started = q(paths.in_container(paths.started))
         lines += [
-            "flock -s %s true" % q(paths.in_container(paths.root)),
+            "flock -s %s true" % q(paths.in_container(paths.start_gate)),
             "[ -e %s ] || exit 75" % started,
         ]
         env = dict(setup.env)
@@ -223,18 +209,35 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         ]
     # An interactive container lives as long as its sshd.
     lines.append("wait")
-    return {
-        "init.sh": "\n".join(lines) + "\n",
-        "proc.fstab": _fstab(procs),
-    }
+    return {"init.sh": "\n".join(lines) + "\n"}
 
 
 def container_start(paths: SessionPaths, setup: ContainerSetup) -> Container:
     """What ``_local.spawn`` needs to start the container (its init.sh rendered and written before)."""
     cdir = paths.container_dir(setup.hostname)
     return Container(setup.hostname, netns_path(setup.netns), [os.path.join(d, "cgroup.procs") for d in setup.cgroups],
-                     mount_calls(mount_entries(paths, setup)), [INIT_SHELL, paths.in_container(os.path.join(cdir, "init.sh"))],
+                     mount_calls(mount_entries(paths, setup)), mount_calls(proc_entries()), [INIT_SHELL, paths.in_container(os.path.join(cdir, "init.sh"))],
                      owner_env(paths.root), paths.system_log(setup.hostname))
+
+
+def sshd_of(init_pid: int) -> t.Optional[int]:
+    """The pid on this machine of the sshd a container's init started (its child named sshd), None if none
+    runs. The init's children from ``/proc/<pid>/task/<pid>/children`` (CONFIG_PROC_CHILDREN), else by a
+    scan of every process's parent."""
+    children_file = "/proc/%d/task/%d/children" % (init_pid, init_pid)
+    text = read_text(children_file)
+    if text is not None:
+        children = [int(p) for p in text.split()]
+    else:
+        children = []
+        for entry in os.listdir("/proc"):
+            stat = read_text("/proc/%s/stat" % entry) if entry.isdigit() else None
+            if stat and stat.rpartition(")")[2].split()[1:2] == [str(init_pid)]:
+                children.append(int(entry))
+    for pid in children:
+        if (read_text("/proc/%d/comm" % pid) or "").strip() == "sshd" and is_alive(pid):
+            return pid
+    return None
 
 
 def read_pid(path: str) -> t.Optional[int]:

@@ -4,7 +4,7 @@
 container's init is exec'd.
 
 What ``setsid -f nsenter --net=NS -- unshare --uts --mount --propagation private --ipc --pid --fork
---kill-child -- sh init.sh`` and three ``mount -a`` runs in init.sh did, this does with system calls, in a
+--kill-child -- sh init.sh`` and four ``mount -a`` runs in init.sh did, this does with system calls, in a
 child of the runtime (:func:`spawn`):
 
 * the *setup* child: ``setsid``; joins the container's cgroups (``0`` into each ``cgroup.procs``: its
@@ -12,7 +12,8 @@ child of the runtime (:func:`spawn`):
   (``setns``); unshares mount, UTS, IPC and PID namespaces; makes every mount private (nothing it mounts
   reaches the machine); sets the hostname; makes the container's mounts (:func:`mount_all`, the entries
   ``_local.containers`` renders); forks
-* the container's *init*: the first process of the new PID namespace, which sets no_new_privs (inherited
+* the container's *init*: the first process of the new PID namespace, which mounts the container's /proc
+  (a proc mount shows the PID namespace of the process that makes it), sets no_new_privs (inherited
   by everything of the container: sshd, logins, the user's command), restores the signal dispositions
   Python changed, leaves only stdin (/dev/null), stdout and stderr (the container's system log) open and
   execs ``/bin/sh init.sh``.
@@ -25,8 +26,8 @@ before; there is no ``unshare`` parent any more whose death would take the conta
 
 The setup child reports on a pipe: the init's pid on the machine, or what failed; the pipe's end closes
 when the init's exec succeeds (close-on-exec), so :func:`wait_started` returns once every init runs, with no
-polling. Six to nine exec'd programs per container (each a few ms of CPU on a small machine, and the
-machine's mount table parsed by every ``mount -a``) become none before the init.
+polling. Eight exec'd programs per container (setsid, nsenter, unshare, four mounts, setpriv: each a few ms of
+CPU on a small machine, every ``mount -a`` parsing the mount table too) become none.
 
 The child runs only system calls between fork and exec (everything it needs is prepared before the fork),
 the way ``subprocess`` runs a ``preexec_fn``. System call numbers and flags: Linux
@@ -138,6 +139,7 @@ class Container(t.NamedTuple):
     netns: str               # path of the network namespace to enter
     cgroup_procs: t.List[str]  # each cgroup's ``cgroup.procs``
     mounts: t.List[MountCall]
+    proc_mounts: t.List[MountCall]  # made by the init, in the new PID namespace
     init: t.List[str]        # the init's argv (INIT_SHELL and its script)
     env: t.Dict[str, str]
     log: str                 # stdout and stderr of the init
@@ -156,9 +158,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _reason(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return "%s: %s" % (e.filename, e.strerror) if e.filename else e.strerror
+    return str(e) or type(e).__name__
+
+
 def _init(c: Container, report: int, log: int) -> None:
     """The container's init, in the new PID namespace, until its exec; never returns."""
     try:
+        mount_all(c.proc_mounts)
         _check(libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
         for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):  # what Python ignores (subprocess's restore_signals)
             if hasattr(signal, name):
@@ -176,7 +185,7 @@ def _init(c: Container, report: int, log: int) -> None:
     except BaseException as e:  # pylint: disable=broad-except
         for fd, fmt in ((report, "!init: %s\n"), (log, "backendai.cluster: container init failed: %s\n")):
             try:
-                _write_all(fd, (fmt % e).encode(errors="replace"))
+                _write_all(fd, (fmt % _reason(e)).encode(errors="replace"))
             except BaseException:  # pylint: disable=broad-except
                 pass
     os._exit(127)
@@ -187,6 +196,10 @@ def _setup(c: Container, report: int) -> None:
     code = 1
     log = -1
     try:
+        # none of the runtime's files from here on (they are close-on-exec, but this process never execs): a lock
+        # the creator holds must go when the creator goes
+        os.closerange(3, report)
+        os.closerange(report + 1, 65536)
         os.setsid()
         # (opened before the mounts: they may hide it, e.g. a state directory under /tmp)
         log = os.open(c.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -210,7 +223,7 @@ def _setup(c: Container, report: int) -> None:
     except BaseException as e:  # pylint: disable=broad-except
         for fd, fmt in ((report, "!%s\n"), (log, "backendai.cluster: container set-up failed: %s\n")):
             try:
-                _write_all(fd, (fmt % e).encode(errors="replace"))
+                _write_all(fd, (fmt % _reason(e)).encode(errors="replace"))
             except BaseException:  # pylint: disable=broad-except
                 pass
     os._exit(code)

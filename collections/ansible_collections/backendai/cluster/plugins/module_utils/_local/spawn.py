@@ -57,6 +57,7 @@ MS_BIND = 0x1000
 MS_MOVE = 0x2000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
+PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 
 #: fstab options that are mount flags; every other option goes to the filesystem (tmpfs ``mode=``, ``size=``)
@@ -66,6 +67,9 @@ MKDIR_OPTION = "X-mount.mkdir"
 #: an entry (source, target, "none", MOVE_OPTION) moves the mount at source to target (``mount --move``)
 MOVE_OPTION = "move"
 INIT_SHELL = "/bin/sh"
+#: closerange's end: no descriptor is at or above the open-files limit (os.closerange uses close_range(2)
+#: where the kernel has it, else closes one by one)
+MAX_FD = os.sysconf("SC_OPEN_MAX") if "SC_OPEN_MAX" in os.sysconf_names else 65536
 
 _LIBC: t.List[ctypes.CDLL] = []
 
@@ -164,6 +168,24 @@ def _reason(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+def _close_all_but(*keep: int) -> None:
+    """Close every file descriptor from 3 on but ``keep``."""
+    start = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, MAX_FD)
+
+
+def _tell_failure(report: int, log: int, what: str, logged: str, e: BaseException) -> None:
+    """Say why the start failed on the pipe (``!`` + reason) and in the container's system log (if open)."""
+    for fd, line in ((report, "!" + what), (log, "backendai.cluster: " + logged)):
+        try:
+            _write_all(fd, (line + _reason(e) + "\n").encode(errors="replace"))
+        except BaseException:  # pylint: disable=broad-except
+            pass
+
+
 def _init(c: Container, report: int, log: int) -> None:
     """The container's init, in the new PID namespace, until its exec; never returns."""
     try:
@@ -177,29 +199,30 @@ def _init(c: Container, report: int, log: int) -> None:
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        # nothing of the runtime's reaches the container (its own fds are close-on-exec, inherited ones not)
-        os.closerange(3, report)
-        os.closerange(report + 1, 65536)
+        # nothing of the runtime's reaches the container (its own fds are close-on-exec, inherited ones not;
+        # the setup child closed them all); the pipe and the log stay until the exec (close-on-exec)
+        _close_all_but(report, log)
         os.chdir("/")
         os.execve(c.init[0], c.init, c.env)
     except BaseException as e:  # pylint: disable=broad-except
-        for fd, fmt in ((report, "!init: %s\n"), (log, "backendai.cluster: container init failed: %s\n")):
-            try:
-                _write_all(fd, (fmt % _reason(e)).encode(errors="replace"))
-            except BaseException:  # pylint: disable=broad-except
-                pass
+        _tell_failure(report, log, "init: ", "container init failed: ", e)
     os._exit(127)
 
 
-def _setup(c: Container, report: int) -> None:
+def _setup(c: Container, report: int, creator: int) -> None:
     """The setup child (see the module docstring); never returns."""
     code = 1
     log = -1
     try:
+        # Dies with its creator: a creator killed half-way leaves no set-up going on that destroy could miss (this
+        # process carries no owner tag and is in no session namespace yet; the init it forks is in the session's
+        # network namespace from the start, and the pdeath signal is not inherited by it).
+        _check(libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+        if os.getppid() != creator:
+            os._exit(1)
         # none of the runtime's files from here on (they are close-on-exec, but this process never execs): a lock
         # the creator holds must go when the creator goes
-        os.closerange(3, report)
-        os.closerange(report + 1, 65536)
+        _close_all_but(report)
         os.setsid()
         # (opened before the mounts: they may hide it, e.g. a state directory under /tmp)
         log = os.open(c.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -221,23 +244,20 @@ def _setup(c: Container, report: int) -> None:
         _write_all(report, b"%d\n" % pid)
         code = 0
     except BaseException as e:  # pylint: disable=broad-except
-        for fd, fmt in ((report, "!%s\n"), (log, "backendai.cluster: container set-up failed: %s\n")):
-            try:
-                _write_all(fd, (fmt % _reason(e)).encode(errors="replace"))
-            except BaseException:  # pylint: disable=broad-except
-                pass
+        _tell_failure(report, log, "", "container set-up failed: ", e)
     os._exit(code)
 
 
 def spawn(c: Container) -> Starting:
     """Fork the container's setup child (see the module docstring); :func:`wait_started` collects it."""
     libc()
+    creator = os.getpid()
     read_end, write_end = os.pipe()  # both close-on-exec
     pid = os.fork()
     if pid == 0:
         try:
             os.close(read_end)
-            _setup(c, write_end)
+            _setup(c, write_end, creator)
         finally:
             os._exit(1)
     os.close(write_end)

@@ -43,7 +43,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd impo
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import resource_names
-from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file, write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT, peers_text
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     Journal,
@@ -244,11 +244,12 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
         cdir = paths.container_dir(host)
         os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
         account.make_home(paths.home_dir(host), user, ssh["private_key"], ssh["public_key"])
-        write_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
+        # (the container's directory is new: its files are made, not replaced)
+        create_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
         setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"], user,
                                cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c["resources"]["memory"]))
         for fname, text in render_container(paths, setup).items():
-            write_file(os.path.join(cdir, fname), text, mode=0o600)
+            create_file(os.path.join(cdir, fname), text, mode=0o600)
         starts[host] = container_start(paths, setup)
         if c["publish"]:
             published[host] = ("127.0.0.1", free_local_port())

@@ -77,7 +77,11 @@ _LIBC: t.List[ctypes.CDLL] = []
 def libc() -> ctypes.CDLL:
     """The C library (loaded once, before any fork: the children only call into it)."""
     if not _LIBC:
-        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        lib = ctypes.CDLL(None, use_errno=True)
+        # mount(2)'s flags are an unsigned long (the other calls take ints, ctypes' default)
+        lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        lib.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        _LIBC.append(lib)
     return _LIBC[0]
 
 

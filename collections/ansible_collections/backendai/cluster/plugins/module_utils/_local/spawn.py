@@ -186,7 +186,7 @@ def _tell_failure(report: int, log: int, what: str, logged: str, e: BaseExceptio
     for fd, line in ((report, "!" + what), (log, "backendai.cluster: " + logged)):
         try:
             _write_all(fd, (line + _reason(e) + "\n").encode(errors="replace"))
-        except BaseException:  # pylint: disable=broad-except
+        except BaseException:  # pylint: disable=broad-exception-caught
             pass
 
 
@@ -208,7 +208,7 @@ def _init(c: Container, report: int, log: int) -> None:
         _close_all_but(report, log)
         os.chdir("/")
         os.execve(c.init[0], c.init, c.env)
-    except BaseException as e:  # pylint: disable=broad-except
+    except BaseException as e:  # pylint: disable=broad-exception-caught
         _tell_failure(report, log, "init: ", "container init failed: ", e)
     os._exit(127)
 
@@ -247,7 +247,7 @@ def _setup(c: Container, report: int, creator: int) -> None:
             _init(c, report, log)
         _write_all(report, b"%d\n" % pid)
         code = 0
-    except BaseException as e:  # pylint: disable=broad-except
+    except BaseException as e:  # pylint: disable=broad-exception-caught
         _tell_failure(report, log, "", "container set-up failed: ", e)
     os._exit(code)
 

@@ -301,9 +301,10 @@ def test_create_failure_rolls_back(records: int, state_root: str, keypair: Any, 
 
 def test_real_start_failure_rolls_back_with_log(state_root: str, keypair: Any, tmp_path: Any, helpers: Any) -> None:
     before = helpers.host_snapshot()
-    # a directory cannot be bound over a file: the containers' supervisors fail at start-up
+    # a directory cannot be bound over a file: the containers' set-up fails, saying which mount and why
     session = helpers.make_session("badmount", keypair, mounts=[{"source": str(tmp_path), "target": "/etc/hostname"}])
-    with pytest.raises(rt.LocalRuntimeError, match=r"(?s)exited during start-up.*/etc/hostname.*rolled back"):
+    with pytest.raises(rt.LocalRuntimeError, match=r"(?s)could not start container main1: mount \S+ on /etc/hostname: "
+                                                   r"Not a directory.*rolled back"):
         local_session_dict.create_session(session, state_root, helpers.MOUNT_ROOTS)
     helpers.assert_clean(before, state_root, [session])
 

@@ -1,7 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The collection's one file writer: atomic replacement (:func:`write_file`), and writing a text file only
-when its content differs (:func:`ensure_file`), what makes file writes idempotent and check-mode safe
+"""The collection's one file writer: atomic replacement (:func:`write_file`), a new file in a new directory
+(:func:`create_file`), and writing a text file only when its content differs (:func:`ensure_file`), what makes file writes idempotent and check-mode safe
 (rendered jobs, CNI network configs, the local runtime's state). A leaf: stdlib only.
 
 The CNI plugin (``_network/_cni_plugin.py``) keeps a writer of its own: it runs on agents as a
@@ -43,6 +43,27 @@ def write_file(path: str, data: t.Union[str, bytes], mode: int = 0o644, durable:
     os.replace(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(path) or ".")
+
+
+def create_file(path: str, data: t.Union[str, bytes], mode: int = 0o644, owner: t.Optional[t.Tuple[int, int]] = None) -> None:
+    """Make ``path``, a file that must not exist yet (FileExistsError), with ``mode`` and ``owner`` (uid, gid)
+    set before anything is written: for a directory just made, where nobody reads a file before it is
+    complete, without :func:`write_file`'s temporary file and rename (the local runtime makes several per
+    container)."""
+    raw = data.encode() if isinstance(data, str) else data
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # umask may have narrowed it
+        if owner is not None:
+            os.fchown(fd, owner[0], owner[1])
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
 
 
 def ensure_file(path: str, text: str, check_mode: bool = False, mode: int = 0o644) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import ROOT_USER, UserSpec
 
 #: Where the home directories are: a private tmpfs in every container (unless the user is root).
@@ -85,14 +85,12 @@ def make_home(home: str, user: t.Mapping[str, t.Any], private_key: str, public_k
     the user: 0700 directories, the private key and authorized_keys 0600 (what sshd's StrictModes wants)."""
     uid, gid = int(user["uid"]), int(user["gid"])
     ssh = os.path.join(home, ".ssh")
-    os.makedirs(ssh, mode=0o700, exist_ok=True)
+    os.makedirs(ssh, mode=0o700)  # a new home (the session's state directory is new)
     pub = public_key.strip() + "\n"
     files = (("id_cluster", private_key.strip() + "\n", 0o600), ("id_cluster.pub", pub, 0o644),
              ("authorized_keys", pub, 0o600), ("known_hosts", "* " + pub, 0o644))
     for fname, text, mode in files:
-        path = os.path.join(ssh, fname)
-        write_file(path, text, mode=mode)
-        os.chown(path, uid, gid)
+        create_file(os.path.join(ssh, fname), text, mode=mode, owner=(uid, gid))
     for d in (ssh, home):
         os.chmod(d, 0o700)
         os.chown(d, uid, gid)

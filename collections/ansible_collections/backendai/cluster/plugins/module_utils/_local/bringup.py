@@ -22,16 +22,18 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     PRIVATE_DIRS,
     ContainerSetup,
     add_netns,
+    container_start,
     is_alive,
-    launch,
     link_exists,
     netns_path,
     proc_stat,
     read_pid,
     render_container,
+    sshd_of,
     socket_in_netns,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
+from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, spawn, wait_started
 from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
     free_local_port,
     sshd_config,
@@ -41,12 +43,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd impo
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import resource_names
-from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file, write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT, peers_text
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     Journal,
     LocalRuntimeError,
     SessionPaths,
+    flocked,
     read_text,
     tail_lines,
 )
@@ -98,6 +101,12 @@ def _missing_dirs(targets: t.List[str], private: t.Tuple[str, ...]) -> t.List[st
 
 
 def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+    write_file(paths.start_gate, "", mode=0o600)
+    with flocked(paths.start_gate):  # the batch commands wait for it (see SessionPaths.start_gate)
+        return _bring_up(spec, paths, journal)
+
+
+def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
     t0 = time.monotonic()
     names = resource_names(paths, spec)
     hosts = [c["hostname"] for c in spec["containers"]]
@@ -114,7 +123,7 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
                                 % ", ".join(taken))
     hier = _cgroups.detect()
     cgroup_dirs = {h: hier.dirs(names["netns"][h]) for h in hosts}
-    published = _write_files(spec, paths, names, cgroup_dirs)
+    published, starts = _write_files(spec, paths, names, cgroup_dirs)
 
     missing = _missing_dirs(targets, PRIVATE_DIRS + (() if account.is_root(spec["user"]) else (account.HOME_ROOT,)))
     if missing:
@@ -146,7 +155,7 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
 
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
-    _start_containers(spec, paths, names, addresses, published, journal)
+    _start_containers(spec, paths, names, addresses, published, starts, journal)
     t_ready = time.monotonic() - t_ready
     for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
         isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
@@ -155,7 +164,8 @@ def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) ->
     for c in spec["containers"]:
         host = c["hostname"]
         cdir = paths.container_dir(host)
-        pid, sshd_pid = read_pid(os.path.join(cdir, "pid")), read_pid(os.path.join(cdir, "sshd.pid"))
+        pid = read_pid(os.path.join(cdir, "pid"))
+        sshd_pid = sshd_of(pid) if pid else None  # it answered: it runs as sshd
         containers.append({
             "hostname": host, "role": c["role"], "idx": c["idx"], "agent": c["agent"], "netns": names["netns"][host],
             "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
@@ -211,9 +221,9 @@ def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cg
 
 
 def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any],
-                 cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Dict[str, t.Tuple[str, int]]:
+                 cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str, t.Tuple[str, int]], t.Dict[str, Container]]:
     """Everything in the state dir a container needs (no journal: destroy removes the dir);
-    returns the published address of each container that publishes its ssh port."""
+    returns the published address of each container that publishes its ssh port, and how to start each."""
     for d in (paths.logs_dir, paths.cni_dir):
         os.makedirs(d, mode=0o700, exist_ok=True)
     # No DNS on the private network: fail lookups at once instead of timing out.
@@ -228,30 +238,43 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
                                                 account.login_shell())):
         write_file(path, text, mode=0o644)
     published: t.Dict[str, t.Tuple[str, int]] = {}
+    starts = {}
     for c in spec["containers"]:
         host = c["hostname"]
         cdir = paths.container_dir(host)
         os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
         account.make_home(paths.home_dir(host), user, ssh["private_key"], ssh["public_key"])
-        write_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
+        # (the container's directory is new: its files are made, not replaced)
+        create_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
         setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"], user,
                                cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c["resources"]["memory"]))
         for fname, text in render_container(paths, setup).items():
-            write_file(os.path.join(cdir, fname), text, mode=0o600)
+            create_file(os.path.join(cdir, fname), text, mode=0o600)
+        starts[host] = container_start(paths, setup)
         if c["publish"]:
             published[host] = ("127.0.0.1", free_local_port())
-    return published
+    return published, starts
 
 
 def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
-                      published: t.Dict[str, t.Tuple[str, int]], journal: Journal) -> None:
-    """Start every container and wait until each sshd (and each published port) answers."""
+                      published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal) -> None:
+    """Start every container (all at once: each one's setup runs while the next is forked) and wait until
+    each sshd (and each published port) answers."""
     hosts = [c["hostname"] for c in spec["containers"]]
-    starters = [launch(paths, h, names["netns"][h]) for h in hosts]
-    for host, proc in zip(hosts, starters):
-        if proc.wait() != 0:
-            raise LocalRuntimeError("could not start container %s: %s"
-                                    % (host, "\n".join(tail_lines(paths.system_log(host), 10))))
+    starting = []
+    failed = None
+    try:
+        for host in hosts:
+            starting.append(spawn(starts[host]))
+    finally:
+        for s in starting:  # every one collected, also after a failure (no setup process is left a zombie)
+            try:
+                # the init's pid on this machine, as the runtime records pids
+                write_file(os.path.join(paths.container_dir(s.hostname), "pid"), "%d\n" % wait_started(s), mode=0o600)
+            except LocalRuntimeError as e:
+                failed = failed or e
+    if failed:
+        raise failed
     targets = {h: (addresses[h], spec["ssh"]["port"]) for h in hosts}
     make_socket = None
     if spec["agents"]:
@@ -289,10 +312,9 @@ def public_info(info: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
 
 
 def _check_started(paths: SessionPaths, hosts: t.List[str]) -> None:
+    """A container whose init ended (an interactive one's ends with its sshd) fails the start at once."""
     for host in hosts:
-        cdir = paths.container_dir(host)
-        for pidfile, what in (("pid", "supervisor"), ("sshd.pid", "sshd")):
-            pid = read_pid(os.path.join(cdir, pidfile))
-            if pid is not None and not is_alive(pid):
-                raise LocalRuntimeError("container %s: %s exited during start-up:\n%s" % (
-                    host, what, "\n".join(tail_lines(paths.system_log(host), 15))))
+        pid = read_pid(os.path.join(paths.container_dir(host), "pid"))
+        if pid is not None and not is_alive(pid):
+            raise LocalRuntimeError("container %s: supervisor exited during start-up:\n%s" % (
+                host, "\n".join(tail_lines(paths.system_log(host), 15))))

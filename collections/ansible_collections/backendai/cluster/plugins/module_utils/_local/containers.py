@@ -6,13 +6,13 @@ A container is a process tree in its own network namespace (a named ``ip netns``
 namespace (its hostname), IPC namespace, PID namespace (with its own /proc: ``ps`` shows the container
 only) and mount namespace (private /run and /tmp, the session user's account and its own home, /etc/hosts
 and ssh client config, the session's mounts: ``_local.account``; a private /dev/shm, a read-only /sys of its
-own), in its cgroups (``_local.cgroups``).  Its first process, the PID namespace's init, is a small ``sh``
-supervisor (``init.sh``) that joins the cgroups first, sets the namespaces up, starts sshd (as root, with
-no_new_privs), runs the user command as the session user with exactly its environment, no capabilities and
-no_new_privs once the session is up, records the command's exit code and then ends the container (the kernel
+own), in its cgroups (``_local.cgroups``).  ``_local.spawn`` makes the cgroups, namespaces, hostname and
+mounts in one fork of the runtime and execs the container's first process, the PID namespace's init: a small
+``sh`` supervisor (``init.sh``, with the container's own /proc and no_new_privs, inherited by all it starts) that
+starts sshd (as root), runs the user command as the session user with exactly its environment, no
+capabilities once the session is up, records the command's exit code and then ends the container (the kernel
 kills whatever is left in the PID namespace when its init ends); without a command it waits for sshd.  The
-supervisor is started through ``setsid -f`` so that it is never a child of the caller (an Ansible module
-exits long before its containers do).
+init is never a child of the caller (an Ansible module exits long before its containers do).
 """
 from __future__ import annotations
 
@@ -21,13 +21,20 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
 import time
 import typing as t
 from dataclasses import dataclass, field
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import account
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch
+from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import (
+    CLONE_NEWNET,
+    INIT_SHELL,
+    MOVE_OPTION,
+    Container,
+    libc,
+    mount_calls,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     CONTAINER_STATE_DIR,
     OWNER_ENV,
@@ -44,8 +51,6 @@ MOUNTS_STAGE = "/run/backendai-cluster-mounts"
 PRIVATE_DIRS = ("/tmp", "/run")
 # Login records sshd would otherwise append to on the host.
 LOGIN_RECORDS = ("/var/log/wtmp", "/var/log/btmp", "/var/log/lastlog")
-# sshd and what it starts (logins) may never gain privileges through exec (setuid binaries, file caps).
-NO_NEW_PRIVS = "setpriv --no-new-privs --"
 # The user's command: no_new_privs and no capabilities at all (none it holds, none it could inherit or get
 # back by exec'ing anything: the bounding set is empty), whichever user it runs as. setpriv options: the one
 # setpriv that runs the command also switches the user (after the switch it could no longer drop the bounding
@@ -87,14 +92,8 @@ def delete_netns(names: t.Iterable[str]) -> t.List[str]:
     return []
 
 
-_CLONE_NEWNET = 0x40000000
-_LIBC: t.List[ctypes.CDLL] = []
-
-
 def _setns(fd: int) -> None:
-    if not _LIBC:
-        _LIBC.append(ctypes.CDLL(None, use_errno=True))
-    if _LIBC[0].setns(fd, _CLONE_NEWNET) != 0:
+    if libc().setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
@@ -125,20 +124,11 @@ def link_exists(name: str) -> bool:
     return os.path.exists(os.path.join("/sys/class/net", name))
 
 
-def _fstab_escape(path: str) -> str:
-    return (path.replace("\\", "\\134").replace(" ", "\\040")
-            .replace("\t", "\\011").replace("\n", "\\012"))
-
-
-def _fstab(entries: t.List[t.Tuple[str, str, str, str]]) -> str:
-    return "".join("%s %s %s %s 0 0\n" % (_fstab_escape(src), _fstab_escape(dst), fstype, opts)
-                   for src, dst, fstype, opts in entries)
-
-
-def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, str]:
-    """The files (relative to the container dir) that make up a container's init."""
+def mount_entries(paths: SessionPaths, setup: ContainerSetup) -> t.List[t.Tuple[str, str, str, str]]:
+    """The container's mounts before its init starts, in order (fstab-style entries: source, target, type,
+    options; ``_local.spawn`` makes them): a private /run staged beside the state it must show, moved over
+    /run, then the rest (whose sources are seen through that /run)."""
     cdir = paths.container_dir(setup.hostname)
-    inside = paths.in_container(cdir)
     staging = os.path.join(cdir, "run")
     stage = [
         ("tmpfs", staging, "tmpfs", "mode=0755,nosuid,nodev"),
@@ -169,42 +159,39 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
                       "none", "bind%s,X-mount.mkdir" % ro))
         # X-mount.mkdir: targets under the private /tmp or /run exist only in here.
         final.append(("%s/%d" % (MOUNTS_STAGE, i), str(mount["target"]), "none", "bind%s,X-mount.mkdir" % ro))
+    return stage + [(staging, "/run", "none", MOVE_OPTION)] + final
 
-    # The PID namespace's own /proc (over the machine's), with the kernel's knobs read-only. (The sources of
-    # new proc/sysfs/tmpfs mounts are named container-*: mount -a skips an entry whose source and target
-    # are mounted already, and the machine's /proc is "proc" on /proc.)
+
+def proc_entries() -> t.List[t.Tuple[str, str, str, str]]:
+    """The PID namespace's own /proc (over the machine's), with the kernel's knobs read-only: mounted by the
+    container's init (a proc mount shows the PID namespace of the process that makes it), before its exec."""
     procs = [("container-proc", "/proc", "proc", "nosuid,nodev,noexec")]
-    procs += [(p, p, "none", "bind,ro") for p in ("/proc/sys", "/proc/sysrq-trigger") if os.path.exists(p)]
+    return procs + [(p, p, "none", "bind,ro,nosuid,nodev,noexec") for p in ("/proc/sys", "/proc/sysrq-trigger") if os.path.exists(p)]
 
+
+def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, str]:
+    """The files (relative to the container dir) that make up a container's init."""
+    inside = paths.in_container(paths.container_dir(setup.hostname))
     q = shlex.quote
+    # Cgroups, namespaces, hostname, mounts and /proc are made before init.sh starts (_local.spawn), and
+    # init.sh and all it starts run with no_new_privs (sshd and its logins can never gain privileges by exec).
     lines = [
         "# backendai.cluster local runtime: container %s of session %s" % (setup.hostname, paths.name),
         "set -eu",
-    ]
-    # Into the cgroups before anything else (0: this process); all the container's processes descend from it.
-    lines += ["echo 0 > %s" % q(os.path.join(d, "cgroup.procs")) for d in setup.cgroups]
-    lines += [
-        # The pids the runtime records are the machine's: read while /proc is still the machine's.
-        "read -r P _ < /proc/self/stat",
-        "echo $P > %s" % q(os.path.join(cdir, "pid")),
-        "echo %s > /proc/sys/kernel/hostname" % q(setup.hostname),
-        "mount -n -a -T %s" % q(os.path.join(cdir, "stage.fstab")),
-        "mount -n --move %s /run" % q(staging),
-        "mount -n -a -T %s" % q(inside + "/final.fstab"),
-        # sshd records its pid, then mounts the container's /proc (so before it accepts anyone).
         # env --default-signal: a background job of sh starts with SIGINT/SIGQUIT ignored.
-        "(read -r P _ < /proc/self/stat; echo $P > %s; mount -n -a -T %s; exec env --default-signal %s %s -D -e -f %s) &" % (
-            q(inside + "/sshd.pid"), q(inside + "/proc.fstab"), NO_NEW_PRIVS, SSHD, q(inside + "/sshd_config")),
+        "env --default-signal %s -D -e -f %s &" % (SSHD, q(inside + "/sshd_config")),
         "S=$!",
         "set +e",
     ]
     if setup.command:
-        # A batch container: its command starts once the whole session is up, and the container ends
-        # with it (sshd goes too): complete on exit 0, failed otherwise; no restart (see the README).
+        # A batch container: its command starts once the whole session is up (the creator holds the start gate's
+        # lock until then: a shared lock waits without polling; no `started` after it means the create failed),
+        # and the container ends with it (sshd goes too): complete on exit 0, failed otherwise; no restart (see
+        # the README).
         started = q(paths.in_container(paths.started))
         lines += [
-            "i=0",
-            "while [ ! -e %s ]; do i=$((i+1)); [ $i -le 12000 ] || exit 75; sleep 0.05; done" % started,
+            "flock -s %s true" % q(paths.in_container(paths.start_gate)),
+            "[ -e %s ] || exit 75" % started,
         ]
         env = dict(setup.env)
         env.setdefault("PATH", SANE_PATH)
@@ -222,29 +209,35 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         ]
     # An interactive container lives as long as its sshd.
     lines.append("wait")
-    return {
-        "init.sh": "\n".join(lines) + "\n",
-        "stage.fstab": _fstab(stage),
-        "final.fstab": _fstab(final),
-        "proc.fstab": _fstab(procs),
-    }
+    return {"init.sh": "\n".join(lines) + "\n"}
 
 
-def launch(paths: SessionPaths, hostname: str, netns: str) -> subprocess.Popen[bytes]:
-    """Start the container's supervisor, detached (``setsid -f``); wait() on the result
-    only waits for the short-lived setsid parent.
+def container_start(paths: SessionPaths, setup: ContainerSetup) -> Container:
+    """What ``_local.spawn`` needs to start the container (its init.sh rendered and written before)."""
+    cdir = paths.container_dir(setup.hostname)
+    return Container(setup.hostname, netns_path(setup.netns), [os.path.join(d, "cgroup.procs") for d in setup.cgroups],
+                     mount_calls(mount_entries(paths, setup)), mount_calls(proc_entries()), [INIT_SHELL, paths.in_container(os.path.join(cdir, "init.sh"))],
+                     owner_env(paths.root), paths.system_log(setup.hostname))
 
-    The supervisor is the init of a new PID namespace (``--fork``: unshare stays as its parent in the
-    machine's, and ``--kill-child`` takes the container down if unshare is killed); killing that init
-    kills every process of the container."""
-    cdir = paths.container_dir(hostname)
-    with open(paths.system_log(hostname), "ab") as log:
-        return subprocess.Popen(
-            ["setsid", "-f", "nsenter", "--net=" + netns_path(netns), "--",
-             "unshare", "--uts", "--mount", "--propagation", "private", "--ipc", "--pid", "--fork", "--kill-child", "--",
-             "/bin/sh", os.path.join(cdir, "init.sh")],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
-            env=owner_env(paths.root), close_fds=True)
+
+def sshd_of(init_pid: int) -> t.Optional[int]:
+    """The pid on this machine of the sshd a container's init started (its child named sshd), None if none
+    runs. The init's children from ``/proc/<pid>/task/<pid>/children`` (CONFIG_PROC_CHILDREN), else by a
+    scan of every process's parent."""
+    children_file = "/proc/%d/task/%d/children" % (init_pid, init_pid)
+    text = read_text(children_file)
+    if text is not None:
+        children = [int(p) for p in text.split()]
+    else:
+        children = []
+        for entry in os.listdir("/proc"):
+            stat = read_text("/proc/%s/stat" % entry) if entry.isdigit() else None
+            if stat and stat.rpartition(")")[2].split()[1:2] == [str(init_pid)]:
+                children.append(int(entry))
+    for pid in children:
+        if (read_text("/proc/%d/comm" % pid) or "").strip() == "sshd" and is_alive(pid):
+            return pid
+    return None
 
 
 def read_pid(path: str) -> t.Optional[int]:

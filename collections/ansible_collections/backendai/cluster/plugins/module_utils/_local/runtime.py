@@ -72,7 +72,7 @@ _TOOLS = {
     "iptables-save": "iptables",
     "iptables-restore": "iptables",
     "nsenter": "util-linux",
-    "unshare": "util-linux",
+    "flock": "util-linux",
     "setsid": "util-linux",
     "setpriv": "util-linux",
     "mount": "mount",

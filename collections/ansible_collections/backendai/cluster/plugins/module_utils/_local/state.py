@@ -127,6 +127,12 @@ class SessionPaths:
         entrypoint runs the command only once every peer is registered)."""
         return self._p("started")
 
+    @property
+    def start_gate(self) -> str:
+        """Locked by the creator until the session is up (or its create failed, or it died): the batch commands
+        wait for it (a shared lock: no polling), then start if ``started`` exists."""
+        return self._p("start.lock")
+
     def cni_cache(self, host: str) -> str:
         return self._p("cni", host + ".json")
 

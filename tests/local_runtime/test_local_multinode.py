@@ -194,7 +194,7 @@ def test_spread_over_agents_with_per_agent_local_rank(mn: Live) -> None:
 
 
 def test_ssh_by_hostname_between_every_pair_across_agents(mn: Live) -> None:
-    loop = "for h in %s; do ssh $h hostname; done" % " ".join(HOSTS)
+    loop = "for h in %s; do ssh $h hostname 2>&1; done" % " ".join(HOSTS)
     # every container runs its loop at the same time (the pairs are independent)
     p = mn.ssh("main1", "for s in %s; do ssh $s '%s' > /tmp/pairs.$s & done; wait; for s in %s; do echo $s: "
                         "$(cat /tmp/pairs.$s); done" % (" ".join(HOSTS), loop, " ".join(HOSTS)))

@@ -343,6 +343,13 @@ def acquire_attempts(double: NomadAPIDouble, holders_writes: bool = False) -> in
     return count
 
 
+#: Requests per create among 100 at once on 1,000 nodes, these clients without a node catalogue (so two node lists
+#: each): 25.6 at c967745, 21.4 after the view on the registered job, the slot claim without a listing, grants
+#: carried in the marks, the holder's one listing before it waits for those it admitted, and a waiter not admitted
+#: blocking on the lock instead of on each admitted entry ahead as it goes (issue 24); a little slack for scheduling
+REQUESTS_PER_QUEUED_CREATE = 23
+
+
 def test_a_hundred_creates_on_a_thousand_nodes_all_run_one_lock_holder_at_a_time(
         nomad_double_factory: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
     double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.05)
@@ -358,6 +365,10 @@ def test_a_hundred_creates_on_a_thousand_nodes_all_run_one_lock_holder_at_a_time
     assert watch.worst <= POLL, watch.longest
     assert acquire_attempts(double) <= 2 * len(names), acquire_attempts(double)  # queued waiters: 2 attempts at most
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
+    made: t.Dict[str, int] = {}
+    for r in double.requests:
+        made[endpoint(r)] = made.get(endpoint(r), 0) + 1
+    assert len(double.requests) <= REQUESTS_PER_QUEUED_CREATE * len(names), sorted(made.items(), key=lambda kv: -kv[1])
 
 
 def test_a_hundred_creates_with_capacity_for_half_the_rest_fail_cleanly(
@@ -520,17 +531,51 @@ def test_waiters_behind_a_long_hold_block_again_without_listing_or_trying_when_n
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
 
 
-def test_the_view_a_create_returns_uses_the_allocation_list_its_wait_read_last(nomad_double_factory: t.Any) -> None:
-    """The wait for the containers ends on a read of the job's allocations in which every one runs: the view returned
-    after it builds on that list (one request less per create) and still shows every container running."""
+def endpoint(request: t.Any) -> str:
+    """A request's method and path with IDs and names folded (``GET /v1/allocation/:id``), and a lock operation."""
+    path = re.sub(r"/v1/(job|evaluation|allocation|node)/[^/]+", r"/v1/\1/:id", request.path)
+    path = re.sub(r"/v1/var/nomad/jobs/.*", "/v1/var/nomad/jobs/:job", path)
+    path = re.sub(r"/(admission-queue|network/slots)/[^/]+$", r"/\1/:entry", path)
+    lock = [k for k in request.query if k.startswith("lock-")]
+    return "%s %s%s" % (request.method, path, "?" + lock[0] if lock else "")
+
+
+#: The requests of one create that meets no other (issue 24: 19 before the view was built from the registered job
+#: and the slot claim tried its preferred slot without listing the claims first), each with its reason.
+LONE_CREATE = {
+    "GET /v1/job/:id": 1,  # does the session exist (create or update)?
+    "GET /v1/nodes": 3,  # addresses before the lock, live capacity (with resources), the view's node addresses
+    "PUT /v1/var/backendai-cluster/admission?lock-acquire": 1,
+    "GET /v1/allocations": 1,  # live capacity (one page)
+    "GET /v1/vars": 2,  # the holder's look for creates queued behind it, and for others queued at its release
+    "GET /v1/node/:id": 1,  # the underlay address of the one agent the session is on
+    "PUT /v1/var/nomad/jobs/:job": 1,  # the keypair
+    "PUT /v1/var/backendai-cluster/network/slots/:entry": 1,  # the slot claim, cas=0 on its preferred slot
+    "POST /v1/jobs": 1,
+    "GET /v1/evaluation/:id": 1,  # one blocking read
+    "PUT /v1/var/backendai-cluster/admission?lock-release": 1,
+    "DELETE /v1/var/backendai-cluster/admission": 1,
+    "GET /v1/job/:id/allocations": 1,  # the wait (every container running at once in the double)
+    "GET /v1/allocation/:id": 2,  # the view: each container's address (a list stub has no NetworkStatus)
+}
+
+
+def test_a_lone_create_makes_exactly_its_counted_requests(nomad_double_factory: t.Any) -> None:
+    """Issue 24: requests per create, by endpoint: a change that adds one (a read back of the job it registered, a
+    listing before the slot claim) fails here. The view returned is built on the registered job and the allocation
+    list the wait read last, and still shows every container running with its allocation."""
     double = nomad_double_factory(token=NOMAD_TOKEN)
     two_nodes(double)
     kind, result = create(backend(double), "v1")
     assert kind == "ok" and result["session"]["state"] == "RUNNING", result
     assert {c["status"] for c in result["session"]["containers"]} == {"running"}, result["session"]["containers"]
-    reads = [r for r in double.requests if r.method == "GET" and r.path in ("/v1/job/v1", "/v1/job/v1/allocations")]
-    assert reads[-1].path == "/v1/job/v1", [r.path for r in reads]  # no allocation list after the view's job read
-    assert [r.path for r in reads].count("/v1/job/v1/allocations") >= 1
+    assert all(c["alloc_id"] and c["agent"] for c in result["session"]["containers"]), result["session"]["containers"]
+    made: t.Dict[str, int] = {}
+    for r in double.requests:
+        made[endpoint(r)] = made.get(endpoint(r), 0) + 1
+    assert made == LONE_CREATE, made
+    reads = [r.path for r in double.requests if r.method == "GET" and r.path in ("/v1/job/v1", "/v1/job/v1/allocations")]
+    assert reads == ["/v1/job/v1", "/v1/job/v1/allocations"], reads  # the job is not read back after its register
 
 
 def test_a_create_follows_its_evaluation_with_one_blocking_read(nomad_double_factory: t.Any) -> None:
@@ -572,8 +617,8 @@ def slow_when_admitted(monkeypatch: pytest.MonkeyPatch, seconds: float) -> t.Lis
     admitted_by = AdmissionLock._admitted_by
     admitted: t.List[str] = []
 
-    def slow(lock: AdmissionLock, var: t.Any) -> bool:
-        granted = admitted_by(lock, var)
+    def slow(lock: AdmissionLock, var: t.Any, ahead: t.Any = None) -> bool:
+        granted = admitted_by(lock, var, ahead)
         if granted:
             admitted.append(lock.owner)
             time.sleep(seconds)

@@ -48,11 +48,19 @@ order on what is left, stopping at the first that does not fit (:meth:`Admission
 only the lock's holder can make (``isLocked``, ``nomad/state/state_store_variables.go``: a locked variable is
 written only with its lock ID; ``VarLockAcquire`` by the same ID overwrites the data). An admitted waiter learns
 it where it blocks: the head from its blocking read of the lock variable, the others from the entry ahead, which
-its admitted waiter (or the holder, for its own entry) writes again with a ``granted`` mark, or after a lost
-attempt; it then marks its own entry, renders its job on its grant and registers it itself, with its own keypair
-and token (the holder never sees its secrets nor acts for it), and leaves the queue. The holder keeps the lock
-until each admitted entry is gone (:meth:`AdmissionLock.release`), so no other holder plans on capacity granted
-but not yet registered; an admitted waiter marks its entry every TTL / 4 (its heartbeat) and stops without
+its admitted waiter (or the holder, for its own entry) writes again with a ``granted`` mark and a copy of the
+grants (with the lock variable's index they were written at), so that its grant is read in the same blocking read,
+not from the lock variable; or after a lost attempt; it then marks its own entry, renders its job on its grant and
+registers it itself, with its own keypair and token (the holder never sees its secrets nor acts for it), and leaves
+the queue. (The copy is no weaker than the original: a queue entry is written only by its lock's holder, a create
+of this collection with the same token as any holder of the admission lock; the grant's age is checked the same.)
+A waiter that finds the entry ahead marked but no grant of its own is next: the holder admits a prefix of the
+queue, so every live waiter ahead was admitted and none of them will try the lock. It blocks on the lock variable
+from the grants' index (the holder's next write of it clears them just before it releases), not on each admitted
+entry ahead as it goes (which cost a listing, a read of the lock variable and an acquire attempt each). The holder keeps the lock
+until each admitted entry is gone (:meth:`AdmissionLock.release`; one listing first gives each entry's index now, so
+an entry already gone costs no read and one already marked is not read again for that mark), so no other holder
+plans on capacity granted but not yet registered; an admitted waiter marks its entry every TTL / 4 (its heartbeat) and stops without
 registering after TTL / 2 without one, and the holder stops waiting for one it has not heard of for a TTL (it
 died), so a dead admitted waiter keeps the lock one TTL at most. Before it releases, the holder clears its grants
 (Nomad keeps a variable's data on ``lock-release``), and a grant older than a TTL is not taken (a dead holder's
@@ -97,6 +105,8 @@ REQUEST_ITEM = "request"
 GRANTED_ITEM = "granted"
 #: When the holder wrote its grants (Unix seconds): a grant is taken only while younger than a TTL.
 GRANTED_AT_ITEM = "granted_at"
+#: In a marked queue entry: the lock variable's ModifyIndex at the grants copied there.
+GRANTS_INDEX_ITEM = "grants_index"
 
 
 def killed_holder_keeps(ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY) -> float:
@@ -148,6 +158,10 @@ class AdmissionLock:
         self._marked: t.Set[str] = set()
         #: queue entries (path, ModifyIndex) this holder granted: waited for before the lock is released
         self._granted: t.List[t.Tuple[str, int]] = []
+        #: the lock variable's index at the grants last read (where a waiter not admitted blocks from), and the grants'
+        #: items this create copies into its entry's marks (the waiter behind reads them there, not the lock variable)
+        self._grants_index = 0
+        self._copied: t.Dict[str, str] = {}
 
     # Acquire ------------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -161,9 +175,12 @@ class AdmissionLock:
         #: the raft index of our last lost attempt while nothing was waited on since: a head with one blocks from
         #: it before trying again (a release made meanwhile has a higher index: the read answers at once)
         lost_at: t.Optional[int] = index
+        #: set once the entry ahead was seen admitted by the holder and this one not: nobody queued ahead of it waits
+        #: for the lock any more (a holder admits a prefix of the queue), so it blocks on the lock itself, no listing
+        next_in_line = False
         try:
             while True:
-                ahead = self._ahead()
+                ahead = None if next_in_line else self._ahead()
                 if ahead is None:  # the head: wait on the lock itself (nobody queues ahead of it: no more listings)
                     while True:
                         if lost_at is None:
@@ -191,13 +208,21 @@ class AdmissionLock:
                     if changed_to == modify_index:
                         continue
                     if path not in self._marked and (var.get("Items") or {}).get(GRANTED_ITEM):
-                        # the waiter ahead was admitted by the holder (its mark): this one may be too
+                        # the waiter ahead was admitted by the holder (its mark, with a copy of the holder's grants):
+                        # this one may be too
                         self._marked.add(path)
-                        if self._admitted_by(None):
+                        if self._admitted_by(None, var):
                             return self._admitted(start)
-                        modify_index = changed_to
-                        continue
+                        # not this one: the holder admitted every live waiter ahead (a prefix of the queue) and keeps
+                        # the lock until they are done. This one is next: it blocks on the lock from the grants' index
+                        # (the holder's next write of it clears them just before its release), not on the entries
+                        # ahead as each goes. The one ahead is passed over: deleted at this one's release if it is
+                        # still there then (which succeeds only once its lock lapsed: a live entry is locked)
+                        self._passed.add(path)
+                        next_in_line, lost_at = True, self._grants_index
                     break
+                if next_in_line:
+                    continue
                 if var is not None:
                     # changed but still there: its waiter is leaving (released, deleting next) or died (the entry's
                     # lock lapsed); passed over now, removed at our release if it is still there then
@@ -214,14 +239,23 @@ class AdmissionLock:
             self._leave()
             raise
 
-    def _admitted_by(self, var: t.Optional[t.Dict[str, t.Any]]) -> bool:
-        """Whether the holder granted this create (``var``: the lock variable just read; None: read it now). If so,
-        take the grant and mark the queue entry (the waiter behind it wakes and looks for its own)."""
+    def _admitted_by(self, var: t.Optional[t.Dict[str, t.Any]], ahead: t.Optional[t.Dict[str, t.Any]] = None) -> bool:
+        """Whether the holder granted this create (``var``: the lock variable just read; None: read it now, unless
+        ``ahead``, the marked entry ahead just read, carries a copy of the grants). If so, take the grant and mark
+        the queue entry with the grants (the waiter behind it wakes and looks for its own there)."""
         if self._ticket is None or self.request is None:
             return False
-        if var is None:
-            var = self.nomad.get_variable(LOCK_PATH)
-        items = (var or {}).get("Items") or {}
+        items = (ahead or {}).get("Items") or {}
+        if GRANTS_ITEM in items:  # copied by the waiter ahead from the lock variable at GRANTS_INDEX_ITEM
+            try:
+                self._grants_index = int(items.get(GRANTS_INDEX_ITEM) or 0)
+            except ValueError:
+                self._grants_index = 0
+        else:
+            if var is None:
+                var = self.nomad.get_variable(LOCK_PATH)
+            items = (var or {}).get("Items") or {}
+            self._grants_index = int((var or {}).get("ModifyIndex") or 0)
         try:
             grants = json.loads(str(items.get(GRANTS_ITEM) or "{}"))
             age = time.time() - float(items.get(GRANTED_AT_ITEM) or 0)
@@ -235,6 +269,8 @@ class AdmissionLock:
         if not isinstance(mine, list) or not mine:
             return False
         self.grant = mine
+        self._copied = {GRANTS_ITEM: str(items.get(GRANTS_ITEM)), GRANTED_AT_ITEM: str(items.get(GRANTED_AT_ITEM)),
+                        GRANTS_INDEX_ITEM: str(self._grants_index)}
         self._mark()
         return True
 
@@ -244,7 +280,7 @@ class AdmissionLock:
         if self._ticket is None:
             raise AssertionError("_mark() is called only while queued")
         path, ticket_id, _place = self._ticket
-        self.nomad.acquire_lock(path, self.ttl, self.lock_delay, dict(self._entry_items(), **{GRANTED_ITEM: "1"}),
+        self.nomad.acquire_lock(path, self.ttl, self.lock_delay, dict(self._entry_items(), **self._copied, **{GRANTED_ITEM: "1"}),
                                 lock_id=ticket_id)
         self._heartbeat = self._ticket_renewed = self._clock()
 
@@ -369,9 +405,10 @@ class AdmissionLock:
                 admitted.append((path, int(var.get("ModifyIndex") or 0)))
             if not grants:
                 return 0
-            self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay,
-                                    {"holder": self.owner, GRANTS_ITEM: json.dumps(grants, sort_keys=True),
-                                     GRANTED_AT_ITEM: "%.3f" % time.time()}, lock_id=self.lock_id)
+            copied = {GRANTS_ITEM: json.dumps(grants, sort_keys=True), GRANTED_AT_ITEM: "%.3f" % time.time()}
+            written = self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, dict(copied, holder=self.owner),
+                                              lock_id=self.lock_id)
+            copied[GRANTS_INDEX_ITEM] = str(int((written or {}).get("ModifyIndex") or 0))
             self._renewed = self._clock()
         except NomadError:
             return 0  # nobody saw a grant: this holder goes on alone
@@ -379,7 +416,7 @@ class AdmissionLock:
         if self._ticket is not None:  # the first one admitted may block on this holder's own entry: wake it
             try:
                 self.nomad.acquire_lock(self._ticket[0], self.ttl, self.lock_delay,
-                                        dict(self._entry_items(), **{GRANTED_ITEM: "1"}), lock_id=self._ticket[1])
+                                        dict(self._entry_items(), **copied, **{GRANTED_ITEM: "1"}), lock_id=self._ticket[1])
             except NomadError:
                 pass  # it wakes when this entry goes
         return len(admitted)
@@ -390,7 +427,14 @@ class AdmissionLock:
         on capacity granted but not yet registered."""
         if not self._granted:
             return
+        # one listing gives each entry's index now: an entry already gone costs no read, and one that marked itself
+        # meanwhile is blocked on from its mark (woken by its deletion or its next heartbeat, not by that mark)
+        entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
+        now = {str(e.get("Path")): int(e.get("ModifyIndex") or 0) for e in entries}
         for path, index in self._granted:
+            if path not in now:
+                continue
+            index = max(index, now[path])
             while True:
                 var, _seen = self.nomad.wait_variable(path, index, self.ttl)
                 self.keep()

@@ -263,7 +263,11 @@ class NomadBackend(Watching, Updating, Removing):
                                          "plan": plan_summary(rendered.plan)}) from None
                 raise
         try:
-            view: t.Optional[t.Dict[str, t.Any]] = self.view(self.nomad.get_job(spec.name) or job, stubs=stubs)
+            # the view of the job as registered: the fields it shows (ID, namespace, Meta, groups, their networks and
+            # env, type) are the job's own, which Nomad's canonicalisation keeps, so it is not read back; with the
+            # allocation list the wait read last, only the allocations' details are read (their addresses: a list
+            # stub has no NetworkStatus, ``AllocListStub`` in Nomad's ``nomad/structs/structs.go``)
+            view: t.Optional[t.Dict[str, t.Any]] = self.view(job, stubs=stubs)
         except NomadError as err:  # the session is made; only reading it back failed
             self._warn("session %s was created, but reading its state failed: %s" % (spec.name, err))
             view = None

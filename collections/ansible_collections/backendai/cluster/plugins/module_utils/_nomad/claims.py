@@ -10,10 +10,13 @@ claim makes both unique across the cluster: the analogue of Backend.AI's VNI cla
   session_id, first, slots}`` of the session that owns it: nothing secret (the tasks of a session
   cannot read it anyway: a workload identity reads only ``nomad/jobs/<its job>``). A session that
   needs a block of ``slots`` slots (``_job_network.session_slots``) claims each of them.
-* Claiming lists the claimed slots once (``GET /v1/vars?prefix=``, metadata only), then tries the
-  free (blocks of) slots in probe order, starting at a hash of namespace/job, with ``PUT ?cas=0``
-  (create only if absent); a 409 means another run took that slot meanwhile: what this run wrote
-  of the block is deleted again and the next one is tried.
+* Claiming tries the (block of) slots at a hash of namespace/job with ``PUT ?cas=0`` (create only
+  if absent: Nomad's ``VarSetCAS`` with index 0, ``nomad/state/state_store_variables.go``, is what
+  makes a claim unique, not a listing); usually free in a cluster with far fewer sessions than
+  slots, so a claim costs one request. Only when it is taken are the claimed slots listed once
+  (``GET /v1/vars?prefix=``, metadata only) and the free (blocks of) slots tried in probe order; a
+  409 means another run took that slot meanwhile: what this run wrote of the block is deleted again
+  and the next one is tried.
 * Releasing reads the claim and deletes it with ``cas=<its ModifyIndex>`` only if it is the
   session's own (same namespace and job; on a rollback, also the same session ID), so a release
   never frees a slot that someone else holds now.
@@ -121,24 +124,33 @@ class NetworkClaims:
     def claim(self, namespace: str, job: str, session_id: str, slots: int = 1) -> Claim:
         """Claim the first free block of ``slots`` in the probe order of namespace/job (one listing, then ``cas=0``)."""
         namespace = namespace or DEFAULT_NAMESPACE
+        order = list(probe_order(preferred_slot(namespace, job, self.count), self.count, slots))
+        claim = Claim(order[0], namespace, job, session_id, slots)
+        if self._take(claim):  # the preferred block, without a listing first (cas=0 decides)
+            return claim
         taken = self.claimed()
-        for first in probe_order(preferred_slot(namespace, job, self.count), self.count, slots):
+        for first in order[1:]:
             claim = Claim(first, namespace, job, session_id, slots)
             if any(s in taken for s in claim.block):
                 continue
-            written: t.List[t.Tuple[int, int]] = []
-            try:
-                for slot in claim.block:
-                    meta = self.nomad.put_variable(claim_path(slot), claim.items(), cas=0)
-                    written.append((slot, int(meta.get("ModifyIndex") or 0)))
-            except CASConflict:  # another run claimed a slot of it since the listing: give back ours, go on
-                for slot, index in written:
-                    self._delete(slot, index)
-                continue
-            return claim
+            if self._take(claim):
+                return claim
         raise ClaimError("no free network slot%s: the %d slots in %s/ (namespace %s) are claimed; destroy sessions or "
                          "remove stale claims" % (" block of %d" % slots if slots > 1 else "", self.count,
                                                   CLAIMS_PREFIX, self.namespace))
+
+    def _take(self, claim: Claim) -> bool:
+        """Write every slot of ``claim`` with ``cas=0``; False (what was written deleted again) if one is taken."""
+        written: t.List[t.Tuple[int, int]] = []
+        try:
+            for slot in claim.block:
+                meta = self.nomad.put_variable(claim_path(slot), claim.items(), cas=0)
+                written.append((slot, int(meta.get("ModifyIndex") or 0)))
+        except CASConflict:  # another run claimed a slot of it (since the listing, if any): give back ours
+            for slot, index in written:
+                self._delete(slot, index)
+            return False
+        return True
 
     def _delete(self, slot: int, index: int) -> bool:
         try:

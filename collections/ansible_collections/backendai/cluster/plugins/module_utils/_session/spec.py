@@ -79,12 +79,10 @@ class _Checker:
         allowed = "an integer ≥ %d" % low if high is None else "an integer from %d to %d" % (low, high)
         if unit:
             allowed += " (%s)" % unit
+        value = _digits_as_int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and re.match(r"^[0-9]+$", value.strip()):
-                value = int(value)
-            else:
-                self.bad(where, "must be " + allowed, value)
-                return default
+            self.bad(where, "must be " + allowed, value)
+            return default
         if value < low or (high is not None and value > high):
             self.bad(where, "must be " + allowed, value)
             return default
@@ -275,10 +273,11 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
         for key, val in (("source", src), ("target", dst)):
             if val and (not val.startswith("/") or "/../" in val + "/" or "\n" in val):
                 c.bad("%s.%s" % (where, key), "must be an absolute path without '..'", val)
-        if src and src.startswith("/") and protected_source(src):
+        guarded = protected_source(src) if src and src.startswith("/") else ""
+        if guarded:
             c.bad(where + ".source", "must not be %s, below it or a directory above it: it holds the session network's "
                   "key, code or state (a container that reads the key can join any session); mount a data directory "
-                  "instead" % protected_source(src), src)
+                  "instead" % guarded, src)
         if dst and dst.startswith("/") and kernel_fs(dst):
             c.bad(where + ".target", "must not be %s or below it: the container runtime provides /proc, /sys and /dev "
                   "(a mount there replaces them: ps and the like fail inside, and Docker refuses it when the task "
@@ -288,6 +287,13 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
         targets.add(dst)
         out.append(Mount(src, dst, c.boolean(m, "read_only", where, _default("mounts", "read_only"))))
     return tuple(out)
+
+
+def _digits_as_int(value: t.Any) -> t.Any:
+    """The integer a string of digits stands for (YAML and templating give numbers as strings); else ``value``."""
+    if isinstance(value, str) and re.match(r"^[0-9]+$", value.strip()):
+        return int(value)
+    return value
 
 
 def _parse_user(c: _Checker, raw: t.Any, path: str) -> UserSpec:
@@ -305,12 +311,12 @@ def _parse_user(c: _Checker, raw: t.Any, path: str) -> UserSpec:
             c.bad(path + ".name", "is root: logins and the command would run with every privilege of the container; "
                   "set user.allow_root: true to allow that, or use an unprivileged name such as work", name)
         for key in ("uid", "gid"):
-            if u.get(key) is not None and u.get(key) != 0:
+            if u.get(key) is not None and _digits_as_int(u.get(key)) != 0:
                 c.bad("%s.%s" % (path, key), "must be 0 for user root (or omitted)", u.get(key))
         return UserSpec(name, 0, 0)
     ids = []
     for key in ("uid", "gid"):
-        value = u.get(key)
+        value = _digits_as_int(u.get(key))  # "65534" (a templated id) is nobody's id as much as 65534
         if value == 0 and not isinstance(value, bool):
             c.bad("%s.%s" % (path, key), "is root's %s: an unprivileged user needs an id from 1 to %d (only user.name "
                   "root, with user.allow_root: true, runs as 0)" % (key, MAX_ID), value)

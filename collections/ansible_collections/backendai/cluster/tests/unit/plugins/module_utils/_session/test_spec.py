@@ -205,6 +205,17 @@ def test_root_only_when_the_spec_says_so() -> None:
         "session.user.uid: must be 0 for user root (or omitted) (got 5)"]
 
 
+def test_user_ids_given_as_strings_are_checked_as_the_numbers_they_are() -> None:
+    # a templated id ("{{ uid }}") arrives as a string: nobody's and root's ids are refused all the same
+    got = problems({"name": "s", "image": "i", "user": {"uid": "65534", "gid": "0"}})
+    assert [p.split(":")[0] for p in got] == ["session.user.uid", "session.user.gid"]
+    assert "is nobody's uid" in got[0] and "is root's gid" in got[1]
+    root = parse_spec({"name": "s", "image": "i", "user": {"name": "root", "allow_root": True, "uid": "0"}}).user
+    assert (root.name, root.uid, root.gid) == ("root", 0, 0)
+    user = parse_spec({"name": "s", "image": "i", "user": {"uid": "1001", "gid": "1002"}}).user
+    assert (user.uid, user.gid) == (1001, 1002)
+
+
 def test_user_problems_name_field_value_and_what_is_allowed() -> None:
     user = {"name": "Work", "uid": -1, "gid": 65534, "allow_root": "yes", "home": "/srv"}
     got = problems({"name": "s", "image": "i", "user": user})

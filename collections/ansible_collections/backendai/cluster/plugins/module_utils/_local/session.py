@@ -30,7 +30,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network import 
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
-from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import protected_source
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import path_within, protected_source
 
 #: The agent a session without local agents runs on: this machine.
 LOCAL_AGENT = "local"
@@ -70,10 +70,6 @@ def _real(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
 
 
-def _within(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
 def mount_source(index: int, source: str, state_root: str, mount_roots: t.Sequence[str],
                  agents: t.Mapping[str, t.Any]) -> str:
     """The real path of mount ``index``'s source, once it is allowed here (LocalRuntimeError naming the field if not).
@@ -88,12 +84,12 @@ def mount_source(index: int, source: str, state_root: str, mount_roots: t.Sequen
     guarded = protected_source(real)
     own = [_real(p) for p in (state_root, DEFAULT_STATE_ROOT, DEFAULT_AGENTS_ROOT, os.path.dirname(DEFAULT_NETWORK_KEY_FILE))]
     own += [_real(str(a["state_dir"])) for a in agents.values() if isinstance(a, dict) and a.get("state_dir")]
-    guarded = guarded or next((p for p in own if _within(real, p) or _within(p, real)), "")
+    guarded = guarded or next((p for p in own if path_within(real, p) or path_within(p, real)), "")
     if guarded:
         raise _fail("%s: %s%s must not be %s, below it or a directory above it: it holds the session network's key "
                     "or a session's state" % (where, source, "" if real == source else " (really %s)" % real, guarded))
     roots = [_real(r) for r in mount_roots]
-    if not any(_within(real, r) for r in roots):
+    if not any(path_within(real, r) for r in roots):
         raise _fail("%s: %s%s is not under a mount root; the local backend mounts only from %s (option mount_roots)"
                     % (where, source, "" if real == source else " (really %s)" % real,
                        ", ".join(mount_roots) if mount_roots else "nowhere: mount_roots is empty"))

@@ -260,7 +260,8 @@ HOME_PARENT = "/home"
 ROOT_HOME = "/root"
 
 
-def _within(path: str, top: str) -> bool:
+def path_within(path: str, top: str) -> bool:
+    """``path`` is ``top`` or below it (both normalised)."""
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
@@ -282,7 +283,7 @@ def protected_source(source: str) -> str:
     """
     norm = posixpath.normpath("/" + source.lstrip("/"))
     for top in PROTECTED_SOURCES:
-        if _within(norm, top) or _within(top, norm):
+        if path_within(norm, top) or path_within(top, norm):
             return top
     parts = [p for p in norm.split("/") if p]
     depth = _home_depth(parts)

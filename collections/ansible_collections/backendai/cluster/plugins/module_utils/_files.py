@@ -23,23 +23,36 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_file(path: str, data: t.Union[str, bytes], mode: int = 0o644, durable: bool = False) -> None:
-    """Atomically replace ``path``; the file never exists with wider permissions than ``mode``."""
-    raw = data.encode() if isinstance(data, str) else data
-    tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_new(path: str, raw: bytes, mode: int, owner: t.Optional[t.Tuple[int, int]] = None,
+               durable: bool = False) -> None:
+    """Make ``path``, which must not exist (FileExistsError), with ``mode`` and ``owner`` set before anything is
+    written; on any failure it is removed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         os.fchmod(fd, mode)  # umask may have narrowed it
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view):]
+        if owner is not None:
+            os.fchown(fd, owner[0], owner[1])
+        write_all(fd, raw)
         if durable:
             os.fsync(fd)
     except BaseException:
         os.close(fd)
-        os.unlink(tmp)
+        os.unlink(path)
         raise
     os.close(fd)
+
+
+def write_file(path: str, data: t.Union[str, bytes], mode: int = 0o644, durable: bool = False) -> None:
+    """Atomically replace ``path``; the file never exists with wider permissions than ``mode``."""
+    tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
+    _write_new(tmp, data.encode() if isinstance(data, str) else data, mode, durable=durable)
     os.replace(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(path) or ".")
@@ -50,20 +63,7 @@ def create_file(path: str, data: t.Union[str, bytes], mode: int = 0o644, owner: 
     set before anything is written: for a directory just made, where nobody reads a file before it is
     complete, without :func:`write_file`'s temporary file and rename (the local runtime makes several per
     container)."""
-    raw = data.encode() if isinstance(data, str) else data
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-    try:
-        os.fchmod(fd, mode)  # umask may have narrowed it
-        if owner is not None:
-            os.fchown(fd, owner[0], owner[1])
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view):]
-    except BaseException:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
+    _write_new(path, data.encode() if isinstance(data, str) else data, mode, owner)
 
 
 def ensure_file(path: str, text: str, check_mode: bool = False, mode: int = 0o644) -> bool:

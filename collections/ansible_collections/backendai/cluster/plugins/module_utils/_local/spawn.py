@@ -41,6 +41,7 @@ import signal
 import socket
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_all
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, tail_lines
 
 CLONE_NEWNS = 0x00020000
@@ -160,12 +161,6 @@ class Starting(t.NamedTuple):
     log: str
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _reason(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return "%s: %s" % (e.filename, e.strerror) if e.filename else e.strerror
@@ -185,7 +180,7 @@ def _tell_failure(report: int, log: int, what: str, logged: str, e: BaseExceptio
     """Say why the start failed on the pipe (``!`` + reason) and in the container's system log (if open)."""
     for fd, line in ((report, "!" + what), (log, "backendai.cluster: " + logged)):
         try:
-            _write_all(fd, (line + _reason(e) + "\n").encode(errors="replace"))
+            write_all(fd, (line + _reason(e) + "\n").encode(errors="replace"))
         except BaseException:  # pylint: disable=broad-exception-caught
             pass
 
@@ -245,7 +240,7 @@ def _setup(c: Container, report: int, creator: int) -> None:
         pid = os.fork()
         if pid == 0:
             _init(c, report, log)
-        _write_all(report, b"%d\n" % pid)
+        write_all(report, b"%d\n" % pid)
         code = 0
     except BaseException as e:  # pylint: disable=broad-exception-caught
         _tell_failure(report, log, "", "container set-up failed: ", e)
@@ -272,24 +267,15 @@ def wait_started(starting: Starting) -> int:
     """The container's init pid on this machine, once it runs ``init.sh``; LocalRuntimeError if it could not start."""
     chunks = []
     try:
-        while True:
-            try:
-                chunk = os.read(starting.report, 4096)
-            except InterruptedError:
-                continue
-            if not chunk:
-                break
+        # os.read and os.waitpid retry on EINTR themselves (PEP 475)
+        for chunk in iter(lambda: os.read(starting.report, 4096), b""):
             chunks.append(chunk)
     finally:
         os.close(starting.report)
-    while True:
-        try:
-            os.waitpid(starting.setup_pid, 0)
-            break
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            break
+    try:
+        os.waitpid(starting.setup_pid, 0)
+    except ChildProcessError:
+        pass
     lines = b"".join(chunks).decode(errors="replace").splitlines()
     errors = [line[1:] for line in lines if line.startswith("!")]
     pids = [int(line) for line in lines if line.isdigit()]

@@ -155,7 +155,7 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
 
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
-    _start_containers(spec, paths, names, addresses, published, starts, journal)
+    pids = _start_containers(spec, paths, names, addresses, published, starts, journal)
     t_ready = time.monotonic() - t_ready
     for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
         isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
@@ -163,9 +163,8 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
     containers = []
     for c in spec["containers"]:
         host = c["hostname"]
-        cdir = paths.container_dir(host)
-        pid = read_pid(os.path.join(cdir, "pid"))
-        sshd_pid = sshd_of(pid) if pid else None  # it answered: it runs as sshd
+        pid = pids[host]
+        sshd_pid = sshd_of(pid)  # it answered: it runs as sshd
         containers.append({
             "hostname": host, "role": c["role"], "idx": c["idx"], "agent": c["agent"], "netns": names["netns"][host],
             "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
@@ -257,11 +256,13 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
 
 
 def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
-                      published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal) -> None:
+                      published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal,
+                      ) -> t.Dict[str, int]:
     """Start every container (all at once: each one's setup runs while the next is forked) and wait until
-    each sshd (and each published port) answers."""
+    each sshd (and each published port) answers; each container's init pid (also kept in its ``pid`` file)."""
     hosts = [c["hostname"] for c in spec["containers"]]
     starting = []
+    pids: t.Dict[str, int] = {}
     failed = None
     try:
         for host in hosts:
@@ -270,7 +271,8 @@ def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Di
         for s in starting:  # every one collected, also after a failure (no setup process is left a zombie)
             try:
                 # the init's pid on this machine, as the runtime records pids
-                write_file(os.path.join(paths.container_dir(s.hostname), "pid"), "%d\n" % wait_started(s), mode=0o600)
+                pids[s.hostname] = wait_started(s)
+                write_file(os.path.join(paths.container_dir(s.hostname), "pid"), "%d\n" % pids[s.hostname], mode=0o600)
             except LocalRuntimeError as e:
                 failed = failed or e
     if failed:
@@ -285,7 +287,8 @@ def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Di
             journal.record("relay", host=host, published="%s:%d" % addr)
             start_relay(paths, netns_path(names["netns"][host]), addr, spec["ssh"]["port"], paths.system_log(host))
     targets.update({"%s (published)" % h: addr for h, addr in published.items()})
-    wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, hosts), make_socket=make_socket)
+    wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, pids), make_socket=make_socket)
+    return pids
 
 
 def _overlay_prober(main_ns: str) -> t.Callable[[str], socket.socket]:
@@ -311,10 +314,9 @@ def public_info(info: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
     return out
 
 
-def _check_started(paths: SessionPaths, hosts: t.List[str]) -> None:
+def _check_started(paths: SessionPaths, pids: t.Mapping[str, int]) -> None:
     """A container whose init ended (an interactive one's ends with its sshd) fails the start at once."""
-    for host in hosts:
-        pid = read_pid(os.path.join(paths.container_dir(host), "pid"))
-        if pid is not None and not is_alive(pid):
+    for host, pid in pids.items():
+        if not is_alive(pid):
             raise LocalRuntimeError("container %s: supervisor exited during start-up:\n%s" % (
                 host, "\n".join(tail_lines(paths.system_log(host), 15))))

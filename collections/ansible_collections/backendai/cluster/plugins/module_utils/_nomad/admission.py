@@ -279,10 +279,15 @@ class AdmissionLock:
         it alive, and the waiter behind it wakes."""
         if self._ticket is None:
             raise AssertionError("_mark() is called only while queued")
-        path, ticket_id, _place = self._ticket
-        self.nomad.acquire_lock(path, self.ttl, self.lock_delay, dict(self._entry_items(), **self._copied, **{GRANTED_ITEM: "1"}),
-                                lock_id=ticket_id)
+        self._write_granted_entry(self._copied)
         self._heartbeat = self._ticket_renewed = self._clock()
+
+    def _write_granted_entry(self, copied: t.Mapping[str, str]) -> None:
+        """Write this create's queue entry again as granted, with the grants ``copied`` from the lock variable (a raft
+        write, so whoever blocks on the entry wakes)."""
+        path, ticket_id, _place = t.cast(t.Tuple[str, str, int], self._ticket)
+        self.nomad.acquire_lock(path, self.ttl, self.lock_delay, dict(self._entry_items(), **copied, **{GRANTED_ITEM: "1"}),
+                                lock_id=ticket_id)
 
     def _admitted(self, start: float) -> None:
         self.waited = self._clock() - start
@@ -415,8 +420,7 @@ class AdmissionLock:
         self._granted = admitted
         if self._ticket is not None:  # the first one admitted may block on this holder's own entry: wake it
             try:
-                self.nomad.acquire_lock(self._ticket[0], self.ttl, self.lock_delay,
-                                        dict(self._entry_items(), **copied, **{GRANTED_ITEM: "1"}), lock_id=self._ticket[1])
+                self._write_granted_entry(copied)
             except NomadError:
                 pass  # it wakes when this entry goes
         return len(admitted)

@@ -358,6 +358,13 @@ class NomadClient:
             if not token:
                 return out
 
+    def _blocking(self, index: int, wait: float) -> t.Tuple[t.Dict[str, t.Any], float]:
+        """A blocking query's ``index``/``wait`` parameters and the HTTP timeout that outlasts its wait (Nomad adds
+        up to 1/16 of jitter to ``wait``, at most :data:`MAX_BLOCKING_WAIT`)."""
+        wait = min(max(wait, 0.001), MAX_BLOCKING_WAIT)
+        return {"index": int(index), "wait": "%dms" % int(wait * 1000)}, max(float(self.connection.timeout or 0),
+                                                                           wait * 17 / 16 + 5)
+
     # Evaluations ------------------------------------------------------------------------------
     def evaluation(self, eval_id: str, index: int = 0, wait: float = 0.0) -> t.Optional[t.Dict[str, t.Any]]:
         """``GET /v1/evaluation/:id``: Status, FailedTGAllocs, BlockedEval, QueuedAllocations ..., or None.
@@ -368,9 +375,7 @@ class NomadClient:
         if index <= 0:
             return self._call_or_none("reading evaluation %r" % eval_id,
                                       lambda: self._evaluation.request(_quote_id(eval_id), method="get").json())
-        wait = min(max(wait, 0.001), MAX_BLOCKING_WAIT)
-        params = {"index": int(index), "wait": "%dms" % int(wait * 1000)}
-        timeout = max(float(self.connection.timeout or 0), wait * 17 / 16 + 5)
+        params, timeout = self._blocking(index, wait)
         return self._call_or_none("waiting on evaluation %r" % eval_id, lambda: self._evaluation.request(
             _quote_id(eval_id), method="get", params=dict(params), timeout=timeout).json())
 
@@ -403,9 +408,8 @@ class NomadClient:
         or after ``wait`` seconds (at most 300, plus up to 1/16 of jitter) with what it has (``Variables.Read``
         through ``blockingRPC``, ``nomad/variables_endpoint.go`` and ``nomad/rpc.go``). ``index`` 0: at once.
         """
-        wait = min(max(wait, 0.001), MAX_BLOCKING_WAIT)
-        params = {"namespace": self.connection.namespace or None, "index": int(index), "wait": "%dms" % int(wait * 1000)}
-        timeout = max(float(self.connection.timeout or 0), wait * 17 / 16 + 5)
+        params, timeout = self._blocking(index, wait)
+        params["namespace"] = self.connection.namespace or None
 
         def read() -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
             try:

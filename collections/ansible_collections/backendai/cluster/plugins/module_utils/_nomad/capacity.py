@@ -116,21 +116,6 @@ def _stamp(path: str) -> t.Tuple[int, int]:
     return st.st_mtime_ns, st.st_size
 
 
-class _CatalogueClient:
-    """The client for ``live_agents`` with its node list answered by the catalogue (allocations read live)."""
-
-    def __init__(self, nomad: NomadClient, nodes: t.List[t.Dict[str, t.Any]]) -> None:
-        self._nomad = nomad
-        self._nodes = nodes
-
-    def list_nodes(self, prefix: t.Optional[str] = None, resources: bool = False,
-                   filter_expr: str = "") -> t.List[t.Dict[str, t.Any]]:
-        return self._nodes  # read with live_agents' PLUGIN_FILTER
-
-    def live_allocations(self) -> t.List[t.Dict[str, t.Any]]:
-        return self._nomad.live_allocations()
-
-
 def catalogue_from_env() -> t.Optional[NodeCatalogue]:
     directory = os.environ.get(NODE_CACHE_ENV)
     return NodeCatalogue(directory) if directory else None
@@ -139,7 +124,5 @@ def catalogue_from_env() -> t.Optional[NodeCatalogue]:
 def live_capacity(client: NomadClient, catalogue: t.Optional[NodeCatalogue], exclude_job: t.Optional[str] = None,
                   namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
     """``live_agents``, its node list from ``catalogue`` when there is one."""
-    if catalogue is None:
-        return live_agents(client, exclude_job=exclude_job, namespace=namespace)
-    source = t.cast(NomadClient, _CatalogueClient(client, catalogue.nodes(client)))
-    return live_agents(source, exclude_job=exclude_job, namespace=namespace)
+    return live_agents(client, exclude_job=exclude_job, namespace=namespace,
+                       nodes=catalogue.nodes(client) if catalogue is not None else None)

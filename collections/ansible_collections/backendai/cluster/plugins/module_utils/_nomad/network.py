@@ -66,30 +66,15 @@ class NetworkControl:
         ``node``: reads one full node (its meta), in place of ``GET /v1/node/:id`` (``_nomad.capacity.NodeCatalogue``)."""
         key = self.key()
         used = rendered.plan.agents_used
-        if nodes is not None and set(used) <= {n.get("Name") for n in nodes}:
-            nomad = t.cast(NomadClient, _NodesReadBefore(nomad, nodes, node))
+        if nodes is not None and not set(used) <= {n.get("Name") for n in nodes}:
+            nodes = None  # a node that joined since: read the list again
         try:
-            found = underlay_addresses(nomad, used, agents)
+            found = underlay_addresses(nomad, used, agents, nodes=nodes, node=node)
         except ValueError as err:
             raise BackendAIClusterError(str(err)) from None
         return JobNetwork(slot=slot, underlay={a: ip for a, (ip, _mtu) in found.items()}, key=key,
                           underlay_mtu=min([mtu for _ip, mtu in found.values()] or [DEFAULT_UNDERLAY_MTU]))
 
-
-class _NodesReadBefore:
-    """The client for ``underlay_addresses`` with its one ``GET /v1/nodes`` answered by the list read before."""
-
-    def __init__(self, nomad: NomadClient, nodes: t.Sequence[t.Mapping[str, t.Any]],
-                 node: t.Optional[t.Callable[[str], t.Optional[t.Dict[str, t.Any]]]] = None) -> None:
-        self._nomad = nomad
-        self._nodes = list(nodes)  # read only: no copy of a 1,000-node list per create
-        self._node = node or nomad.node
-
-    def list_nodes(self) -> t.List[t.Dict[str, t.Any]]:
-        return t.cast(t.List[t.Dict[str, t.Any]], self._nodes)
-
-    def node(self, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
-        return self._node(node_id)
 
 
 def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "",

@@ -108,8 +108,8 @@ def allocations_by_node(client: NomadClient) -> t.Dict[str, t.List[t.Dict[str, t
     return out
 
 
-def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None,
-                namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
+def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None, namespace: str = "default",
+                nodes: t.Optional[t.List[t.Dict[str, t.Any]]] = None) -> t.List[t.Dict[str, t.Any]]:
     """Free capacity of every node a session can use, sorted by name: ready, eligible, of the default node pool,
     with the ``backendai`` CNI plugin fingerprinted (:data:`PLUGIN_ATTRIBUTE`) at Nomad 1.10 or later (only
     from 1.10 does the client add its own identity to CNI_ARGS; the job's constraints say the same).
@@ -127,9 +127,11 @@ def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None,
     its ``nomad.version``) and ``GET /v1/allocations`` of every namespace, filtered by Nomad to the live ones
     and paged (see ``NomadClient.live_allocations``). With ``exclude_job``, that job's own allocations count
     as free (re-planning an existing session must see the capacity it already holds, or it would not fit
-    where it runs).
+    where it runs). ``nodes``: that node list when the caller has it already (a node catalogue read with
+    :data:`PLUGIN_FILTER`); then only the allocations are read.
     """
-    nodes = client.list_nodes(resources=True, filter_expr=PLUGIN_FILTER)
+    if nodes is None:
+        nodes = client.list_nodes(resources=True, filter_expr=PLUGIN_FILTER)
     twins = duplicate_names(nodes)
     if twins:
         raise PlanError("Nomad node names must be unique, since a session pins each container with "
@@ -160,23 +162,30 @@ DEFAULT_UNDERLAY_MTU = 1500
 
 
 def underlay_addresses(client: t.Optional[NomadClient], names: t.Sequence[str],
-                       agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None) -> t.Dict[str, t.Tuple[str, int]]:
+                       agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None,
+                       nodes: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None,
+                       node: t.Optional[t.Callable[[str], t.Optional[t.Dict[str, t.Any]]]] = None,
+                       ) -> t.Dict[str, t.Tuple[str, int]]:
     """Agent name -> (underlay IPv4, underlay MTU) for the session network's ``BAI_AGENTS``.
 
     In order: the agent's ``underlay_ip``/``underlay_mtu`` in ``agents`` (the modules' option), the
     node's meta ``backendai.underlay_ip``/``backendai.underlay_mtu`` (``GET /v1/node/:id``, only for
     these agents), the node's ``Address`` (one ``GET /v1/nodes``) and 1500. It must be the address
     the overlay_agent role wrote into that agent's ``backendai.conflist``. Without a ``client``, only
-    ``agents`` (agents given as data, not read from Nomad).
+    ``agents`` (agents given as data, not read from Nomad). ``nodes``: that node list when the caller has it
+    already; ``node``: reads one full node in place of ``client.node`` (a node catalogue).
     """
     given = {str(a.get("name")): a for a in agents or [] if isinstance(a, t.Mapping)}
-    stubs = {s.get("Name"): s for s in client.list_nodes()} if client is not None else {}
+    if nodes is None and client is not None:
+        nodes = client.list_nodes()
+    stubs = {s.get("Name"): s for s in nodes or []}
+    read_node = node or (client.node if client is not None else None)
     out: t.Dict[str, t.Tuple[str, int]] = {}
     for name in names:
         entry, stub = given.get(name) or {}, stubs.get(name) or {}
         meta = {}
-        if client is not None and stub.get("ID") and not (entry.get("underlay_ip") and entry.get("underlay_mtu")):
-            meta = (client.node(stub["ID"]) or {}).get("Meta") or {}
+        if read_node is not None and stub.get("ID") and not (entry.get("underlay_ip") and entry.get("underlay_mtu")):
+            meta = (read_node(stub["ID"]) or {}).get("Meta") or {}
         ip = entry.get("underlay_ip") or meta.get(UNDERLAY_IP_META) or stub.get("Address") or ""
         mtu = entry.get("underlay_mtu") or meta.get(UNDERLAY_MTU_META) or DEFAULT_UNDERLAY_MTU
         if not ip:

@@ -343,9 +343,11 @@ def _templates(plan: SessionPlan, service: str) -> t.List[t.Dict[str, t.Any]]:
 
 
 def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t.Optional[bytes],
-           namespace: str, templates: t.Sequence[t.Mapping[str, t.Any]], service: str) -> t.Dict[str, t.Any]:
+           namespace: str, templates: t.Sequence[t.Mapping[str, t.Any]], service: str,
+           volumes: t.Mapping[str, t.Mapping[str, t.Any]], volume_mounts: t.Sequence[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
     """One container's task group (``key``: the signing key of its agent, None: unsigned). Made once per job:
-    ``templates`` (:func:`_templates`, copied per group) and ``service`` (:func:`service_name`)."""
+    ``templates`` (:func:`_templates`, copied per group), ``service`` (:func:`service_name`), ``volumes`` and
+    ``volume_mounts`` (:func:`_volumes`, :func:`_volume_mounts`: the same for every group, copied per group)."""
     spec = plan.spec
     network: t.Dict[str, t.Any] = {"Mode": plan.network_mode, "Hostname": container.hostname,
                                    "CNI": {"Args": group_args(net, key, namespace, spec.name, container.hostname)}}
@@ -364,7 +366,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         "Templates": [dict(x) for x in templates],
         "KillTimeout": 10 * SECOND,
     }
-    task["VolumeMounts"] = _volume_mounts(spec.mounts)
+    task["VolumeMounts"] = [dict(m) for m in volume_mounts]
     if spec.secrets.backend == "vault":
         vault: t.Dict[str, t.Any] = {"ChangeMode": "noop"}
         if spec.secrets.role:
@@ -384,7 +386,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }
-    group["Volumes"] = _volumes(spec.mounts)
+    group["Volumes"] = {k: dict(v) for k, v in volumes.items()}
     return group
 
 
@@ -427,6 +429,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     keys = signing_keys(network, plan.agents_used)  # each group is signed for the agent it is pinned to
     service = service_name(spec.name)
     templates = _templates(plan, service)
+    volumes, volume_mounts = _volumes(spec.mounts), _volume_mounts(spec.mounts)
     meta = dict(session_values(plan))
     meta[TF_WORKERS_META_KEY] = tf_workers_json(plan)
     meta[SSH_PORT_META_KEY] = str(spec.ssh.port)
@@ -451,7 +454,8 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         # copies into every group (api/tasks.go ``TaskGroup.Canonicalize``, run on every register and plan request
         # by command/agent/job_endpoint.go ``ApiJobToStructJob``; structs.Job has no job-level policy)
         "Reschedule": dict(RESCHEDULE),
-        "TaskGroups": [_group(plan, c, net, keys.get(c.agent), namespace, templates, service) for c in plan.containers],
+        "TaskGroups": [_group(plan, c, net, keys.get(c.agent), namespace, templates, service, volumes, volume_mounts)
+                       for c in plan.containers],
     }
     if namespace:
         job["Namespace"] = namespace

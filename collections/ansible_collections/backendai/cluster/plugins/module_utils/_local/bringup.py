@@ -27,7 +27,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     link_exists,
     netns_path,
     proc_stat,
-    read_pid,
     render_container,
     sshd_of,
     socket_in_netns,

@@ -240,11 +240,6 @@ def sshd_of(init_pid: int) -> t.Optional[int]:
     return None
 
 
-def read_pid(path: str) -> t.Optional[int]:
-    text = (read_text(path) or "").strip()
-    return int(text) if text.isdigit() else None
-
-
 def proc_stat(pid: int) -> t.Optional[t.Tuple[str, int]]:
     """(state letter, start time in clock ticks) of a process, None if it does not exist."""
     try:

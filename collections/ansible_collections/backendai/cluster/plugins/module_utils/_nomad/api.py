@@ -362,8 +362,8 @@ class NomadClient:
         """A blocking query's ``index``/``wait`` parameters and the HTTP timeout that outlasts its wait (Nomad adds
         up to 1/16 of jitter to ``wait``, at most :data:`MAX_BLOCKING_WAIT`)."""
         wait = min(max(wait, 0.001), MAX_BLOCKING_WAIT)
-        return {"index": int(index), "wait": "%dms" % int(wait * 1000)}, max(float(self.connection.timeout or 0),
-                                                                           wait * 17 / 16 + 5)
+        timeout = max(float(self.connection.timeout or 0), wait * 17 / 16 + 5)
+        return {"index": int(index), "wait": "%dms" % int(wait * 1000)}, timeout
 
     # Evaluations ------------------------------------------------------------------------------
     def evaluation(self, eval_id: str, index: int = 0, wait: float = 0.0) -> t.Optional[t.Dict[str, t.Any]]:

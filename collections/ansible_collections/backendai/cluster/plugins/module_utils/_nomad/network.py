@@ -76,7 +76,6 @@ class NetworkControl:
                           underlay_mtu=min([mtu for _ip, mtu in found.values()] or [DEFAULT_UNDERLAY_MTU]))
 
 
-
 def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "",
            with_hcl: t.Optional[bool] = None) -> RenderedSession:
     """The same session rendered again with ``network`` (claimed slot, addresses, key); the HCL too if ``rendered``

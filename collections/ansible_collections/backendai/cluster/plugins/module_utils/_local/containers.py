@@ -204,8 +204,12 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
             "%s %s -- env -i --default-signal %s %s >> %s 2>&1 < /dev/null" % (
                 account.switch_prefix(setup.user), CONFINE_OPTIONS, assignments, " ".join(q(a) for a in setup.command),
                 q(paths.in_container(paths.log(setup.hostname)))),
-            "echo $? > %s.tmp && mv -f %s.tmp %s" % (exitcode, exitcode, exitcode),
+            # sshd is stopped (and reaped) before the exit code is recorded: a status that reads the code never
+            # sees a finished container whose sshd still takes logins.
+            "R=$?",
             "kill $S 2>/dev/null",
+            "wait $S",
+            "echo $R > %s.tmp && mv -f %s.tmp %s" % (exitcode, exitcode, exitcode),
         ]
     # An interactive container lives as long as its sshd.
     lines.append("wait")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import filecmp
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -77,5 +78,33 @@ def test_ci_runs_the_readme_test_command() -> None:
     command = re.search(r"\*\*Tests\*\*.*?\n\n    (\S[^\n]*)\n", readme, re.S)
     assert command is not None, "the README's **Tests** paragraph has no indented command"
     assert command.group(1) == "scripts/run-tests"
-    assert ci[-1].startswith("exec %s " % command.group(1)) and '"$@"' in ci[-1], ci[-1]
-    assert "CI (`.ci/run`) runs exactly `%s`." % command.group(1) in readme
+    assert ci[-1] == '%s "$@" </dev/null' % command.group(1), ci[-1]
+    assert "CI (`.ci/run`) runs exactly `%s`" % command.group(1) in readme
+
+
+def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> None:
+    """``.ci/run`` (run from a checkout with a ``shared`` folder beside it) runs the test command in a clone made in
+    an empty directory outside /tmp (local containers have a private /tmp), passes its arguments on, and removes the
+    clone afterwards. The test command is a stand-in here, committed (with this work tree's ``.ci/run``) in a throwaway
+    clone: it reports where it ran."""
+    top = os.path.join(str(tmp_path), "work")
+    checkout = os.path.join(top, "repo")
+    subprocess.run(["git", "clone", "--quiet", REPO, checkout], check=True, capture_output=True)
+    os.makedirs(os.path.join(top, "shared"))
+    for name in (".ci/run", "scripts/refresh-nomad-api-schema"):  # this work tree's, committed or not
+        shutil.copy2(os.path.join(REPO, name), os.path.join(checkout, name))
+    stand_in = os.path.join(checkout, "scripts", "run-tests")
+    with open(stand_in, "w", encoding="utf-8") as f:
+        f.write('#!/bin/sh\necho "ran in $PWD"\necho "beside: $(ls -A ..)"\necho "args: $*"\n')
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["commit", "--quiet", "-am", "stand-in test command"], cwd=checkout, check=True, capture_output=True)
+    env = dict(os.environ, SHARED_DIR=os.path.join(REPO, "tests", "nomad_api_schema"))
+    proc = subprocess.run(["bash", ".ci/run", "--only", "pytest"], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if line.startswith(("beside:", "args:")))
+    where = re.search(r"^ran in (\S+)$", proc.stdout, re.M)
+    assert where is not None, proc.stdout
+    assert where.group(1) != checkout and not where.group(1).startswith("/tmp/"), proc.stdout
+    assert ran == {"beside": "repo", "args": "--only pytest"}, ran
+    assert not os.path.exists(os.path.dirname(where.group(1))), "the clone is left behind"

@@ -16,9 +16,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets i
     SecretLocation,
     SecretStore,
     location_of_job,
-    location_of_plan,
+    location_of_spec,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import BackendState
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
     is_managed,
@@ -99,7 +98,7 @@ class Removing(BackendState):
         if from_job is not None:
             locations.append(from_job)
         if spec is not None:
-            locations.append(location_of_plan(plan_session(spec_raw, [])))
+            locations.append(location_of_spec(spec))
         if not locations:
             locations.append(SecretLocation(NOMAD_VARIABLES, "nomad/jobs/%s" % name))
         stores = [self._store(loc) for loc in dict.fromkeys(locations)]

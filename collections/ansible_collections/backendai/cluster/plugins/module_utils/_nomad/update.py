@@ -18,16 +18,15 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import M
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.plan_diff import changes as job_changes
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.plan_diff import diff_texts
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import register_request
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import signed
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import plan_slots, register_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import args_version_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
     SecretLocation,
     location_of_job,
-    location_of_plan,
+    location_of_spec,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, plan_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
     container_status,
     current_allocations,
@@ -35,6 +34,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view impo
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import BROKEN
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import (
@@ -62,7 +62,7 @@ class _Planned(t.NamedTuple):
 class Updating(BackendState):
     """The update part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
 
-    def _update(self, spec_raw: t.Any, spec: SessionSpec, existing: t.Mapping[str, t.Any],
+    def _update(self, spec: SessionSpec, existing: t.Mapping[str, t.Any],
                 agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
                 wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
         """Plan first, read-only and without the admission lock; lock and register only if the plan changes something.
@@ -73,29 +73,29 @@ class Updating(BackendState):
         create is, and planned again there (another run may have changed it meanwhile).
         """
         name = spec.name
-        stored_at = location_of_job(existing) or location_of_plan(plan_session(spec_raw, []))
+        stored_at = location_of_job(existing) or location_of_spec(spec)
         public_key = self._store(stored_at).read_public_key()
         if not public_key:
             raise ModuleFailure("session %s: job %s exists but its keypair (%s) is missing; remove the session with "
                                 "state=absent and create it again" % (name, name, stored_at.describe()))
         session_id = derive_session_id(name, public_key)
-        rendered = self._place(spec_raw, spec, agents, session_id, existing, wait_for_resources, check_mode)
-        wanted_at = location_of_plan(rendered.plan)
+        plan = self._place(spec, agents, session_id, existing, wait_for_resources, check_mode)
+        wanted_at = location_of_spec(spec)
         if wanted_at != stored_at:
             raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
                                 "%s); remove the session with state=absent and create it again"
                                 % (name, stored_at.describe(), wanted_at.describe()))
         # read-only: a lost claim or a new block shows as "would be written", an unsigned job as a change
-        planned = self._plan_update(rendered, agents, existing, session_id, dry_run=True)
+        planned = self._plan_update(plan, agents, existing, session_id, dry_run=True)
         if check_mode or not (planned.changed or planned.repaired):
             return self._unchanged_or_checked(planned, existing, diff, wait, wait_timeout, check_mode, stored_at)
         lock = self._admission("%s/%s" % (self.namespace or "default", name))
         lock.acquire()
         try:
-            rendered = self._plan_once(spec_raw, spec, agents, session_id, existing)  # live data, inside the lock
-            if not rendered.plan.placed:
-                self._pending(spec, rendered, agents, 0.0, False, 1)
-            planned = self._plan_update(rendered, agents, existing, session_id, dry_run=False)
+            plan = self._plan_once(spec, agents, session_id, existing)  # live data, inside the lock
+            if not plan.placed:
+                self._pending(plan, agents, 0.0, False, 1)
+            planned = self._plan_update(plan, agents, existing, session_id, dry_run=False)
             if not planned.changed:
                 lock.release()  # nothing is admitted (a lost claim was made again): waiting is not admission
                 return self._unchanged_or_checked(planned, existing, diff, wait, wait_timeout, False, stored_at)
@@ -103,15 +103,15 @@ class Updating(BackendState):
         finally:
             lock.release()
 
-    def _plan_update(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+    def _plan_update(self, plan: SessionPlan, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
                      existing: t.Mapping[str, t.Any], session_id: str, dry_run: bool) -> _Planned:
-        """The signed job for ``rendered`` (its slots kept; with ``dry_run`` nothing is written) and Nomad's plan of it."""
-        rendered, new_claim, old_block, repaired = self._keep_slot(rendered, agents, existing, session_id, dry_run)
+        """The signed job for ``plan`` (its slots kept; with ``dry_run`` nothing is written) and Nomad's plan of it."""
+        rendered, new_claim, old_block, repaired = self._keep_slot(plan, agents, existing, session_id, dry_run)
         job = t.cast(t.Dict[str, t.Any], rendered.job)
         broken = self._mark_repairs(existing, job)
-        plan = self.nomad.plan_job(job, diff=True)
-        changed = ((plan.get("Diff") or {}).get("Type") or "None") != "None"
-        return _Planned(rendered, job, plan, changed, new_claim, old_block, repaired, broken)
+        dry_run_plan = self.nomad.plan_job(job, diff=True)
+        changed = ((dry_run_plan.get("Diff") or {}).get("Type") or "None") != "None"
+        return _Planned(rendered, job, dry_run_plan, changed, new_claim, old_block, repaired, broken)
 
     def _unchanged_or_checked(self, planned: _Planned, existing: t.Mapping[str, t.Any], diff: bool, wait: bool,
                               wait_timeout: float, check_mode: bool, stored_at: SecretLocation) -> t.Dict[str, t.Any]:
@@ -194,17 +194,17 @@ class Updating(BackendState):
                 group.setdefault("Meta", {})[REPAIR_META] = str(generation)
         return broken
 
-    def _keep_slot(self, rendered: RenderedSession, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
+    def _keep_slot(self, plan: SessionPlan, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
                    existing: t.Mapping[str, t.Any], session_id: str,
                    check_mode: bool) -> t.Tuple[RenderedSession, t.Optional[Claim], t.Optional[t.Tuple[int, int]], bool]:
         """An existing session keeps the slots its job carries (their claims re-made if lost). A job from before the
         session network, or one that outgrew its block, gets a new block: returned, so that a failed registration
         releases it, with the old block, which a successful one releases. Last: whether a lost claim was (or, in check
-        mode, would be) made again."""
-        network = self.network.job_network(self.nomad, rendered, agents, None)
+        mode, would be) made again. The job is rendered once, for the slots kept or claimed."""
+        network = self.network.job_network(self.nomad, plan, agents)
         claims = self.network.claims(self.nomad)
-        name = rendered.plan.spec.name
-        need = (rendered.network or {}).get("slots", 1)
+        name = plan.spec.name
+        need = plan_slots(plan)
         held, new_claim, old, repaired = slot_of_job(existing), None, None, False
         first: t.Optional[int] = None
         slots = need
@@ -217,8 +217,9 @@ class Updating(BackendState):
         else:  # check mode, a new block would be claimed: shown unsigned
             network = dataclasses.replace(network, key=None)
         version = args_version_of_job(existing) or network.args_version
-        return (signed(rendered, dataclasses.replace(network, slot=first, slots=slots, args_version=version),
-                       self.namespace, self.region), new_claim, old, repaired)
+        return (render_session(plan, self.namespace, self.region,
+                               dataclasses.replace(network, slot=first, slots=slots, args_version=version), with_hcl=False),
+                new_claim, old, repaired)
 
     def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
                 session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],
@@ -229,7 +230,7 @@ class Updating(BackendState):
             "plan": plan_summary(rendered.plan),
             "job": register_request(rendered.job) if rendered.job is not None else None,
             "changes": changes,
-            "secret": (location or location_of_plan(rendered.plan)).public(),
+            "secret": (location or location_of_spec(rendered.plan.spec)).public(),
             "network": rendered.network,
         }
         if diff and changed:

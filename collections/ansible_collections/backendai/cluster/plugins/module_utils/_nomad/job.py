@@ -80,6 +80,8 @@ USER_META_KEYS = ("BACKENDAI_USER", "BACKENDAI_UID", "BACKENDAI_GID")
 RUNTIME_VERSION = "1"
 RUNTIME_VOLUME = "backendai-runtime-v" + RUNTIME_VERSION
 RUNTIME_DIR = "/usr/lib/backendai-cluster/runtime/" + RUNTIME_VERSION
+#: (The bundle's builder, which runs on agents without this package, bakes the same path into its wrappers: a test
+#: keeps its MOUNT equal to this.)
 RUNTIME_MOUNT = "/opt/backendai-runtime"
 RUNTIME_LABEL = "runtime"
 RUNTIME_META_KEY = "BACKENDAI_RUNTIME_VERSION"
@@ -144,7 +146,7 @@ H=/home/$U
 fail() { echo "backendai: $2" >&2; exit "$1"; }
 IP=${PATH:-/usr/local/bin:/usr/bin:/bin}:/usr/local/sbin:/usr/sbin:/sbin  # the image's own directories
 own() { (IFS=:; for d in $IP; do [ ! -f "$d/$1" ] || [ ! -x "$d/$1" ] || { echo "$d/$1"; exit 0; }; done; exit 1); }
-B=/opt/backendai-runtime BV=${NOMAD_META_BACKENDAI_RUNTIME_VERSION:-} BN= BOK=
+B=@RUNTIME_MOUNT@ BV=${NOMAD_META_BACKENDAI_RUNTIME_VERSION:-} BN= BOK=
 SSHD=$(own sshd || true)
 if [ -r $B/VERSION ]; then read -r BN < $B/VERSION || true; fi
 [ -z "$BN" ] || [ "$BN" != "$BV" ] || BOK=1
@@ -218,7 +220,7 @@ $D
 export HOME="$H"
 if [ "$RUN" = su ]; then exec su -m -s "$X" "$U" -c 'exec "$0" "$@"' "$@"; fi
 exec $RUN "$@"
-"""
+""".replace("@RUNTIME_MOUNT@", RUNTIME_MOUNT)  # the bundle's mount point: one source, the volume_mount's Destination
 
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
 

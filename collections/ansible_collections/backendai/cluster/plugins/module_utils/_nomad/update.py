@@ -1,8 +1,8 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Updating an existing Nomad session: the keys are kept, the job is rendered again and Nomad's plan
-decides whether anything changed; broken containers get a new allocation. A part of
-:class:`_nomad.backend.NomadBackend`.
+decides whether anything changed; broken containers get a new allocation: :class:`Updater`, a
+collaborator of :class:`_nomad.backend.NomadBackend`, constructed with what it reads and writes.
 
 The plan comes first, read-only and without the cluster's admission lock: only a run that will register a
 changed job (or write a lost network claim again) takes the lock, so an unchanged re-run writes nothing to
@@ -17,12 +17,14 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad import ad
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.plan_diff import changes as job_changes
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.plan_diff import diff_texts
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import plan_slots, register_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import args_version_of_job
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
     SecretLocation,
+    SecretStore,
     location_of_job,
     location_of_spec,
 )
@@ -33,17 +35,19 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view impo
     failed_placement_reason,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import BROKEN
-from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import (
-    BackendState,
     REPAIR_META,
     STEP_REGISTER,
     STEP_WAIT,
+    Placer,
     WaitFailed,
+    pending,
+    session_result,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.watch import Watcher
 
 
 class _Planned(t.NamedTuple):
@@ -59,12 +63,27 @@ class _Planned(t.NamedTuple):
     broken: t.List[str]
 
 
-class Updating(BackendState):
-    """The update part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
+class Updater:
+    """Updates sessions of one namespace: places them with ``placer``, watches them with ``watcher``, reads keypairs
+    through ``store`` (the secret store at a location), writes slot claims through ``network`` and registers under
+    the admission lock that ``lock_for`` makes for an owner."""
 
-    def _update(self, spec: SessionSpec, existing: t.Mapping[str, t.Any],
-                agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
-                wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
+    def __init__(self, nomad: NomadClient, network: NetworkControl, namespace: str, region: str,
+                 placer: Placer, watcher: Watcher, store: t.Callable[[SecretLocation], SecretStore],
+                 lock_for: t.Callable[[str], admission.AdmissionLock], warn: t.Callable[[str], None]) -> None:
+        self.nomad = nomad
+        self.network = network
+        self.namespace = namespace
+        self.region = region
+        self.placer = placer
+        self.watcher = watcher
+        self._store = store
+        self._lock_for = lock_for
+        self._warn = warn
+
+    def update(self, spec: SessionSpec, existing: t.Mapping[str, t.Any],
+               agents: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool, diff: bool, wait: bool,
+               wait_timeout: float, wait_for_resources: float) -> t.Dict[str, t.Any]:
         """Plan first, read-only and without the admission lock; lock and register only if the plan changes something.
 
         An unchanged session (what an idempotent re-run from cron or CI finds) makes GET requests and Nomad's
@@ -79,7 +98,7 @@ class Updating(BackendState):
             raise ModuleFailure("session %s: job %s exists but its keypair (%s) is missing; remove the session with "
                                 "state=absent and create it again" % (name, name, stored_at.describe()))
         session_id = derive_session_id(name, public_key)
-        plan = self._place(spec, agents, session_id, existing, wait_for_resources, check_mode)
+        plan = self.placer.place(spec, agents, session_id, existing, wait_for_resources, check_mode)
         wanted_at = location_of_spec(spec)
         if wanted_at != stored_at:
             raise ModuleFailure("session %s: changing where the keypair lives is not supported (it is in %s, the spec says "
@@ -89,12 +108,12 @@ class Updating(BackendState):
         planned = self._plan_update(plan, agents, existing, session_id, dry_run=True)
         if check_mode or not (planned.changed or planned.repaired):
             return self._unchanged_or_checked(planned, existing, diff, wait, wait_timeout, check_mode, stored_at)
-        lock = self._admission("%s/%s" % (self.namespace or "default", name))
+        lock = self._lock_for("%s/%s" % (self.namespace or "default", name))
         lock.acquire()
         try:
-            plan = self._plan_once(spec, agents, session_id, existing)  # live data, inside the lock
+            plan = self.placer.plan_once(spec, agents, session_id, existing)  # live data, inside the lock
             if not plan.placed:
-                self._pending(plan, agents, 0.0, False, 1)
+                pending(plan, agents, 0.0, False, 1)
             planned = self._plan_update(plan, agents, existing, session_id, dry_run=False)
             if not planned.changed:
                 lock.release()  # nothing is admitted (a lost claim was made again): waiting is not admission
@@ -121,17 +140,17 @@ class Updating(BackendState):
         rendered = planned.rendered
         if check_mode and planned.changed:
             self._warn_unplaceable(planned.plan)
-            return self._result(True, rendered, diff, before, after, self.view(existing), [str(c) for c in found], stored_at)
+            return session_result(True, rendered, diff, before, after, self.watcher.view(existing), [str(c) for c in found], stored_at)
         if wait and not check_mode:
             try:
-                self._wait(existing, wait_timeout)
+                self.watcher.wait(existing, wait_timeout)
             except WaitFailed as err:
                 raise ModuleFailure("session %s is unchanged but not all of its containers run: %s"
                                     % (rendered.plan.spec.name, err),
-                                    {"changed": False, "session": self.view(existing)}) from None
+                                    {"changed": False, "session": self.watcher.view(existing)}) from None
         repairs = ["network slot %d: lost claim made again" % rendered.network["slot"]] \
             if planned.repaired and rendered.network else []
-        return self._result(bool(repairs), rendered, diff, before, after, self.view(existing), repairs, stored_at)
+        return session_result(bool(repairs), rendered, diff, before, after, self.watcher.view(existing), repairs, stored_at)
 
     def _warn_unplaceable(self, plan: t.Mapping[str, t.Any]) -> None:
         failed_groups = sorted((plan.get("FailedTGAllocs") or {}).keys())
@@ -156,7 +175,7 @@ class Updating(BackendState):
             raise ModuleFailure("updating session %s failed at step '%s': %s. Nothing to roll back: the previous job "
                                 "version stays registered and the keypair is unchanged" % (name, STEP_REGISTER, err),
                                 {"changed": False, "failed_step": STEP_REGISTER}) from None
-        unplaced = self._follow_eval(str(answer.get("EvalID") or ""), lock, int(answer.get("EvalCreateIndex") or 0))
+        unplaced = self.watcher.follow_eval(str(answer.get("EvalID") or ""), lock, int(answer.get("EvalCreateIndex") or 0))
         lock.release()
         if old_block is not None:  # the session outgrew its block: the new one is in the registered job now
             self.network.claims(self.nomad).release(old_block[0], self.namespace, name, slots=old_block[1])
@@ -165,16 +184,16 @@ class Updating(BackendState):
             raise ModuleFailure("%s session %s failed: Nomad cannot place %s. The new job version stays registered (an "
                                 "existing session is not rolled back; free capacity or remove it with state=absent)"
                                 % ("repairing" if planned.broken else "updating", name, failed_placement_reason(unplaced)),
-                                {"changed": True, "failed_step": STEP_REGISTER, "session": self.view(current)})
+                                {"changed": True, "failed_step": STEP_REGISTER, "session": self.watcher.view(current)})
         if wait:
             try:
-                self._wait(current, wait_timeout, version=current.get("Version"))
+                self.watcher.wait(current, wait_timeout, version=current.get("Version"))
             except (WaitFailed, NomadError) as err:
                 raise ModuleFailure("updating session %s failed at step '%s': %s. The new job version stays registered "
                                     "(an existing session is not rolled back; fix the spec and run again, or remove it "
                                     "with state=absent)" % (name, STEP_WAIT, err),
-                                    {"changed": True, "failed_step": STEP_WAIT, "session": self.view(current)}) from None
-        return self._result(True, rendered, diff, before, after, self.view(current), [str(c) for c in found], stored_at)
+                                    {"changed": True, "failed_step": STEP_WAIT, "session": self.watcher.view(current)}) from None
+        return session_result(True, rendered, diff, before, after, self.watcher.view(current), [str(c) for c in found], stored_at)
 
     def _mark_repairs(self, existing: t.Mapping[str, t.Any], job: t.Dict[str, t.Any]) -> t.List[str]:
         """Containers of ``existing`` that failed, were lost or keep restarting get a new allocation.
@@ -220,21 +239,3 @@ class Updating(BackendState):
         return (render_session(plan, self.namespace, self.region,
                                dataclasses.replace(network, slot=first, slots=slots, args_version=version), with_hcl=False),
                 new_claim, old, repaired)
-
-    def _result(self, changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
-                session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],
-                location: t.Optional[SecretLocation] = None) -> t.Dict[str, t.Any]:
-        result: t.Dict[str, t.Any] = {
-            "changed": changed,
-            "session": session,
-            "plan": plan_summary(rendered.plan),
-            "job": register_request(rendered.job) if rendered.job is not None else None,
-            "changes": changes,
-            "secret": (location or location_of_spec(rendered.plan.spec)).public(),
-            "network": rendered.network,
-        }
-        if diff and changed:
-            name = rendered.plan.spec.name
-            result["diff"] = {"before": before, "after": after, "before_header": "nomad job %s" % name,
-                              "after_header": "nomad job %s" % name}
-        return result

@@ -33,6 +33,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl impor
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import dumps, register_request, render_job  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec  # noqa: E402
 
 TIME_TARGET_S = 0.25
 KEY = bytes(range(32))
@@ -95,18 +96,18 @@ def main() -> int:
     print("plan + render, 1,024 containers over 10,000 agents (best of %d):" % args.repeat)
     for strategy in ("concentrated", "dispersed"):
         s = spec(1024, strategy=strategy)
-        plan = plan_session(s, agents)
+        plan = plan_session(parse_spec(s), agents)
         assert plan.placed, plan.reason
-        seconds = best_of(args.repeat, lambda: dumps(register_request(render_job(plan_session(s, agents))), pretty=False))
+        seconds = best_of(args.repeat, lambda: dumps(register_request(render_job(plan_session(parse_spec(s), agents))), pretty=False))
         signed = best_of(args.repeat, lambda: dumps(register_request(render_job(
-            plan_session(s, agents), network=JobNetwork(slot=0, underlay=UNDERLAY, key=KEY))), pretty=False))
+            plan_session(parse_spec(s), agents), network=JobNetwork(slot=0, underlay=UNDERLAY, key=KEY))), pretty=False))
         hcl_seconds = best_of(args.repeat, lambda: render_hcl(render_job(plan)))
         print("  %-12s %.3f s  (target %.2f s, %.0f%% of it)  agents used %d; signed %.3f s; HCL rendering %.3f s more"
               % (strategy, seconds, TIME_TARGET_S, 100 * seconds / TIME_TARGET_S, len(plan.agents_used), signed,
                  hcl_seconds))
     sizes = {}
     for n in (64, 1024):
-        plan = plan_session(spec(n), [{"name": "big", "cpu": 10 ** 7, "memory": 10 ** 8}])
+        plan = plan_session(parse_spec(spec(n)), [{"name": "big", "cpu": 10 ** 7, "memory": 10 ** 8}])
         sizes[n] = len(dumps(register_request(render_job(plan)), pretty=False).encode("utf-8"))
     print("minified register-request bytes:")
     for n, size in sizes.items():
@@ -114,7 +115,7 @@ def main() -> int:
     # Across agents every group carries the agents' underlay addresses in its cni args (Nomad does not
     # interpolate cni args, so they cannot live once in job Meta): about 5.3 bytes per agent per container.
     for n in (64, 1024):
-        plan = plan_session(spec(n), agents)
+        plan = plan_session(parse_spec(spec(n)), agents)
         size = len(dumps(register_request(render_job(plan)), pretty=False).encode("utf-8"))
         print("  N=%-5d %9d bytes  %6.0f bytes per container over %d agents (no target: grows with the agents)"
               % (n, size, size / n, len(plan.agents_used)))

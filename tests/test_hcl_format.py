@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl import render_hcl
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
+from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import render_raw
 from hclfmt_check import problems
 from repo_helpers import EXAMPLES
 
@@ -49,7 +49,7 @@ def variants() -> t.List[t.Tuple[str, t.Dict[str, t.Any]]]:
 
 @pytest.mark.parametrize("name, spec", variants(), ids=[n for n, _ in variants()])
 def test_every_rendered_example_is_nomad_fmt_clean(name: str, spec: t.Dict[str, t.Any]) -> None:
-    rendered = render_session(spec, agents())
+    rendered = render_raw(spec, agents())
     assert rendered.hcl, rendered.plan.reason
     assert problems(rendered.hcl) == []
     hcl2.loads(rendered.hcl)  # still HCL
@@ -58,7 +58,7 @@ def test_every_rendered_example_is_nomad_fmt_clean(name: str, spec: t.Dict[str, 
 
 def test_cni_args_are_a_map_assignment_in_fmt_style() -> None:
     (_, spec), = [s for s in example_specs() if s[0] == "single-node.yml"]
-    job = copy.deepcopy(render_session(spec, agents()).job)
+    job = copy.deepcopy(render_raw(spec, agents()).job)
     for group in job["TaskGroups"]:
         group["Networks"][0].update(Mode="cni/backendai", CNI={"Args": {"BACKENDAI_SESSION": "s1",
                                                                           "BACKENDAI_HOST": group["Name"]}})

@@ -13,7 +13,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad import ap
 from ansible_collections.backendai.cluster.plugins.module_utils._vault import client as va
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import summarize_node
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
+from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import render_raw
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
 from nomad_double.fixtures import (  # noqa: F401 - pytest fixtures
     nomad_double,
@@ -293,10 +293,10 @@ def test_variables_check_and_set(nomad: NomadAPIDouble) -> None:
 def test_session_submission_keeps_the_private_key_out_of_job_bodies(nomad: NomadAPIDouble) -> None:
     """The collection's own rendered job goes through the strict double, and the key only travels in the variable."""
     keypair = generate_keypair()
-    rendered = render_session({"name": "s1", "image": "python:3.11-slim", "cluster_size": 2, "cluster_mode": "multi-node",
-                               "resources": {"cpu": 1000, "memory": 1024}},
-                              [{"name": "n1", "cpu": 4000, "memory": 8192}, {"name": "n2", "cpu": 4000, "memory": 8192}],
-                              public_key=keypair.public_key)
+    rendered = render_raw({"name": "s1", "image": "python:3.11-slim", "cluster_size": 2, "cluster_mode": "multi-node",
+                           "resources": {"cpu": 1000, "memory": 1024}},
+                          [{"name": "n1", "cpu": 4000, "memory": 8192}, {"name": "n2", "cpu": 4000, "memory": 8192}],
+                          public_key=keypair.public_key)
     client = client_for(nomad)
     client.put_variable("nomad/jobs/s1", {PRIVATE_KEY_ITEM: keypair.private_key, PUBLIC_KEY_ITEM: keypair.public_key}, cas=0)
     assert client.plan_job(rendered.job)["FailedTGAllocs"] is None

@@ -54,6 +54,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job impor
     render_job,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
+from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
 from repo_helpers import REPO
 
@@ -177,7 +178,7 @@ class Session:
         root with sshd, ssh and scp hidden) or distroless (the command alone); ``bundle``: the runtime bundle to
         bind-mount read-only at RUNTIME_MOUNT, as the task's host volume would be (None: an empty mount point)."""
         self.keys = generate_keypair()
-        self.plan = plan_session(spec, [{"name": "agent-1", "cpu": 9000, "memory": 9000}], public_key=self.keys.public_key)
+        self.plan = plan_session(parse_spec(spec), [{"name": "agent-1", "cpu": 9000, "memory": 9000}], public_key=self.keys.public_key)
         self.job = render_job(self.plan)
         self.namespaces, self.image = namespaces, image
         self.pids: t.Dict[str, int] = {}

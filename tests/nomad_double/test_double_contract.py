@@ -94,10 +94,10 @@ def test_schema_checks_plan_and_variable_bodies(nomad: NomadAPIDouble) -> None:
 
 
 def test_schema_checker_accepts_the_collections_rendered_job() -> None:
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
+    from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import render_raw
 
-    rendered = render_session({"name": "s1", "image": "python:3.11-slim", "cluster_size": 2,
-                               "resources": {"cpu": 1000, "memory": 1024}}, [{"name": "a1", "cpu": 4000, "memory": 8192}])
+    rendered = render_raw({"name": "s1", "image": "python:3.11-slim", "cluster_size": 2,
+                           "resources": {"cpu": 1000, "memory": 1024}}, [{"name": "a1", "cpu": 4000, "memory": 8192}])
     assert SchemaChecker.load().problems("register", {"Job": rendered.job}) == []
 
 

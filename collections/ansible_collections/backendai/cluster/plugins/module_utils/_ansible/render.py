@@ -3,8 +3,8 @@
 """What the ``session_render`` module does: a session rendered into Nomad job files, for the ``nomad`` CLI.
 
 :func:`render_files` reads the agents (from the module's ``agents`` or from Nomad), the keypair (an existing
-variable file's, else a new one) and, to sign, the cluster network key and the agents' underlay addresses; renders
-the session once, signs it, and writes the job (JSON, HCL), the MPI hostfile, the keypair's and the slot claims'
+variable file's, else a new one) and, to sign, the cluster network key and the agents' underlay addresses; places
+the session and renders it once (signed), and writes the job (JSON, HCL), the MPI hostfile, the keypair's and the slot claims'
 variable specification files and the ``nomad`` commands that run and remove it (``_nomad.cli``). Everything is
 read and checked before anything is written; the module itself only declares its options and calls this.
 """
@@ -22,13 +22,15 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad import cl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import var_file as _nomad_var_file
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import secret_path
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_NAMESPACE, DEFAULT_UNDERLAY_MTU, JobNetwork
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl, signed
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import plan_slots, secret_path
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_NAMESPACE, JobNetwork, underlay_network
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents, underlay_addresses
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session, render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import refuse_all_namespaces
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair, generate_keypair
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
 
@@ -43,9 +45,8 @@ def _read(path: str) -> str:
         return ""
 
 
-def _secret_keypair(base: ClusterModule, p: t.Dict[str, t.Any]) -> t.Tuple[SSHKeypair, str]:
+def _secret_keypair(base: ClusterModule, p: t.Dict[str, t.Any], spec: SessionSpec) -> t.Tuple[SSHKeypair, str]:
     """The keypair of O(write_secret): the one in an existing variable file, else a new one."""
-    spec = parse_spec(p["spec"])
     if spec.secrets.backend != "nomad-variables":
         raise InputError("write_secret", [Problem(
             "session.secrets.backend", "write_secret writes a Nomad variable file, so it needs nomad-variables (the "
@@ -73,11 +74,11 @@ def _unsigned_reason(p: t.Dict[str, t.Any]) -> str:
     return ""
 
 
-def _underlay(base: ClusterModule, live: bool, agents: t.List[t.Any], rendered: RenderedSession,
+def _underlay(base: ClusterModule, live: bool, agents: t.List[t.Any], plan: SessionPlan,
               signing: bool) -> JobNetwork:
     """The plan's agents' underlay addresses and MTU: read from Nomad for live agents, else the agents' own
     C(underlay_ip)/C(underlay_mtu). Signing needs every address; unsigned, missing ones become placeholders."""
-    names = list(rendered.plan.agents_used)
+    names = list(plan.agents_used)
     if live:
         try:
             found = underlay_addresses(base.nomad(), names, agents)
@@ -100,8 +101,7 @@ def _underlay(base: ClusterModule, live: bool, agents: t.List[t.Any], rendered: 
             found = underlay_addresses(None, [n for n in names if n not in missing], agents)
         except ValueError as exc:
             raise InputError("agents", [Problem("agents", str(exc))]) from None
-    return JobNetwork(underlay={a: ip for a, (ip, _mtu) in found.items()},
-                      underlay_mtu=min([mtu for _ip, mtu in found.values()] or [DEFAULT_UNDERLAY_MTU]))
+    return underlay_network(found)
 
 
 def _write_files(base: ClusterModule, out: str, files: t.List[t.Tuple[str, str, int]], stale: t.List[str],
@@ -146,21 +146,19 @@ def render_files(base: ClusterModule) -> t.Dict[str, t.Any]:
     control = NetworkControl(p["network_key_file"], p["network_claims_namespace"], base.hide)
     claims_namespace = control.claims_namespace
     claim: t.Optional[Claim] = None
-    keypair, secret_file = _secret_keypair(base, p) if p["write_secret"] else (None, "")
-    rendered = render_session(p["spec"], agents, public_key=keypair.public_key if keypair else "",
-                              session_id=p["session_id"] or "", namespace=namespace, region=p["region"] or "",
-                              with_hcl=False)
-    if rendered.plan.placed:  # everything is checked and read before anything is written
-        name, slots = rendered.plan.spec.name, (rendered.network or {}).get("slots", 1)
-        slot = _nomad_cli.choose_slot(p["network_slot"], namespace, name, slots)
-        network = _underlay(base, live, agents, rendered, signing=not unsigned_reason)
-        key = None
+    spec = parse_spec(p["spec"])  # once: the typed spec flows down
+    keypair, secret_file = _secret_keypair(base, p, spec) if p["write_secret"] else (None, "")
+    placed = plan_session(spec, agents, public_key=keypair.public_key if keypair else "", session_id=p["session_id"] or "")
+    network: t.Optional[JobNetwork] = None
+    if placed.placed:  # everything is checked and read before anything is written
+        slots = plan_slots(placed)
+        slot = _nomad_cli.choose_slot(p["network_slot"], namespace, spec.name, slots)
+        network = dataclasses.replace(_underlay(base, live, agents, placed, signing=not unsigned_reason), slot=slot)
         if not unsigned_reason:
-            key = control.key()
-            claim = Claim(slot, namespace, name, rendered.plan.session_id, slots)
-        rendered = signed(rendered, dataclasses.replace(network, slot=slot, key=key), namespace, p["region"] or "",
-                          with_hcl=True)
-    plan = plan_summary(rendered.plan)
+            network = dataclasses.replace(network, key=control.key())
+            claim = Claim(slot, namespace, spec.name, placed.session_id, slots)
+    rendered = render_session(placed, namespace, p["region"] or "", network, with_hcl=True)  # once
+    plan = plan_summary(placed)
     result: t.Dict[str, t.Any] = dict(changed=False, plan=plan, job=None, hcl=rendered.hcl, hostfile=rendered.hostfile)
     if not rendered.plan.placed:
         if p["fail_on_pending"]:
@@ -168,7 +166,7 @@ def render_files(base: ClusterModule) -> t.Dict[str, t.Any]:
         return result
     result["job"] = {"Job": rendered.job}
     if rendered.plan.spec.secrets.backend == "nomad-variables":
-        result["secret_path"] = secret_path(rendered.plan)
+        result["secret_path"] = secret_path(spec)
     result["network"] = rendered.network
     if unsigned_reason:
         result["unsigned_reason"] = unsigned_reason

@@ -62,7 +62,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import Container, SessionPlan
-from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount, SessionSpec
 
 #: Job Meta key that marks jobs made by this collection (``session_info`` finds sessions by it).
 MANAGED_META_KEY = "backendai_cluster_session"
@@ -80,6 +80,8 @@ USER_META_KEYS = ("BACKENDAI_USER", "BACKENDAI_UID", "BACKENDAI_GID")
 RUNTIME_VERSION = "1"
 RUNTIME_VOLUME = "backendai-runtime-v" + RUNTIME_VERSION
 RUNTIME_DIR = "/usr/lib/backendai-cluster/runtime/" + RUNTIME_VERSION
+#: (The bundle's builder, which runs on agents without this package, bakes the same path into its wrappers: a test
+#: keeps its MOUNT equal to this.)
 RUNTIME_MOUNT = "/opt/backendai-runtime"
 RUNTIME_LABEL = "runtime"
 RUNTIME_META_KEY = "BACKENDAI_RUNTIME_VERSION"
@@ -144,7 +146,7 @@ H=/home/$U
 fail() { echo "backendai: $2" >&2; exit "$1"; }
 IP=${PATH:-/usr/local/bin:/usr/bin:/bin}:/usr/local/sbin:/usr/sbin:/sbin  # the image's own directories
 own() { (IFS=:; for d in $IP; do [ ! -f "$d/$1" ] || [ ! -x "$d/$1" ] || { echo "$d/$1"; exit 0; }; done; exit 1); }
-B=/opt/backendai-runtime BV=${NOMAD_META_BACKENDAI_RUNTIME_VERSION:-} BN= BOK=
+B=@RUNTIME_MOUNT@ BV=${NOMAD_META_BACKENDAI_RUNTIME_VERSION:-} BN= BOK=
 SSHD=$(own sshd || true)
 if [ -r $B/VERSION ]; then read -r BN < $B/VERSION || true; fi
 [ -z "$BN" ] || [ "$BN" != "$BV" ] || BOK=1
@@ -218,7 +220,7 @@ $D
 export HOME="$H"
 if [ "$RUN" = su ]; then exec su -m -s "$X" "$U" -c 'exec "$0" "$@"' "$@"; fi
 exec $RUN "$@"
-"""
+""".replace("@RUNTIME_MOUNT@", RUNTIME_MOUNT)  # the bundle's mount point: one source, the volume_mount's Destination
 
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
 
@@ -297,9 +299,8 @@ def service_name(job_id: str) -> str:
     return "bai-%s-%s" % (slug, hashlib.sha256(job_id.encode("utf-8")).hexdigest()[:8])
 
 
-def secret_path(plan: SessionPlan) -> str:
+def secret_path(spec: SessionSpec) -> str:
     """Where the keypair lives: ``nomad/jobs/<job>`` (Nomad Variables) or the Vault KV v2 path."""
-    spec = plan.spec
     if spec.secrets.backend == "vault":
         return "/".join(p for p in (spec.secrets.path, spec.name) if p)
     return "nomad/jobs/%s" % spec.name
@@ -308,8 +309,8 @@ def secret_path(plan: SessionPlan) -> str:
 def _secret_template(plan: SessionPlan, item: str) -> str:
     spec = plan.spec
     if spec.secrets.backend == "vault":
-        return '{{ with secret "%s/data/%s" }}{{ .Data.data.%s }}{{ end }}' % (spec.secrets.mount, secret_path(plan), item)
-    return '{{ with nomadVar "%s" }}{{ .%s }}{{ end }}' % (secret_path(plan), item)
+        return '{{ with secret "%s/data/%s" }}{{ .Data.data.%s }}{{ end }}' % (spec.secrets.mount, secret_path(spec), item)
+    return '{{ with nomadVar "%s" }}{{ .%s }}{{ end }}' % (secret_path(spec), item)
 
 
 def _env(container: Container) -> t.Dict[str, str]:
@@ -409,23 +410,30 @@ def job_ui(plan: SessionPlan) -> t.Dict[str, t.Any]:
     return {"Description": text, "Links": [dict(UI_LINK)]}
 
 
+def plan_slots(plan: SessionPlan) -> int:
+    """How many network slots a PLACED plan's session needs (``_nomad.job_network.session_slots``), before any is
+    claimed."""
+    return session_slots([c.agent for c in plan.containers])
+
+
 def render_network(plan: SessionPlan, namespace: str = "", network: t.Optional[JobNetwork] = None) -> RenderedNetwork:
     """The session network of a PLACED plan (see ``_nomad.job_network``)."""
     return session_network(plan.session_id, plan.agents_used, namespace, plan.spec.name, network,
-                           session_slots([c.agent for c in plan.containers]), plan.spec.underlay_encryption)
+                           plan_slots(plan), plan.spec.underlay_encryption)
 
 
 def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
-               network: t.Optional[JobNetwork] = None) -> t.Dict[str, t.Any]:
+               network: t.Optional[JobNetwork] = None, laid: t.Optional[RenderedNetwork] = None) -> t.Dict[str, t.Any]:
     """The bare Nomad job (the value of ``Job`` in a register request) for a PLACED plan.
 
     ``network``: the claimed slot, the agents' underlay addresses and the cluster key; without it
     (or without its key) the job is rendered unsigned, for reading only (``_nomad.job_network``).
+    ``laid``: :func:`render_network` of the same plan, namespace and ``network``, if the caller has it already.
     """
     if not plan.placed:
         raise PlanError("the session cannot be placed (PENDING): %s" % plan.reason)
     spec = plan.spec
-    net = render_network(plan, namespace, network)
+    net = laid or render_network(plan, namespace, network)
     keys = signing_keys(network, plan.agents_used)  # each group is signed for the agent it is pinned to
     service = service_name(spec.name)
     templates = _templates(plan, service)

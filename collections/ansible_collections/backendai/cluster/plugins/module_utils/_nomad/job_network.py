@@ -83,6 +83,13 @@ class JobNetwork:
     args_version: str = ARGS_VERSION
 
 
+def underlay_network(found: t.Mapping[str, t.Tuple[str, int]], key: t.Optional[bytes] = None) -> JobNetwork:
+    """The session network over the agents' underlay (agent -> (IPv4, MTU), ``_nomad.nodes.underlay_addresses``):
+    their addresses, and the smallest of their MTUs, which every packet of the session must fit."""
+    return JobNetwork(underlay={a: ip for a, (ip, _mtu) in found.items()}, key=key,
+                      underlay_mtu=min([mtu for _ip, mtu in found.values()] or [DEFAULT_UNDERLAY_MTU]))
+
+
 def preferred_slot(namespace: str, job_id: str, count: t.Optional[int] = None) -> int:
     """Where a session starts looking for a free slot (and the slot a render-only job shows)."""
     count = count or slot_count()

@@ -3,28 +3,25 @@
 """The control side of the session network for the ``nomad`` backend: the cluster key, the slot
 claims and the agents' underlay addresses, put together into a signed job.
 
-The nomad backend renders a session unsigned while it places it, then (before it writes
-anything) reads the key and the agents' addresses here, claims a slot, and renders the job
-again, signed (:func:`signed`). The key is read from ``network_key_file`` and registered with
+The nomad backend places a session, then (before it writes anything) reads the key and the
+agents' addresses here (:meth:`NetworkControl.job_network`), claims a slot, and renders the job once,
+signed for that slot (``_nomad.render.render_session``). The key is read from ``network_key_file`` and registered with
 ``hide`` at once, so it is masked should it ever reach a result or a log.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NETWORK_KEY_FILE
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_UNDERLAY_MTU, JobNetwork
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork, underlay_network
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import DEFAULT_CLAIMS_NAMESPACE, NetworkClaims
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import underlay_addresses
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.hcl import render_hcl
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import render_job, render_network
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import NetworkError, read_key
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
 
 
 class NetworkControl:
@@ -55,32 +52,21 @@ class NetworkControl:
     def claims(self, nomad: NomadClient) -> NetworkClaims:
         return NetworkClaims(nomad.in_namespace(self.claims_namespace))
 
-    def job_network(self, nomad: NomadClient, rendered: RenderedSession,
-                    agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]], slot: t.Optional[int],
+    def job_network(self, nomad: NomadClient, plan: SessionPlan, agents: t.Optional[t.Sequence[t.Mapping[str, t.Any]]],
                     nodes: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None,
                     node: t.Optional[t.Callable[[str], t.Optional[t.Dict[str, t.Any]]]] = None) -> JobNetwork:
-        """The key and the plan's agents' underlay addresses (read now); ``slot`` None: the preferred one.
+        """The key and the plan's agents' underlay addresses (read now), for the session's preferred slot (the
+        caller puts the claimed one in).
 
         ``nodes``: the node list (``GET /v1/nodes``) read earlier, outside the admission lock (issue 24: the lock is
         held only for what needs it); it is read again if an agent of the plan is not in it (a node that joined).
         ``node``: reads one full node (its meta), in place of ``GET /v1/node/:id`` (``_nomad.capacity.NodeCatalogue``)."""
         key = self.key()
-        used = rendered.plan.agents_used
+        used = plan.agents_used
         if nodes is not None and not set(used) <= {n.get("Name") for n in nodes}:
             nodes = None  # a node that joined since: read the list again
         try:
             found = underlay_addresses(nomad, used, agents, nodes=nodes, node=node)
         except ValueError as err:
             raise BackendAIClusterError(str(err)) from None
-        return JobNetwork(slot=slot, underlay={a: ip for a, (ip, _mtu) in found.items()}, key=key,
-                          underlay_mtu=min([mtu for _ip, mtu in found.values()] or [DEFAULT_UNDERLAY_MTU]))
-
-
-def signed(rendered: RenderedSession, network: JobNetwork, namespace: str = "", region: str = "",
-           with_hcl: t.Optional[bool] = None) -> RenderedSession:
-    """The same session rendered again with ``network`` (claimed slot, addresses, key); the HCL too if ``rendered``
-    had it (or as ``with_hcl`` says)."""
-    plan = rendered.plan
-    job = render_job(plan, namespace=namespace, region=region, network=network)
-    hcl = render_hcl(job) if (bool(rendered.hcl) if with_hcl is None else with_hcl) else ""
-    return dataclasses.replace(rendered, job=job, hcl=hcl, network=render_network(plan, namespace, network).summary())
+        return underlay_network(found, key)

@@ -15,6 +15,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import DEFAULT_UNDERLAY_MTU
 
 _TERMINAL_CLIENT_STATUSES = frozenset(("complete", "failed", "lost"))
 #: Jobs without a NodePool (as this collection renders them) only run in Nomad's default pool.
@@ -158,7 +159,6 @@ def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None, namesp
 #: Node meta that overrides a node's underlay address / MTU for the session network (multi-homed agents).
 UNDERLAY_IP_META = "backendai.underlay_ip"
 UNDERLAY_MTU_META = "backendai.underlay_mtu"
-DEFAULT_UNDERLAY_MTU = 1500
 
 
 def underlay_addresses(client: t.Optional[NomadClient], names: t.Sequence[str],

@@ -1,14 +1,15 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Removing a Nomad session: the one teardown every rollback and ``state=absent`` go through
-(purge the job, release the network slot, delete the keypair). A part of :class:`_nomad.backend.NomadBackend`."""
+(purge the job, release the network slot, delete the keypair): :class:`Remover`, a collaborator of
+:class:`_nomad.backend.NomadBackend`, constructed with what it writes to."""
 
 from __future__ import annotations
 
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure, SpecError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import NetworkClaims, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
@@ -16,10 +17,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets i
     SecretLocation,
     SecretStore,
     location_of_job,
-    location_of_plan,
+    location_of_spec,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import BackendState
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
     is_managed,
 )
@@ -28,11 +28,19 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.spec im
 from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultError
 
 
-class Removing(BackendState):
-    """The removal part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
+class Remover:
+    """Removes sessions of one namespace: their jobs (``nomad``), network slots (``network``'s claims) and keypairs
+    (``store``: the secret store at a location)."""
 
-    def _rollback(self, name: str, session_id: str, store: SecretStore, public_key: str,
-                  block: t.Optional[t.Tuple[int, int]] = None) -> str:
+    def __init__(self, nomad: NomadClient, network: NetworkControl, namespace: str,
+                 store: t.Callable[[SecretLocation], SecretStore]) -> None:
+        self.nomad = nomad
+        self.network = network
+        self.namespace = namespace
+        self._store = store
+
+    def rollback(self, name: str, session_id: str, store: SecretStore, public_key: str,
+                 block: t.Optional[t.Tuple[int, int]] = None) -> str:
         """Undo a create of this run through the one teardown ``state=absent`` uses (only what is this run's:
         the job with this session ID, the network slots this run claimed, the keypair holding this public key)."""
         try:
@@ -40,15 +48,15 @@ class Removing(BackendState):
             ours = job is not None and (job.get("Meta") or {}).get("BACKENDAI_SESSION_ID") == session_id
         except NomadError:
             job, ours = None, True  # cannot tell: the job did not exist when this run began, so try
-        done, failed = self._teardown(name, ours, [store], public_key, block, session_id)
+        done, failed = self.teardown(name, ours, [store], public_key, block, session_id)
         text = "Rolled back: %s" % ("; ".join(done) if done else "nothing had been created")
         if failed:
             text += ". Rollback INCOMPLETE: %s; remove the leftovers with state=absent" % "; ".join(failed)
         return text
 
-    def _teardown(self, name: str, job_there: bool, stores: t.Sequence[SecretStore],
-                  public_key: t.Optional[str] = None, block: t.Optional[t.Tuple[int, int]] = None,
-                  session_id: str = "") -> t.Tuple[t.List[str], t.List[str]]:
+    def teardown(self, name: str, job_there: bool, stores: t.Sequence[SecretStore],
+                 public_key: t.Optional[str] = None, block: t.Optional[t.Tuple[int, int]] = None,
+                 session_id: str = "") -> t.Tuple[t.List[str], t.List[str]]:
         """The one teardown of a session (``state=absent`` and every rollback): purge the job, release its
         network slots (``block``: first slot, count; with ``session_id``, only claims of that session), then
         delete the keypair (with ``public_key``: only a keypair holding that key). Returns (done, failed)."""
@@ -99,7 +107,7 @@ class Removing(BackendState):
         if from_job is not None:
             locations.append(from_job)
         if spec is not None:
-            locations.append(location_of_plan(plan_session(spec_raw, [])))
+            locations.append(location_of_spec(spec))
         if not locations:
             locations.append(SecretLocation(NOMAD_VARIABLES, "nomad/jobs/%s" % name))
         stores = [self._store(loc) for loc in dict.fromkeys(locations)]
@@ -127,7 +135,7 @@ class Removing(BackendState):
                               "after_header": "session %s" % name}
         if check_mode or not changed:
             return result
-        _done, failed = self._teardown(name, job is not None, present, block=block)
+        _done, failed = self.teardown(name, job is not None, present, block=block)
         if failed:
             raise ModuleFailure("removing session %s is incomplete: %s; run state=absent again" % (name, "; ".join(failed)),
                                 {"changed": True, "removed": result["removed"]})

@@ -17,7 +17,7 @@ import typing as t
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import CASConflict, NomadClient
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import PRIVATE_KEY_ITEM, PUBLIC_KEY_ITEM, secret_path
-from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultCASConflict, VaultClient
 
@@ -50,11 +50,11 @@ class SecretExists(BackendAIClusterError):
     """The check-and-set create found a secret already there (left behind, or another run's)."""
 
 
-def location_of_plan(plan: SessionPlan) -> SecretLocation:
-    spec = plan.spec
+def location_of_spec(spec: SessionSpec) -> SecretLocation:
+    """Where the spec says the keypair lives."""
     if spec.secrets.backend == VAULT:
-        return SecretLocation(VAULT, secret_path(plan), spec.secrets.mount)
-    return SecretLocation(NOMAD_VARIABLES, secret_path(plan))
+        return SecretLocation(VAULT, secret_path(spec), spec.secrets.mount)
+    return SecretLocation(NOMAD_VARIABLES, secret_path(spec))
 
 
 def location_of_job(job: t.Mapping[str, t.Any]) -> t.Optional[SecretLocation]:

@@ -1,14 +1,16 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Watching a Nomad session: its view (allocations, addresses, logs), waiting for its containers,
-and following an evaluation to Nomad's placement verdict. A part of :class:`_nomad.backend.NomadBackend`."""
+and following an evaluation to Nomad's placement verdict: :class:`Watcher`, a collaborator of
+:class:`_nomad.backend.NomadBackend` and of the update (``_nomad.update``), constructed with what it reads."""
 
 from __future__ import annotations
 
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import admission
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import TASK_NAME
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
     location_of_job,
@@ -19,19 +21,27 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view impo
     current_allocations,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.view import wait_progress
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import (
-    BackendState,
-    WaitFailed,
-    last_event,
-)
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import WaitFailed, last_event
 
 
 #: The longest blocking read of an evaluation (seconds): the admission lock (TTL >= 10 s) is renewed between reads.
 EVAL_WAIT_SLICE = 4.0
 
 
-class Watching(BackendState):
-    """The watching part of :class:`_nomad.backend.NomadBackend` (which holds the state it uses)."""
+class Watcher:
+    """Reads one namespace's sessions from Nomad and waits on them (``poll_interval``: the longest delay between two
+    polls; ``eval_timeout``: how long an evaluation is followed; ``warn``: where a verdict not reached is told)."""
+
+    def __init__(self, nomad: NomadClient, node_catalogue: t.Optional[NodeCatalogue], warn: t.Callable[[str], None],
+                 sleep: t.Callable[[float], None], clock: t.Callable[[], float], poll_interval: float,
+                 eval_timeout: float) -> None:
+        self.nomad = nomad
+        self.node_catalogue = node_catalogue
+        self._warn = warn
+        self._sleep = sleep
+        self._clock = clock
+        self.poll_interval = poll_interval
+        self.eval_timeout = eval_timeout
 
     def _logs(self, alloc: t.Mapping[str, t.Any], lines: int) -> t.List[str]:
         """The last ``lines`` lines of stdout, then the last ``lines`` lines of stderr."""
@@ -70,8 +80,8 @@ class Watching(BackendState):
                     c["address"] = nodes.get(c["node_id"], "")
         return view
 
-    def _wait(self, job: t.Mapping[str, t.Any], timeout: float,
-              version: t.Optional[int] = None) -> t.List[t.Dict[str, t.Any]]:
+    def wait(self, job: t.Mapping[str, t.Any], timeout: float,
+             version: t.Optional[int] = None) -> t.List[t.Dict[str, t.Any]]:
         """Until every container's allocation runs (a batch container may also have completed); the job's allocation
         list read last (every one running: the view after the wait needs no new read of it)."""
         deadline = self._clock() + max(0.0, timeout)
@@ -102,7 +112,7 @@ class Watching(BackendState):
             self._sleep(min(delay, remaining))
             delay = min(delay * 2, self.poll_interval)
 
-    def _follow_eval(self, eval_id: str, lock: t.Optional[admission.AdmissionLock], index: int = 0) -> t.Dict[str, t.Any]:
+    def follow_eval(self, eval_id: str, lock: t.Optional[admission.AdmissionLock], index: int = 0) -> t.Dict[str, t.Any]:
         """Nomad's verdict on a register: the groups it could not place (``FailedTGAllocs``), else {}.
 
         Reads ``/v1/evaluation/:id`` until it is processed (at most ``eval_timeout``: then no verdict). With

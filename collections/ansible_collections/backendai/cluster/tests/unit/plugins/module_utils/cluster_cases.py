@@ -9,6 +9,7 @@ import os
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import network_args
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, plan_session, render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan, build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
@@ -33,6 +34,11 @@ def make_plan(agents: t.Optional[t.List[t.Dict[str, t.Any]]] = None, **overrides
     if agents is None:
         agents = agents_list(("agent-1", 64000, 262144, 0))
     return build_plan(parse_spec(spec_dict(**overrides)), parse_agents(agents), FIXED_SESSION_ID)
+
+
+def render_raw(spec_raw: t.Any, agents_raw: t.Any, public_key: str = "", **options: t.Any) -> RenderedSession:
+    """A spec and agents as a user writes them, parsed, placed and rendered (``options``: ``render_session``'s)."""
+    return render_session(plan_session(parse_spec(spec_raw), agents_raw, public_key=public_key), **options)
 
 
 def client_args(job: t.Mapping[str, t.Any], group: str) -> t.Dict[str, str]:

@@ -56,7 +56,8 @@ LOADS = {
     "modules/local_agents.py": ({"_ansible", "_errors", "_defaults", "_files", "_session", "_network", "_vault",
                                  "_nomad", "_local"}, {"_ansible", "_errors", "_defaults", "_files", "_network", "_local",
                                                        "_session"}),
-    "inventory/nomad_nodes.py": ({"_errors", "_defaults", "_nomad"}, {"_errors", "_defaults", "_nomad"}),
+    # _network: the underlay MTU default, one source (_nomad.nodes imports it from _session_network, stdlib only)
+    "inventory/nomad_nodes.py": ({"_errors", "_defaults", "_nomad", "_network"}, {"_errors", "_defaults", "_nomad", "_network"}),
 }
 
 

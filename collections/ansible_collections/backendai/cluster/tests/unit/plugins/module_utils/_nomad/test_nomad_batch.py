@@ -9,7 +9,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.batch import BatchPlanner, placement_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import RUNTIME_VOLUME
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import render_session
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 
 
@@ -34,18 +34,18 @@ def test_the_request_holds_placement_only() -> None:
 
 def test_grants_take_exactly_what_they_place_in_queue_order_until_one_does_not_fit() -> None:
     pool = agents(2)  # each holds two 2-container sessions
-    own = render_session(spec("own"), pool, with_hcl=False).plan
+    own = plan_session(parse_spec(spec("own")), pool)
     planner = BatchPlanner(pool, own)
     granted = [planner.grant(placement_request(parse_spec(spec("w%d" % i)))) for i in range(4)]
     assert all(g is not None for g in granted[:3]) and granted[3] is None, granted
     assert [[(a["name"], a["cpu"], a["memory"]) for a in g or []] for g in granted[:3]] == \
         [[("n0", 2000, 2048)], [("n1", 2000, 2048)], [("n1", 2000, 2048)]]
     # the waiter renders on exactly its grant: placed, on the granted agent
-    plan = render_session(spec("w0"), granted[0], with_hcl=False).plan
+    plan = plan_session(parse_spec(spec("w0")), granted[0])
     assert plan.placed and {c.agent for c in plan.containers} == {"n0"}
 
 
 def test_a_request_it_cannot_read_is_not_granted() -> None:
-    planner = BatchPlanner(agents(1), render_session(spec("own", size=1), agents(1), with_hcl=False).plan)
+    planner = BatchPlanner(agents(1), plan_session(parse_spec(spec("own", size=1)), agents(1)))
     for bad in (None, {}, {"demands": "x"}, {"demands": [[1, 2]]}, {"demands": [[1000, 1024, 0]]}):
         assert planner.grant(bad) is None

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import re
 import typing as t
 
@@ -162,6 +164,20 @@ def test_every_group_mounts_the_runtime_bundle_read_only_and_nodes_must_declare_
         assert {"Volume": "runtime", "Destination": RUNTIME_MOUNT, "ReadOnly": True} in group["Tasks"][0]["VolumeMounts"]
     assert job["Meta"]["BACKENDAI_RUNTIME_VERSION"] == RUNTIME_VERSION and RUNTIME_VOLUME.endswith("-v" + RUNTIME_VERSION)
     assert host_volumes_needed(()) == (HostVolume(RUNTIME_VOLUME, True, RUNTIME_DIR, RUNTIME_PURPOSE),)
+
+
+BUNDLER = os.path.join(os.path.dirname(__file__), *[os.pardir] * 5, "roles", "overlay_agent", "files", "backendai-runtime-bundle")
+
+
+def test_the_runtime_mount_has_one_source() -> None:
+    """Where tasks find the bundle: the volume_mount's Destination, the entrypoint's argv and its ``B=``, and the
+    bundle builder's MOUNT (run on agents without this package, it keeps its own copy: held equal here)."""
+    assert "B=%s " % RUNTIME_MOUNT in ENTRYPOINT and "@RUNTIME_MOUNT@" not in ENTRYPOINT
+    with open(BUNDLER, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    mounts = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+              and [getattr(target, "id", None) for target in node.targets] == ["MOUNT"]]
+    assert mounts == [RUNTIME_MOUNT]
 
 
 def test_host_volume_name_is_readable_unique_and_stable() -> None:

@@ -147,7 +147,7 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
         write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
                                                           spec["ssh"]["port"], spec["user"]["name"]), mode=0o644)
 
-    isolation = _make_cgroups(spec, names, hier, journal)
+    isolation = _make_cgroups(spec, names, hier, cgroup_dirs, journal)
     for host in hosts if isolation["warnings"] else []:  # said where a container's start-up is logged
         with open(paths.system_log(host), "a", encoding="utf-8") as log:
             log.write("".join("backendai.cluster: warning: %s\n" % w for w in isolation["warnings"]))
@@ -194,7 +194,7 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
 
 
 def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
-                  journal: Journal) -> t.Dict[str, t.Any]:
+                  cgroup_dirs: t.Dict[str, t.List[str]], journal: Journal) -> t.Dict[str, t.Any]:
     """Every container's cgroups with its limits (journaled first); returns what the session's containers
     are confined by and the warnings of what is missing (the README's isolation table says what that means)."""
     warnings = ["no %s cgroup controller on this machine: the containers run without %s" % (
@@ -202,9 +202,13 @@ def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cg
     core_mhz = _cgroups.mhz_per_core()
     if "cpu" in hier.places and core_mhz <= 0:
         warnings.append("this machine tells no CPU MHz (cpufreq, /proc/cpuinfo): the containers run without a CPU quota")
-    dirs = [d for c in spec["containers"] for d in hier.dirs(names["netns"][c["hostname"]])]
+    dirs = [d for c in spec["containers"] for d in cgroup_dirs[c["hostname"]]]
     if dirs:
         journal.record("cgroups", dirs=dirs)
+    try:
+        _cgroups.enable(hier)
+    except OSError as e:
+        raise LocalRuntimeError("cannot enable the cgroup controllers %s: %s" % (", ".join(sorted(hier.places)), e)) from None
     quotas = {}
     for c in spec["containers"]:
         quotas[c["hostname"]] = _cgroups.cpu_quota_us(c["resources"]["cpu"], core_mhz, os.cpu_count() or 1)

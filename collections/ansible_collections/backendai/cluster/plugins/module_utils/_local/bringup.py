@@ -43,7 +43,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd impo
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import resource_names
 from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file, write_file
-from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT, peers_text
+from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import hosts_text
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     Journal,
     LocalRuntimeError,
@@ -54,21 +54,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
 )
 
 
-#: The session hosts file's own lines; the peers block follows (``write_peers``).
+#: The session hosts file's own lines; the peers block follows (``_session.hosts.hosts_text``).
 BASE_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-
-
-def write_peers(paths: SessionPaths, addresses: t.Mapping[str, str]) -> None:
-    """Tell every container of the session the addresses of its peers (hostname -> address).
-
-    The peers file, then the hosts script a Nomad task runs too (``_session.hosts``) rewrites the
-    session's hosts file in place: every container has that one file bind-mounted as /etc/hosts, so a
-    changed address reaches them all at once (a file renamed over it would reach none of them).
-    """
-    write_file(paths.peers_file, peers_text(addresses), mode=0o644)
-    if not os.path.exists(paths.hosts_file):
-        write_file(paths.hosts_file, BASE_HOSTS, mode=0o644)
-    run(["sh", "-c", HOSTS_SCRIPT, "hosts.sh", paths.peers_file, paths.hosts_file], what="rewriting the session's hosts file")
 
 
 def _host_networks() -> t.List[ipaddress.IPv4Network]:
@@ -142,7 +129,8 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
     t_net = time.monotonic() - t_net
 
     main = hosts[0]
-    write_peers(paths, {h: addresses[h] for h in hosts})
+    # every container has this one file bind-mounted as /etc/hosts (none has started yet)
+    create_file(paths.hosts_file, hosts_text(BASE_HOSTS, {h: addresses[h] for h in hosts}), mode=0o644)
     if main in published:
         write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
                                                           spec["ssh"]["port"], spec["user"]["name"]), mode=0o644)

@@ -216,6 +216,10 @@ def test_each_container_has_its_own_home(sessions: Any, helpers: Any) -> None:
     assert not os.path.exists("/root/" + marker), "a container wrote to the host's /root"
     assert not os.path.exists("/home/work/" + marker), "a container wrote to the host's /home"
     assert os.path.exists(os.path.join(r["state_dir"], "containers", "main1", "home", marker))
+    # the logins' keys are the user's own; the state directory keeps the host key and the host client's files
+    assert sorted(os.listdir(os.path.join(r["state_dir"], "containers", "sub1", "home", ".ssh"))) == [
+        "authorized_keys", "id_cluster", "id_cluster.pub", "known_hosts"]
+    assert sorted(os.listdir(os.path.join(r["state_dir"], "ssh"))) == ["config", "id_cluster", "id_cluster.pub", "known_hosts"]
 
 
 def test_a_changed_address_reaches_every_peer(sessions: Any, tmp_path: Any) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import ROOT_USER, UserSpec
 
 #: Where the home directories are: a private tmpfs in every container (unless the user is root).
@@ -80,20 +79,16 @@ def account_files(user: t.Mapping[str, t.Any], passwd: str, group: str, shell: s
     return "\n".join(users) + "\n", "\n".join(groups) + "\n"
 
 
-def make_home(home: str, user: t.Mapping[str, t.Any], private_key: str, public_key: str) -> None:
-    """A container's home (on the host, in the state dir) with ``~/.ssh`` holding the session keys, all owned by
-    the user: 0700 directories, the private key and authorized_keys 0600 (what sshd's StrictModes wants)."""
+def make_home(home: str, user: t.Mapping[str, t.Any]) -> str:
+    """A container's home (on the host, in the state dir) with an empty ``~/.ssh`` for the session keys
+    (``_local.sshd.write_keys``), both 0700 and owned by the user (what sshd's StrictModes wants); returns ``~/.ssh``."""
     uid, gid = int(user["uid"]), int(user["gid"])
     ssh = os.path.join(home, ".ssh")
     os.makedirs(ssh, mode=0o700)  # a new home (the session's state directory is new)
-    pub = public_key.strip() + "\n"
-    files = (("id_cluster", private_key.strip() + "\n", 0o600), ("id_cluster.pub", pub, 0o644),
-             ("authorized_keys", pub, 0o600), ("known_hosts", "* " + pub, 0o644))
-    for fname, text, mode in files:
-        create_file(os.path.join(ssh, fname), text, mode=mode, owner=(uid, gid))
     for d in (ssh, home):
         os.chmod(d, 0o700)
         os.chown(d, uid, gid)
+    return ssh
 
 
 def user_mounts(user: t.Mapping[str, t.Any], home: str, passwd: str, group: str) -> t.List[t.Tuple[str, str, str, str]]:

@@ -35,10 +35,12 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.publish i
 from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, spawn, wait_started
 from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
     free_local_port,
+    key_files,
     sshd_config,
     user_ssh_config,
     wait_for_ssh,
-    write_key_files,
+    write_client_files,
+    write_keys,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import resource_names
@@ -220,7 +222,8 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
     write_file(paths.resolv_conf, "# backendai.cluster local session: no DNS, peers are in /etc/hosts\n"
                "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n", mode=0o644)
     ssh, user = spec["ssh"], spec["user"]
-    write_key_files(paths, ssh["private_key"], ssh["public_key"], ssh["port"], user["name"], user["home"])
+    keys = key_files(ssh["private_key"], ssh["public_key"])
+    write_client_files(paths, keys, ssh["port"], user["name"], user["home"])
     # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
     os.makedirs(os.path.dirname(paths.passwd), mode=0o755, exist_ok=True)
     for path, text in zip((paths.passwd, paths.group),
@@ -233,7 +236,7 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
         host = c["hostname"]
         cdir = paths.container_dir(host)
         os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
-        account.make_home(paths.home_dir(host), user, ssh["private_key"], ssh["public_key"])
+        write_keys(account.make_home(paths.home_dir(host), user), keys, owner=(int(user["uid"]), int(user["gid"])))
         # (the container's directory is new: its files are made, not replaced)
         create_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
         setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"], user,

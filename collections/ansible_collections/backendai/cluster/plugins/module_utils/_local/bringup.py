@@ -43,7 +43,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd impo
     write_keys,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
-from ansible_collections.backendai.cluster.plugins.module_utils._local.session import resource_names
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, resource_names
 from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file, write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import hosts_text
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
@@ -88,19 +88,19 @@ def _missing_dirs(targets: t.List[str], private: t.Tuple[str, ...]) -> t.List[st
     return out
 
 
-def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+def bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
     write_file(paths.start_gate, "", mode=0o600)
     with flocked(paths.start_gate):  # the batch commands wait for it (see SessionPaths.start_gate)
-        return _bring_up(spec, paths, journal)
+        return _bring_up(session, paths, journal)
 
 
-def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
     t0 = time.monotonic()
-    names = resource_names(paths, spec)
-    hosts = [c["hostname"] for c in spec["containers"]]
+    names = resource_names(paths, session)
+    hosts = session.hostnames
     netns = [names["netns"][h] for h in hosts]
-    targets = [m["target"] for m in spec["mounts"]]
-    journal.record("begin", name=spec["name"], session_id=spec["session_id"], bridge=names["bridge"],
+    targets = [m.target for m in session.mounts]
+    journal.record("begin", name=session.name, session_id=session.session_id, bridge=names["bridge"],
                    netns=netns, hosts=hosts, targets=targets)
     # Never journal (hence never undo) something that is not ours.
     if link_exists(names["bridge"]):
@@ -111,9 +111,9 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
                                 % ", ".join(taken))
     hier = _cgroups.detect()
     cgroup_dirs = {h: hier.dirs(names["netns"][h]) for h in hosts}
-    published, starts = _write_files(spec, paths, names, cgroup_dirs)
+    published, starts = _write_files(session, paths, names, cgroup_dirs)
 
-    missing = _missing_dirs(targets, PRIVATE_DIRS + (() if account.is_root(spec["user"]) else (account.HOME_ROOT,)))
+    missing = _missing_dirs(targets, PRIVATE_DIRS + (() if session.user.is_root else (account.HOME_ROOT,)))
     if missing:
         journal.record("mkdirs", paths=missing)
         for d in missing:
@@ -124,10 +124,10 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
 
     t_net = time.monotonic()
     # main1 is published by portmap on this machine, by a relay behind local agents
-    mappings = {h: [{"hostPort": addr[1], "containerPort": spec["ssh"]["port"], "protocol": "tcp", "hostIP": addr[0]}]
-                for h, addr in published.items()} if not spec["agents"] else {}
-    addresses, network = _local_network.bring_up(spec, paths, names, mappings,
-                                                 [] if spec["agents"] else _host_networks(), journal)
+    mappings = {h: [{"hostPort": addr[1], "containerPort": session.ssh_port, "protocol": "tcp", "hostIP": addr[0]}]
+                for h, addr in published.items()} if not session.agents else {}
+    addresses, network = _local_network.bring_up(session, paths, names, mappings,
+                                                 [] if session.agents else _host_networks(), journal)
     t_net = time.monotonic() - t_net
 
     main = hosts[0]
@@ -135,42 +135,42 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
     create_file(paths.hosts_file, hosts_text(BASE_HOSTS, {h: addresses[h] for h in hosts}), mode=0o644)
     if main in published:
         write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
-                                                          spec["ssh"]["port"], spec["user"]["name"]), mode=0o644)
+                                                          session.ssh_port, session.user.name), mode=0o644)
 
-    isolation = _make_cgroups(spec, names, hier, cgroup_dirs, journal)
+    isolation = _make_cgroups(session, names, hier, cgroup_dirs, journal)
     for host in hosts if isolation["warnings"] else []:  # said where a container's start-up is logged
         with open(paths.system_log(host), "a", encoding="utf-8") as log:
             log.write("".join("backendai.cluster: warning: %s\n" % w for w in isolation["warnings"]))
 
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
-    pids = _start_containers(spec, paths, names, addresses, published, starts, journal)
+    pids = _start_containers(session, paths, names, addresses, published, starts, journal)
     t_ready = time.monotonic() - t_ready
     for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
         isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
 
     containers = []
-    for c in spec["containers"]:
-        host = c["hostname"]
+    for c in session.containers:
+        host = c.hostname
         pid = pids[host]
         sshd_pid = sshd_of(pid)  # it answered: it runs as sshd
         containers.append({
-            "hostname": host, "role": c["role"], "idx": c["idx"], "agent": c["agent"], "netns": names["netns"][host],
+            "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
             "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
             "pid_starttime": _starttime(pid), "sshd_starttime": _starttime(sshd_pid),
-            "has_command": bool(c["command"]), "log": paths.log(host), "system_log": paths.system_log(host),
-            "resources": c["resources"], "cgroups": cgroup_dirs[host],
+            "has_command": bool(c.command), "log": paths.log(host), "system_log": paths.system_log(host),
+            "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory}, "cgroups": cgroup_dirs[host],
             "published": "%s:%d" % published[host] if host in published else None,
         })
     info = {
-        "name": spec["name"], "session_id": spec["session_id"], "state_dir": paths.root,
+        "name": session.name, "session_id": session.session_id, "state_dir": paths.root,
         "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
-        "ssh_port": spec["ssh"]["port"], "user": spec["user"]["name"], "isolation": isolation,
+        "ssh_port": session.ssh_port, "user": session.user.name, "isolation": isolation,
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: dict({"netns": v["netns"], "underlay_ip": v["underlay_ip"]}, **(
             {"wireguard": _local_network.wireguard_interface(v["state_dir"], a)}
-            if network["underlay_encryption"] == "wireguard" else {})) for a, v in spec["agents"].items()},
+            if network["underlay_encryption"] == "wireguard" else {})) for a, v in session.agents.items()},
         "vxlan": names["vxlan"] if network["spans"] else None,
         "underlay_encryption": network["underlay_encryption"],
         "created_at": time.time(),
@@ -183,7 +183,7 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
     return dict(public_info(info), changed=True, state="RUNNING")
 
 
-def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
+def _make_cgroups(session: LocalSession, names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
                   cgroup_dirs: t.Dict[str, t.List[str]], journal: Journal) -> t.Dict[str, t.Any]:
     """Every container's cgroups with its limits (journaled first); returns what the session's containers
     are confined by and the warnings of what is missing (the README's isolation table says what that means)."""
@@ -192,7 +192,7 @@ def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cg
     core_mhz = _cgroups.mhz_per_core()
     if "cpu" in hier.places and core_mhz <= 0:
         warnings.append("this machine tells no CPU MHz (cpufreq, /proc/cpuinfo): the containers run without a CPU quota")
-    dirs = [d for c in spec["containers"] for d in cgroup_dirs[c["hostname"]]]
+    dirs = [d for h in session.hostnames for d in cgroup_dirs[h]]
     if dirs:
         journal.record("cgroups", dirs=dirs)
     try:
@@ -200,19 +200,19 @@ def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cg
     except OSError as e:
         raise LocalRuntimeError("cannot enable the cgroup controllers %s: %s" % (", ".join(sorted(hier.places)), e)) from None
     quotas = {}
-    for c in spec["containers"]:
-        quotas[c["hostname"]] = _cgroups.cpu_quota_us(c["resources"]["cpu"], core_mhz, os.cpu_count() or 1)
+    for c in session.containers:
+        quotas[c.hostname] = _cgroups.cpu_quota_us(c.resources.cpu, core_mhz, os.cpu_count() or 1)
         try:
-            warnings += _cgroups.create(hier, names["netns"][c["hostname"]], c["resources"]["memory"])
+            warnings += _cgroups.create(hier, names["netns"][c.hostname], c.resources.memory)
         except OSError as e:
-            raise LocalRuntimeError("cannot make the cgroups of container %s: %s" % (c["hostname"], e)) from None
+            raise LocalRuntimeError("cannot make the cgroups of container %s: %s" % (c.hostname, e)) from None
     versions = sorted({"v%d" % v for _m, v in hier.places.values()})
     return {"cgroups": "+".join(versions) or "none", "controllers": sorted(hier.places),
             "cpu_mhz_per_core": round(core_mhz, 1), "pids_limit": _cgroups.PIDS_LIMIT if "pids" in hier.places else None,
             "warnings": warnings, "cpu_quota_us": quotas}
 
 
-def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any],
+def _write_files(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
                  cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str, t.Tuple[str, int]], t.Dict[str, Container]]:
     """Everything in the state dir a container needs (no journal: destroy removes the dir);
     returns the published address of each container that publishes its ssh port, and how to start each."""
@@ -221,9 +221,9 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
     # No DNS on the private network: fail lookups at once instead of timing out.
     write_file(paths.resolv_conf, "# backendai.cluster local session: no DNS, peers are in /etc/hosts\n"
                "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n", mode=0o644)
-    ssh, user = spec["ssh"], spec["user"]
-    keys = key_files(ssh["private_key"], ssh["public_key"])
-    write_client_files(paths, keys, ssh["port"], user["name"], user["home"])
+    user = session.user
+    keys = key_files(session.keys.private_key, session.keys.public_key)
+    write_client_files(paths, keys, session.ssh_port, user.name, user.home)
     # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
     os.makedirs(os.path.dirname(paths.passwd), mode=0o755, exist_ok=True)
     for path, text in zip((paths.passwd, paths.group),
@@ -232,29 +232,29 @@ def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[st
         write_file(path, text, mode=0o644)
     published: t.Dict[str, t.Tuple[str, int]] = {}
     starts = {}
-    for c in spec["containers"]:
-        host = c["hostname"]
+    for c in session.containers:
+        host = c.hostname
         cdir = paths.container_dir(host)
         os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
-        write_keys(account.make_home(paths.home_dir(host), user), keys, owner=(int(user["uid"]), int(user["gid"])))
+        write_keys(account.make_home(paths.home_dir(host), user), keys, owner=(user.uid, user.gid))
         # (the container's directory is new: its files are made, not replaced)
-        create_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
-        setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"], user,
-                               cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c["resources"]["memory"]))
+        create_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, session.ssh_port, c.env, user.name), mode=0o600)
+        setup = ContainerSetup(host, names["netns"][host], c.env, c.command, session.mounts, user,
+                               cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c.resources.memory))
         for fname, text in render_container(paths, setup).items():
             create_file(os.path.join(cdir, fname), text, mode=0o600)
         starts[host] = container_start(paths, setup)
-        if c["publish"]:
+        if c.publish:
             published[host] = ("127.0.0.1", free_local_port())
     return published, starts
 
 
-def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
+def _start_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
                       published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal,
                       ) -> t.Dict[str, int]:
     """Start every container (all at once: each one's setup runs while the next is forked) and wait until
     each sshd (and each published port) answers; each container's init pid (also kept in its ``pid`` file)."""
-    hosts = [c["hostname"] for c in spec["containers"]]
+    hosts = session.hostnames
     starting = []
     pids: t.Dict[str, int] = {}
     failed = None
@@ -271,15 +271,15 @@ def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Di
                 failed = failed or e
     if failed:
         raise failed
-    targets = {h: (addresses[h], spec["ssh"]["port"]) for h in hosts}
+    targets = {h: (addresses[h], session.ssh_port) for h in hosts}
     make_socket = None
-    if spec["agents"]:
+    if session.agents:
         # Behind agents the containers are reachable only over the overlay: every sshd is probed
         # from main1's namespace (so across agents), and main1 is published by a relay.
         make_socket = _overlay_prober(netns_path(names["netns"][hosts[0]]))
         for host, addr in published.items():
             journal.record("relay", host=host, published="%s:%d" % addr)
-            start_relay(paths, netns_path(names["netns"][host]), addr, spec["ssh"]["port"], paths.system_log(host))
+            start_relay(paths, netns_path(names["netns"][host]), addr, session.ssh_port, paths.system_log(host))
     targets.update({"%s (published)" % h: addr for h, addr in published.items()})
     wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, pids), make_socket=make_socket)
     return pids

@@ -35,6 +35,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn imp
     libc,
     mount_calls,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount, UserSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     CONTAINER_STATE_DIR,
     OWNER_ENV,
@@ -64,11 +65,11 @@ class ContainerSetup:
 
     hostname: str
     netns: str
-    env: t.Dict[str, str]
-    command: t.List[str]
-    mounts: t.List[t.Dict[str, object]] = field(default_factory=list)
-    #: The session user (``_local.account``): name, uid, gid, home.
-    user: t.Dict[str, t.Any] = field(default_factory=account.default_user)
+    env: t.Mapping[str, str]
+    command: t.Sequence[str]
+    mounts: t.Sequence[Mount] = ()
+    #: The session user (``_local.account``).
+    user: UserSpec = field(default_factory=UserSpec)
     cgroups: t.List[str] = field(default_factory=list)  # the container's cgroup directories, joined first
     shm_mb: int = 64  # size of its private /dev/shm (see _local.cgroups.shm_size_mb)
 
@@ -154,11 +155,11 @@ def mount_entries(paths: SessionPaths, setup: ContainerSetup) -> t.List[t.Tuple[
     final.append(("container-sysfs", "/sys", "sysfs", "ro,nosuid,nodev,noexec"))
     for i, mount in enumerate(setup.mounts):
         # Sources are bound before /tmp is covered, targets after: both may live under /tmp.
-        ro = ",ro" if mount.get("read_only") else ""
-        stage.append((str(mount["source"]), "%s%s/%d" % (staging, MOUNTS_STAGE[len("/run"):], i),
+        ro = ",ro" if mount.read_only else ""
+        stage.append((mount.source, "%s%s/%d" % (staging, MOUNTS_STAGE[len("/run"):], i),
                       "none", "bind%s,X-mount.mkdir" % ro))
         # X-mount.mkdir: targets under the private /tmp or /run exist only in here.
-        final.append(("%s/%d" % (MOUNTS_STAGE, i), str(mount["target"]), "none", "bind%s,X-mount.mkdir" % ro))
+        final.append(("%s/%d" % (MOUNTS_STAGE, i), mount.target, "none", "bind%s,X-mount.mkdir" % ro))
     return stage + [(staging, "/run", "none", MOVE_OPTION)] + final
 
 
@@ -195,7 +196,7 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         ]
         env = dict(setup.env)
         env.setdefault("PATH", SANE_PATH)
-        env.setdefault("HOME", setup.user["home"])
+        env.setdefault("HOME", setup.user.home)
         exitcode = q(paths.in_container(paths.exitcode(setup.hostname)))
         assignments = " ".join(q("%s=%s" % kv) for kv in sorted(env.items()))
         lines += [

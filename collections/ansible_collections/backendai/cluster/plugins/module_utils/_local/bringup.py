@@ -26,13 +26,14 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     is_alive,
     link_exists,
     netns_path,
+    proc_entries,
     proc_stat,
     render_container,
     sshd_of,
     socket_in_netns,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
-from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, spawn, wait_started
+from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, mount_calls, spawn, wait_started
 from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
     free_local_port,
     key_files,
@@ -232,6 +233,7 @@ def _write_files(session: LocalSession, paths: SessionPaths, names: t.Dict[str, 
         write_file(path, text, mode=0o644)
     published: t.Dict[str, t.Tuple[str, int]] = {}
     starts = {}
+    proc_mounts = mount_calls(proc_entries())  # the same for every container
     for c in session.containers:
         host = c.hostname
         cdir = paths.container_dir(host)
@@ -243,7 +245,7 @@ def _write_files(session: LocalSession, paths: SessionPaths, names: t.Dict[str, 
                                cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c.resources.memory))
         for fname, text in render_container(paths, setup).items():
             create_file(os.path.join(cdir, fname), text, mode=0o600)
-        starts[host] = container_start(paths, setup)
+        starts[host] = container_start(paths, setup, proc_mounts)
         if c.publish:
             published[host] = ("127.0.0.1", free_local_port())
     return published, starts

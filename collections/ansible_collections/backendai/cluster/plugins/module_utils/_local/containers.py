@@ -32,6 +32,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn imp
     INIT_SHELL,
     MOVE_OPTION,
     Container,
+    MountCall,
     libc,
     mount_calls,
 )
@@ -217,11 +218,12 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
     return {"init.sh": "\n".join(lines) + "\n"}
 
 
-def container_start(paths: SessionPaths, setup: ContainerSetup) -> Container:
-    """What ``_local.spawn`` needs to start the container (its init.sh rendered and written before)."""
+def container_start(paths: SessionPaths, setup: ContainerSetup, proc_mounts: t.List[MountCall]) -> Container:
+    """What ``_local.spawn`` needs to start the container (its init.sh rendered and written before; ``proc_mounts``:
+    ``mount_calls(proc_entries())``, the same for every container of the session)."""
     cdir = paths.container_dir(setup.hostname)
     return Container(setup.hostname, netns_path(setup.netns), [os.path.join(d, "cgroup.procs") for d in setup.cgroups],
-                     mount_calls(mount_entries(paths, setup)), mount_calls(proc_entries()), [INIT_SHELL, paths.in_container(os.path.join(cdir, "init.sh"))],
+                     mount_calls(mount_entries(paths, setup)), proc_mounts, [INIT_SHELL, paths.in_container(os.path.join(cdir, "init.sh"))],
                      owner_env(paths.root), paths.system_log(setup.hostname))
 
 

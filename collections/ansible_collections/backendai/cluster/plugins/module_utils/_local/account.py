@@ -66,7 +66,8 @@ def account_files(user: UserSpec, passwd: str, group: str, shell: str) -> t.Tupl
 
 def make_home(home: str, user: UserSpec) -> str:
     """A container's home (on the host, in the state dir) with an empty ``~/.ssh`` for the session keys
-    (``_local.sshd.write_keys``), both 0700 and owned by the user (what sshd's StrictModes wants); returns ``~/.ssh``."""
+    (``_local.sshd.key_files``, written by the bring-up), both 0700 and owned by the user (what sshd's StrictModes
+    wants); returns ``~/.ssh``."""
     ssh = os.path.join(home, ".ssh")
     os.makedirs(ssh, mode=0o700)  # a new home (the session's state directory is new)
     for d in (ssh, home):

@@ -35,13 +35,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
 from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, mount_calls, spawn, wait_started
 from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
+    STATE_KEY_FILES,
+    client_config,
     free_local_port,
     key_files,
     sshd_config,
     user_ssh_config,
     wait_for_ssh,
-    write_client_files,
-    write_keys,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, resource_names
@@ -59,6 +59,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
 
 #: The session hosts file's own lines; the peers block follows (``_session.hosts.hosts_text``).
 BASE_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+#: No DNS on the private network: lookups fail at once instead of timing out.
+RESOLV_CONF = "# backendai.cluster local session: no DNS, peers are in /etc/hosts\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
 
 def _host_networks() -> t.List[ipaddress.IPv4Network]:
@@ -215,39 +217,43 @@ def _make_cgroups(session: LocalSession, names: t.Dict[str, t.Any], hier: _cgrou
 
 def _write_files(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
                  cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str, t.Tuple[str, int]], t.Dict[str, Container]]:
-    """Everything in the state dir a container needs (no journal: destroy removes the dir);
-    returns the published address of each container that publishes its ssh port, and how to start each."""
-    for d in (paths.logs_dir, paths.cni_dir):
-        os.makedirs(d, mode=0o700, exist_ok=True)
-    # No DNS on the private network: fail lookups at once instead of timing out.
-    write_file(paths.resolv_conf, "# backendai.cluster local session: no DNS, peers are in /etc/hosts\n"
-               "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n", mode=0o644)
+    """Everything in the state dir a container needs (no journal: destroy removes the dir): its directories, then
+    every file rendered, then made (the directory is new: files are made, not replaced); returns the published
+    address of each container that publishes its ssh port, and how to start each."""
     user = session.user
-    keys = key_files(session.keys.private_key, session.keys.public_key)
-    write_client_files(paths, keys, session.ssh_port, user.name, user.home)
-    # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
+    for d in (paths.logs_dir, paths.cni_dir, paths.ssh_dir):
+        os.makedirs(d, mode=0o700, exist_ok=True)
     os.makedirs(os.path.dirname(paths.passwd), mode=0o755, exist_ok=True)
-    for path, text in zip((paths.passwd, paths.group),
-                          account.account_files(user, read_text("/etc/passwd") or "", read_text("/etc/group") or "",
-                                                account.login_shell())):
-        write_file(path, text, mode=0o644)
+    homes = {}
+    for c in session.containers:
+        os.makedirs(os.path.join(paths.container_dir(c.hostname), "run"), mode=0o700, exist_ok=True)
+        homes[c.hostname] = account.make_home(paths.home_dir(c.hostname), user)
+
+    keys = key_files(session.keys.private_key, session.keys.public_key)
+    # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
+    passwd, group = account.account_files(user, read_text("/etc/passwd") or "", read_text("/etc/group") or "",
+                                          account.login_shell())
+    files: t.Dict[str, t.Tuple[str, int, t.Optional[t.Tuple[int, int]]]] = {  # path -> text, mode, owner
+        paths.resolv_conf: (RESOLV_CONF, 0o644, None), paths.passwd: (passwd, 0o644, None), paths.group: (group, 0o644, None),
+        os.path.join(paths.ssh_dir, "config"): (client_config(session.ssh_port, user.name, user.home), 0o644, None),
+    }
+    files.update({os.path.join(paths.ssh_dir, n): keys[n] + (None,) for n in STATE_KEY_FILES})
     published: t.Dict[str, t.Tuple[str, int]] = {}
     starts = {}
     proc_mounts = mount_calls(proc_entries())  # the same for every container
     for c in session.containers:
         host = c.hostname
         cdir = paths.container_dir(host)
-        os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
-        write_keys(account.make_home(paths.home_dir(host), user), keys, owner=(user.uid, user.gid))
-        # (the container's directory is new: its files are made, not replaced)
-        create_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, session.ssh_port, c.env, user.name), mode=0o600)
+        files.update({os.path.join(homes[host], n): (text, mode, (user.uid, user.gid)) for n, (text, mode) in keys.items()})
+        files[os.path.join(cdir, "sshd_config")] = (sshd_config(paths, session.ssh_port, c.env, user.name), 0o600, None)
         setup = ContainerSetup(host, names["netns"][host], c.env, c.command, session.mounts, user,
                                cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c.resources.memory))
-        for fname, text in render_container(paths, setup).items():
-            create_file(os.path.join(cdir, fname), text, mode=0o600)
+        files.update({os.path.join(cdir, f): (text, 0o600, None) for f, text in render_container(paths, setup).items()})
         starts[host] = container_start(paths, setup, proc_mounts)
         if c.publish:
             published[host] = ("127.0.0.1", free_local_port())
+    for path, (text, mode, owner) in files.items():
+        create_file(path, text, mode=mode, owner=owner)
     return published, starts
 
 

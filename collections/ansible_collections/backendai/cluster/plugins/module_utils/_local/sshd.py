@@ -7,7 +7,7 @@ key; known_hosts pins it for every host name (``* <pubkey>``), so clients run wi
 StrictHostKeyChecking=yes and never prompt.  A container's environment reaches ssh
 shells through sshd's ``SetEnv``.  sshd runs as root and lets in only the session user
 (``AllowUsers``), never root unless the spec's user is root; the user's keys are in its
-``~/.ssh`` (``_local.account.make_home`` makes it, :func:`write_keys` fills it).
+``~/.ssh`` (``_local.account.make_home`` makes it; the bring-up writes :func:`key_files` there).
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import socket
 import time
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     LocalRuntimeError,
     SessionPaths,
@@ -38,7 +37,7 @@ _CLIENT_OPTIONS = (
 
 #: What the state directory's ``ssh/`` holds of the session's key files (:func:`key_files`): the key pair (the
 #: containers' host key, and the host's client key for the state directory's ssh_config) and the known_hosts
-#: that ssh_config names. Logins use the user's own ``~/.ssh`` (all of them: :func:`write_keys` per home).
+#: that ssh_config names. Logins use the user's own ``~/.ssh``, which holds them all.
 STATE_KEY_FILES = ("id_cluster", "id_cluster.pub", "known_hosts")
 
 
@@ -50,26 +49,12 @@ def key_files(private_key: str, public_key: str) -> t.Dict[str, t.Tuple[str, int
             "authorized_keys": (pub, 0o600), "known_hosts": ("* " + pub, 0o644)}
 
 
-def write_keys(directory: str, files: t.Mapping[str, t.Tuple[str, int]], names: t.Iterable[str] = (),
-               owner: t.Optional[t.Tuple[int, int]] = None) -> None:
-    """The key ``files`` named (all without ``names``) in ``directory``, a new one: made, each with its mode and
-    ``owner`` (uid, gid) before anything is written. The one writer of the session's keys."""
-    for name in names or files:
-        text, mode = files[name]
-        create_file(os.path.join(directory, name), text, mode=mode, owner=owner)
-
-
-def write_client_files(paths: SessionPaths, files: t.Mapping[str, t.Tuple[str, int]], port: int, user: str,
-                       home: str) -> None:
-    """ssh/ holds :data:`STATE_KEY_FILES` and the client config containers use (bound over /etc/ssh/ssh_config:
-    the session user's own copies of the keys are in its ~/.ssh)."""
-    os.makedirs(paths.ssh_dir, mode=0o700)  # (the session's state directory is new)
-    write_keys(paths.ssh_dir, files, STATE_KEY_FILES)
-    # the user's own copies, by absolute path: root entering a container (nsenter) logs in as the user too
+def client_config(port: int, user: str, home: str) -> str:
+    """The ssh client config of the containers (bound over /etc/ssh/ssh_config): the user's own copies of the keys,
+    by absolute path (root entering a container with nsenter logs in as the user too)."""
     client = ["Host *", "    Port %d" % port, "    User " + user, "    IdentityFile %s/.ssh/id_cluster" % home,
               "    UserKnownHostsFile %s/.ssh/known_hosts" % home]
-    client += ["    " + o for o in _CLIENT_OPTIONS]
-    create_file(os.path.join(paths.ssh_dir, "config"), "\n".join(client) + "\n", mode=0o644)
+    return "\n".join(client + ["    " + o for o in _CLIENT_OPTIONS]) + "\n"
 
 
 def _setenv_token(name: str, value: str) -> str:

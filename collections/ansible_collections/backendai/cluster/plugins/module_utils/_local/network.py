@@ -33,7 +33,7 @@ import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_plugin import plugin_files
@@ -46,7 +46,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.cni impor
     result_ipv4,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import netns_path
-from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     Journal,
     LocalRuntimeError,
@@ -54,6 +53,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     flocked,
     read_json,
 )
+
+if TYPE_CHECKING:  # local_agents installs agents through this module: it loads no planning code
+    from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession
 
 #: This machine as an agent (sessions without local agents). Under /run: like the links it
 #: describes, it does not outlive a reboot.

@@ -113,6 +113,19 @@ def test_a_batch_command_reaches_nothing_of_b_and_has_no_privileges(sessions: An
         assert line in c["log_tail"], output
 
 
+def test_a_container_inherits_no_descriptor_of_its_creator(sessions: Any, state_root: str) -> None:
+    """A descriptor its creator holds open and inheritable (an Ansible module's pipe, say) never reaches a
+    container: its command starts with stdin, stdout and stderr only (the setup child closes the rest)."""
+    held = os.open(os.devnull, os.O_RDONLY)
+    os.set_inheritable(held, True)
+    try:
+        sessions("fds", size=1, command=["sh", "-c", "ls /proc/$$/fd"])
+    finally:
+        os.close(held)
+    c = _exit_code(state_root, "fds")["containers"][0]
+    assert (c["exit_code"], c["log_tail"]) == (0, ["0", "1", "2"]), c
+
+
 def test_memory_limit_kills_and_reports_oom(sessions: Any, state_root: str) -> None:
     # 700 MB written (so really allocated) in a 256 MB container
     r = sessions("oom", size=2, resources={"cpu": 1000, "memory": 256},

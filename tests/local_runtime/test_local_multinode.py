@@ -354,7 +354,8 @@ def test_env_rendezvous_across_agents_finds_main1(mn: Live, fabric: Fabric) -> N
 
 def _runtime_session(name: str, fabric: Fabric, keypair: tuple[str, str]) -> dict[str, t.Any]:
     plan = build_plan(parse_spec(spec(name)), parse_agents(fabric.agents), str(uuid.uuid4()))
-    return local_session.session_record(plan, SSHKeypair(keypair[0], keypair[1]), backend.local_agents(fabric.agents))
+    return local_session_dict.session_dict(local_session.local_session(plan, SSHKeypair(keypair[0], keypair[1]),
+                                                                       backend.local_agents(fabric.agents)))
 
 
 def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:

@@ -25,7 +25,7 @@ import pytest
 import faults  # tests/local_runtime/faults.py: faults injected from outside the runtime
 import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
-from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import write_peers
+from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT, peers_text
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import is_alive
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
 
@@ -216,29 +216,38 @@ def test_each_container_has_its_own_home(sessions: Any, helpers: Any) -> None:
     assert not os.path.exists("/root/" + marker), "a container wrote to the host's /root"
     assert not os.path.exists("/home/work/" + marker), "a container wrote to the host's /home"
     assert os.path.exists(os.path.join(r["state_dir"], "containers", "main1", "home", marker))
+    # the logins' keys are the user's own; the state directory keeps the host key and the host client's files
+    assert sorted(os.listdir(os.path.join(r["state_dir"], "containers", "sub1", "home", ".ssh"))) == [
+        "authorized_keys", "id_cluster", "id_cluster.pub", "known_hosts"]
+    assert sorted(os.listdir(os.path.join(r["state_dir"], "ssh"))) == ["config", "id_cluster", "id_cluster.pub", "known_hosts"]
 
 
-def test_a_changed_address_reaches_every_peer(sessions: Any) -> None:
-    """The local side of /etc/hosts following the peers: ``write_peers`` (what bring-up writes the peers with)
-    renders the peers file and runs the hosts script a Nomad task runs on a re-rendered peers template; it
-    rewrites the session's hosts file in place, so every running container resolves the new address at once."""
+def test_a_changed_address_reaches_every_peer(sessions: Any, tmp_path: Any) -> None:
+    """The local side of /etc/hosts following the peers: bring-up writes the session's hosts file as the hosts
+    script a Nomad task runs on a re-rendered peers template would (the script run on it with the same peers
+    changes nothing); the script run with a moved peer rewrites the file in place, so every running container
+    resolves the new address at once (each has that one file bind-mounted)."""
     r = sessions("peers", size=3)
     paths = SessionPaths(os.path.dirname(r["state_dir"]), "peers")
     addresses = {c["hostname"]: c["address"] for c in r["containers"]}
     inode = os.stat(paths.hosts_file).st_ino
+    with open(paths.hosts_file, encoding="utf-8") as f:
+        written = f.read()
+
+    def run_script(peers: dict[str, str]) -> str:
+        (tmp_path / "peers").write_text(peers_text(peers))
+        subprocess.run(["sh", "-c", HOSTS_SCRIPT, "hosts.sh", str(tmp_path / "peers"), paths.hosts_file], check=True)
+        with open(paths.hosts_file, encoding="utf-8") as f:
+            return f.read()
+    assert run_script(addresses) == written
+    assert written.startswith("127.0.0.1\tlocalhost\n") and written.count(" sub2\n") == 1
     moved = dict(addresses, sub2=str(ipaddress.ip_address(addresses["sub2"]) + 100))  # sub2 replaced elsewhere
-    write_peers(paths, moved)
+    run_script(moved)
     for c in r["containers"]:
         got = subprocess.run(["nsenter", "-t", str(c["pid"]), "-m", "getent", "hosts", "sub2", "main1"],
                              capture_output=True, text=True, timeout=10, check=False)
         assert got.stdout.split() == [moved["sub2"], "sub2", addresses["main1"], "main1"], (c["hostname"], got)
     assert os.stat(paths.hosts_file).st_ino == inode  # rewritten in place: the containers' bind mounts see it
-    with open(paths.hosts_file, encoding="utf-8") as f:
-        text = f.read()
-    write_peers(paths, moved)  # again: the same file
-    with open(paths.hosts_file, encoding="utf-8") as f:
-        assert f.read() == text
-    assert text.startswith("127.0.0.1\tlocalhost\n") and text.count(" sub2\n") == 1
 
 
 def test_destroy_is_idempotent_and_create_refuses_existing(sessions: Any, state_root: str,

@@ -13,6 +13,8 @@ DEFAULT_STATE_ROOT = "~/.local/state/backendai-cluster/sessions"
 #: Where the control node keeps the cluster network key (the overlay_agent role makes it there once).
 #: Written with ``~`` as the docs show it: ``_network._session_network.read_key`` (every reader) expands it.
 DEFAULT_NETWORK_KEY_FILE = "~/.config/backendai-cluster/network.key"
+#: Where local agents keep their state (``local_agents`` option ``state_dir``).
+DEFAULT_AGENTS_ROOT = "~/.local/state/backendai-cluster/agents"
 #: The only directories the local backend mounts from (option ``mount_roots``): the usual homes of
 #: shared data, none of which holds the network key or a session's state.
 DEFAULT_MOUNT_ROOTS = ("/srv", "/data", "/mnt")

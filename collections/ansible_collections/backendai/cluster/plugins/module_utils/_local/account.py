@@ -12,49 +12,33 @@ stay out), and holds the session keys in ``~/.ssh`` owned by the user (:func:`ma
 command switches to the user with util-linux ``setpriv`` (:func:`switch_prefix`); sshd, which stays
 root, switches for logins itself.
 
-The user is the session record's ``user`` mapping: ``name``, ``uid``, ``gid``, ``home`` (see
-``_local.session``).
+The user is the spec's :class:`UserSpec` (``_local.session.LocalSession.user``).
 """
 from __future__ import annotations
 
 import os
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file
-from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import ROOT_USER, UserSpec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import UserSpec
 
 #: Where the home directories are: a private tmpfs in every container (unless the user is root).
 HOME_ROOT = "/home"
 GECOS = "backendai.cluster session user"
 
 
-def user_record(user: UserSpec) -> t.Dict[str, t.Any]:
-    """The session record's form of the spec's user."""
-    return {"name": user.name, "uid": user.uid, "gid": user.gid, "home": user.home}
-
-
-def default_user() -> t.Dict[str, t.Any]:
-    """The record of the spec's default user (work, 1000:1000)."""
-    return user_record(UserSpec())
-
-
 def login_shell() -> str:
     return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
 
 
-def is_root(user: t.Mapping[str, t.Any]) -> bool:
-    return user["name"] == ROOT_USER
-
-
-def account_files(user: t.Mapping[str, t.Any], passwd: str, group: str, shell: str) -> t.Tuple[str, str]:
+def account_files(user: UserSpec, passwd: str, group: str, shell: str) -> t.Tuple[str, str]:
     """The container's /etc/passwd and /etc/group: the host's ``passwd`` and ``group`` texts with the user in.
 
     A host account of the same name or uid goes (so ``id -un`` and ``ls -l`` name the session user), a host
     group of the same name goes, a host group with the user's gid stays as the user's primary group, and the
     user's name leaves every host group's member list (a host ``work`` in ``sudo`` must not make the session
     user a member)."""
-    name, uid, gid = user["name"], int(user["uid"]), int(user["gid"])
-    if name == ROOT_USER:
+    name, uid, gid = user.name, user.uid, user.gid
+    if user.is_root:
         return passwd, group
     users = []
     for line in passwd.splitlines():
@@ -62,7 +46,7 @@ def account_files(user: t.Mapping[str, t.Any], passwd: str, group: str, shell: s
         if len(fields) >= 7 and (fields[0] == name or fields[2] == str(uid)):
             continue
         users.append(line)
-    users.append(":".join((name, "x", str(uid), str(gid), GECOS, user["home"], shell)))
+    users.append(":".join((name, "x", str(uid), str(gid), GECOS, user.home, shell)))
     groups = []
     has_gid = False
     for line in group.splitlines():
@@ -80,37 +64,33 @@ def account_files(user: t.Mapping[str, t.Any], passwd: str, group: str, shell: s
     return "\n".join(users) + "\n", "\n".join(groups) + "\n"
 
 
-def make_home(home: str, user: t.Mapping[str, t.Any], private_key: str, public_key: str) -> None:
-    """A container's home (on the host, in the state dir) with ``~/.ssh`` holding the session keys, all owned by
-    the user: 0700 directories, the private key and authorized_keys 0600 (what sshd's StrictModes wants)."""
-    uid, gid = int(user["uid"]), int(user["gid"])
+def make_home(home: str, user: UserSpec) -> str:
+    """A container's home (on the host, in the state dir) with an empty ``~/.ssh`` for the session keys
+    (``_local.sshd.key_files``, written by the bring-up), both 0700 and owned by the user (what sshd's StrictModes
+    wants); returns ``~/.ssh``."""
     ssh = os.path.join(home, ".ssh")
     os.makedirs(ssh, mode=0o700)  # a new home (the session's state directory is new)
-    pub = public_key.strip() + "\n"
-    files = (("id_cluster", private_key.strip() + "\n", 0o600), ("id_cluster.pub", pub, 0o644),
-             ("authorized_keys", pub, 0o600), ("known_hosts", "* " + pub, 0o644))
-    for fname, text, mode in files:
-        create_file(os.path.join(ssh, fname), text, mode=mode, owner=(uid, gid))
     for d in (ssh, home):
         os.chmod(d, 0o700)
-        os.chown(d, uid, gid)
+        os.chown(d, user.uid, user.gid)
+    return ssh
 
 
-def user_mounts(user: t.Mapping[str, t.Any], home: str, passwd: str, group: str) -> t.List[t.Tuple[str, str, str, str]]:
+def user_mounts(user: UserSpec, home: str, passwd: str, group: str) -> t.List[t.Tuple[str, str, str, str]]:
     """fstab entries (source, target, type, options) that give a container the user: its account files, a
     private /home with the user's home in it, and (for a user other than root) an empty /root, so that the
     host root's dotfiles and keys stay out as they did when the container's home was /root."""
-    if is_root(user):
+    if user.is_root:
         return [(home, "/root", "none", "bind")]
     return [
         (passwd, "/etc/passwd", "none", "bind,ro"),
         (group, "/etc/group", "none", "bind,ro"),
         ("tmpfs", HOME_ROOT, "tmpfs", "mode=0755,nosuid,nodev"),
-        (home, user["home"], "none", "bind,X-mount.mkdir"),
+        (home, user.home, "none", "bind,X-mount.mkdir"),
         ("tmpfs", "/root", "tmpfs", "mode=0700,nosuid,nodev"),
     ]
 
 
-def switch_prefix(user: t.Mapping[str, t.Any]) -> str:
+def switch_prefix(user: UserSpec) -> str:
     """The words that run what follows as the user: its uid and gid, and the groups /etc/group gives it."""
-    return "setpriv --reuid=%d --regid=%d --init-groups" % (int(user["uid"]), int(user["gid"]))
+    return "setpriv --reuid=%d --regid=%d --init-groups" % (user.uid, user.gid)

@@ -33,6 +33,7 @@ import signal
 import time
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_AGENTS_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import delete_netns, netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
@@ -44,7 +45,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     read_json,
 )
 
-DEFAULT_AGENTS_ROOT = "~/.local/state/backendai-cluster/agents"
 DEFAULT_FABRIC = "local"
 UNDERLAY_SUBNET = "10.230.0.0/24"
 UNDERLAY_MTU = 1500
@@ -124,33 +124,6 @@ def sessions_on(state_dir: str) -> t.List[str]:
     """The sessions (their IDs) whose network is on an agent of this fabric, as its plugin records them."""
     return sorted({os.path.basename(p)[:-len(".json")]
                    for p in glob.glob(os.path.join(state_dir, "state", "*", "sessions", "*.json"))})
-
-
-_AGENT_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-_AGENT_KEYS = ("netns", "underlay_ip", "underlay_mtu", "cni_config_dir", "state_dir")
-
-
-def validate_session_agents(raw: t.Any, used: t.List[str]) -> t.Dict[str, t.Dict[str, t.Any]]:
-    """The ``agents`` of a local session: name -> its ``local`` mapping (as ``create_agents`` lists it)."""
-    if not isinstance(raw, dict):
-        raise LocalRuntimeError("invalid session: agents must map agent names to local agents")
-    out = {}
-    for name in used:
-        info = raw.get(name)
-        if not isinstance(info, dict):
-            raise LocalRuntimeError("invalid session: container placed on agent %r, which is not a local agent" % (name,))
-        if not _AGENT_RE.match(name) or any(k not in info for k in _AGENT_KEYS):
-            raise LocalRuntimeError("invalid session: agent %r needs %s (make the agents with local_agents)"
-                                    % (name, ", ".join(_AGENT_KEYS)))
-        try:
-            ipaddress.IPv4Address(str(info["underlay_ip"]))
-        except ValueError:
-            raise LocalRuntimeError("invalid session: agent %s has no IPv4 underlay address" % name) from None
-        if not os.path.exists(netns_path(str(info["netns"]))):
-            raise LocalRuntimeError("local agent %s is not running (network namespace %s missing); create the agents "
-                                    "with playbooks/local_agents.yml" % (name, info["netns"]))
-        out[name] = {k: info[k] for k in _AGENT_KEYS}
-    return out
 
 
 def _healthy(state_dir: str, desired: t.Dict[str, t.Any]) -> bool:

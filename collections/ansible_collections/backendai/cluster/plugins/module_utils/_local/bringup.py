@@ -26,24 +26,27 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     is_alive,
     link_exists,
     netns_path,
+    proc_entries,
     proc_stat,
     render_container,
     sshd_of,
     socket_in_netns,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
-from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, spawn, wait_started
+from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, mount_calls, spawn, wait_started
 from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
+    STATE_KEY_FILES,
+    client_config,
     free_local_port,
+    key_files,
     sshd_config,
     user_ssh_config,
     wait_for_ssh,
-    write_key_files,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
-from ansible_collections.backendai.cluster.plugins.module_utils._local.session import resource_names
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, resource_names
 from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file, write_file
-from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT, peers_text
+from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import hosts_text
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     Journal,
     LocalRuntimeError,
@@ -54,21 +57,10 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
 )
 
 
-#: The session hosts file's own lines; the peers block follows (``write_peers``).
+#: The session hosts file's own lines; the peers block follows (``_session.hosts.hosts_text``).
 BASE_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-
-
-def write_peers(paths: SessionPaths, addresses: t.Mapping[str, str]) -> None:
-    """Tell every container of the session the addresses of its peers (hostname -> address).
-
-    The peers file, then the hosts script a Nomad task runs too (``_session.hosts``) rewrites the
-    session's hosts file in place: every container has that one file bind-mounted as /etc/hosts, so a
-    changed address reaches them all at once (a file renamed over it would reach none of them).
-    """
-    write_file(paths.peers_file, peers_text(addresses), mode=0o644)
-    if not os.path.exists(paths.hosts_file):
-        write_file(paths.hosts_file, BASE_HOSTS, mode=0o644)
-    run(["sh", "-c", HOSTS_SCRIPT, "hosts.sh", paths.peers_file, paths.hosts_file], what="rewriting the session's hosts file")
+#: No DNS on the private network: lookups fail at once instead of timing out.
+RESOLV_CONF = "# backendai.cluster local session: no DNS, peers are in /etc/hosts\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
 
 def _host_networks() -> t.List[ipaddress.IPv4Network]:
@@ -99,19 +91,19 @@ def _missing_dirs(targets: t.List[str], private: t.Tuple[str, ...]) -> t.List[st
     return out
 
 
-def bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+def bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
     write_file(paths.start_gate, "", mode=0o600)
     with flocked(paths.start_gate):  # the batch commands wait for it (see SessionPaths.start_gate)
-        return _bring_up(spec, paths, journal)
+        return _bring_up(session, paths, journal)
 
 
-def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
     t0 = time.monotonic()
-    names = resource_names(paths, spec)
-    hosts = [c["hostname"] for c in spec["containers"]]
+    names = resource_names(paths, session)
+    hosts = session.hostnames
     netns = [names["netns"][h] for h in hosts]
-    targets = [m["target"] for m in spec["mounts"]]
-    journal.record("begin", name=spec["name"], session_id=spec["session_id"], bridge=names["bridge"],
+    targets = [m.target for m in session.mounts]
+    journal.record("begin", name=session.name, session_id=session.session_id, bridge=names["bridge"],
                    netns=netns, hosts=hosts, targets=targets)
     # Never journal (hence never undo) something that is not ours.
     if link_exists(names["bridge"]):
@@ -122,9 +114,9 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
                                 % ", ".join(taken))
     hier = _cgroups.detect()
     cgroup_dirs = {h: hier.dirs(names["netns"][h]) for h in hosts}
-    published, starts = _write_files(spec, paths, names, cgroup_dirs)
+    published, starts = _write_files(session, paths, names, cgroup_dirs)
 
-    missing = _missing_dirs(targets, PRIVATE_DIRS + (() if account.is_root(spec["user"]) else (account.HOME_ROOT,)))
+    missing = _missing_dirs(targets, PRIVATE_DIRS + (() if session.user.is_root else (account.HOME_ROOT,)))
     if missing:
         journal.record("mkdirs", paths=missing)
         for d in missing:
@@ -135,52 +127,53 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
 
     t_net = time.monotonic()
     # main1 is published by portmap on this machine, by a relay behind local agents
-    mappings = {h: [{"hostPort": addr[1], "containerPort": spec["ssh"]["port"], "protocol": "tcp", "hostIP": addr[0]}]
-                for h, addr in published.items()} if not spec["agents"] else {}
-    addresses, network = _local_network.bring_up(spec, paths, names, mappings,
-                                                 [] if spec["agents"] else _host_networks(), journal)
+    mappings = {h: [{"hostPort": addr[1], "containerPort": session.ssh_port, "protocol": "tcp", "hostIP": addr[0]}]
+                for h, addr in published.items()} if not session.agents else {}
+    addresses, network = _local_network.bring_up(session, paths, names, mappings,
+                                                 [] if session.agents else _host_networks(), journal)
     t_net = time.monotonic() - t_net
 
     main = hosts[0]
-    write_peers(paths, {h: addresses[h] for h in hosts})
+    # every container has this one file bind-mounted as /etc/hosts (none has started yet)
+    create_file(paths.hosts_file, hosts_text(BASE_HOSTS, {h: addresses[h] for h in hosts}), mode=0o644)
     if main in published:
         write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
-                                                          spec["ssh"]["port"], spec["user"]["name"]), mode=0o644)
+                                                          session.ssh_port, session.user.name), mode=0o644)
 
-    isolation = _make_cgroups(spec, names, hier, journal)
+    isolation = _make_cgroups(session, names, hier, cgroup_dirs, journal)
     for host in hosts if isolation["warnings"] else []:  # said where a container's start-up is logged
         with open(paths.system_log(host), "a", encoding="utf-8") as log:
             log.write("".join("backendai.cluster: warning: %s\n" % w for w in isolation["warnings"]))
 
     journal.record("containers", hosts=hosts)
     t_ready = time.monotonic()
-    pids = _start_containers(spec, paths, names, addresses, published, starts, journal)
+    pids = _start_containers(session, paths, names, addresses, published, starts, journal)
     t_ready = time.monotonic() - t_ready
     for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
         isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
 
     containers = []
-    for c in spec["containers"]:
-        host = c["hostname"]
+    for c in session.containers:
+        host = c.hostname
         pid = pids[host]
         sshd_pid = sshd_of(pid)  # it answered: it runs as sshd
         containers.append({
-            "hostname": host, "role": c["role"], "idx": c["idx"], "agent": c["agent"], "netns": names["netns"][host],
+            "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
             "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
             "pid_starttime": _starttime(pid), "sshd_starttime": _starttime(sshd_pid),
-            "has_command": bool(c["command"]), "log": paths.log(host), "system_log": paths.system_log(host),
-            "resources": c["resources"], "cgroups": cgroup_dirs[host],
+            "has_command": bool(c.command), "log": paths.log(host), "system_log": paths.system_log(host),
+            "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory}, "cgroups": cgroup_dirs[host],
             "published": "%s:%d" % published[host] if host in published else None,
         })
     info = {
-        "name": spec["name"], "session_id": spec["session_id"], "state_dir": paths.root,
+        "name": session.name, "session_id": session.session_id, "state_dir": paths.root,
         "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
-        "ssh_port": spec["ssh"]["port"], "user": spec["user"]["name"], "isolation": isolation,
+        "ssh_port": session.ssh_port, "user": session.user.name, "isolation": isolation,
         "ssh_config": paths.user_ssh_config if main in published else None,
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: dict({"netns": v["netns"], "underlay_ip": v["underlay_ip"]}, **(
             {"wireguard": _local_network.wireguard_interface(v["state_dir"], a)}
-            if network["underlay_encryption"] == "wireguard" else {})) for a, v in spec["agents"].items()},
+            if network["underlay_encryption"] == "wireguard" else {})) for a, v in session.agents.items()},
         "vxlan": names["vxlan"] if network["spans"] else None,
         "underlay_encryption": network["underlay_encryption"],
         "created_at": time.time(),
@@ -193,8 +186,8 @@ def _bring_up(spec: t.Dict[str, t.Any], paths: SessionPaths, journal: Journal) -
     return dict(public_info(info), changed=True, state="RUNNING")
 
 
-def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
-                  journal: Journal) -> t.Dict[str, t.Any]:
+def _make_cgroups(session: LocalSession, names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
+                  cgroup_dirs: t.Dict[str, t.List[str]], journal: Journal) -> t.Dict[str, t.Any]:
     """Every container's cgroups with its limits (journaled first); returns what the session's containers
     are confined by and the warnings of what is missing (the README's isolation table says what that means)."""
     warnings = ["no %s cgroup controller on this machine: the containers run without %s" % (
@@ -202,64 +195,74 @@ def _make_cgroups(spec: t.Dict[str, t.Any], names: t.Dict[str, t.Any], hier: _cg
     core_mhz = _cgroups.mhz_per_core()
     if "cpu" in hier.places and core_mhz <= 0:
         warnings.append("this machine tells no CPU MHz (cpufreq, /proc/cpuinfo): the containers run without a CPU quota")
-    dirs = [d for c in spec["containers"] for d in hier.dirs(names["netns"][c["hostname"]])]
+    dirs = [d for h in session.hostnames for d in cgroup_dirs[h]]
     if dirs:
         journal.record("cgroups", dirs=dirs)
+    try:
+        _cgroups.enable(hier)
+    except OSError as e:
+        raise LocalRuntimeError("cannot enable the cgroup controllers %s: %s" % (", ".join(sorted(hier.places)), e)) from None
     quotas = {}
-    for c in spec["containers"]:
-        quotas[c["hostname"]] = _cgroups.cpu_quota_us(c["resources"]["cpu"], core_mhz, os.cpu_count() or 1)
+    for c in session.containers:
+        quotas[c.hostname] = _cgroups.cpu_quota_us(c.resources.cpu, core_mhz, os.cpu_count() or 1)
         try:
-            warnings += _cgroups.create(hier, names["netns"][c["hostname"]], c["resources"]["memory"])
+            warnings += _cgroups.create(hier, names["netns"][c.hostname], c.resources.memory)
         except OSError as e:
-            raise LocalRuntimeError("cannot make the cgroups of container %s: %s" % (c["hostname"], e)) from None
+            raise LocalRuntimeError("cannot make the cgroups of container %s: %s" % (c.hostname, e)) from None
     versions = sorted({"v%d" % v for _m, v in hier.places.values()})
     return {"cgroups": "+".join(versions) or "none", "controllers": sorted(hier.places),
             "cpu_mhz_per_core": round(core_mhz, 1), "pids_limit": _cgroups.PIDS_LIMIT if "pids" in hier.places else None,
             "warnings": warnings, "cpu_quota_us": quotas}
 
 
-def _write_files(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any],
+def _write_files(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
                  cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str, t.Tuple[str, int]], t.Dict[str, Container]]:
-    """Everything in the state dir a container needs (no journal: destroy removes the dir);
-    returns the published address of each container that publishes its ssh port, and how to start each."""
-    for d in (paths.logs_dir, paths.cni_dir):
+    """Everything in the state dir a container needs (no journal: destroy removes the dir): its directories, then
+    every file rendered, then made (the directory is new: files are made, not replaced); returns the published
+    address of each container that publishes its ssh port, and how to start each."""
+    user = session.user
+    for d in (paths.logs_dir, paths.cni_dir, paths.ssh_dir):
         os.makedirs(d, mode=0o700, exist_ok=True)
-    # No DNS on the private network: fail lookups at once instead of timing out.
-    write_file(paths.resolv_conf, "# backendai.cluster local session: no DNS, peers are in /etc/hosts\n"
-               "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n", mode=0o644)
-    ssh, user = spec["ssh"], spec["user"]
-    write_key_files(paths, ssh["private_key"], ssh["public_key"], ssh["port"], user["name"], user["home"])
-    # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
     os.makedirs(os.path.dirname(paths.passwd), mode=0o755, exist_ok=True)
-    for path, text in zip((paths.passwd, paths.group),
-                          account.account_files(user, read_text("/etc/passwd") or "", read_text("/etc/group") or "",
-                                                account.login_shell())):
-        write_file(path, text, mode=0o644)
+    homes = {}
+    for c in session.containers:
+        os.makedirs(os.path.join(paths.container_dir(c.hostname), "run"), mode=0o700, exist_ok=True)
+        homes[c.hostname] = account.make_home(paths.home_dir(c.hostname), user)
+
+    keys = key_files(session.keys.private_key, session.keys.public_key)
+    # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
+    passwd, group = account.account_files(user, read_text("/etc/passwd") or "", read_text("/etc/group") or "",
+                                          account.login_shell())
+    files: t.Dict[str, t.Tuple[str, int, t.Optional[t.Tuple[int, int]]]] = {  # path -> text, mode, owner
+        paths.resolv_conf: (RESOLV_CONF, 0o644, None), paths.passwd: (passwd, 0o644, None), paths.group: (group, 0o644, None),
+        os.path.join(paths.ssh_dir, "config"): (client_config(session.ssh_port, user.name, user.home), 0o644, None),
+    }
+    files.update({os.path.join(paths.ssh_dir, n): keys[n] + (None,) for n in STATE_KEY_FILES})
     published: t.Dict[str, t.Tuple[str, int]] = {}
     starts = {}
-    for c in spec["containers"]:
-        host = c["hostname"]
+    proc_mounts = mount_calls(proc_entries())  # the same for every container
+    for c in session.containers:
+        host = c.hostname
         cdir = paths.container_dir(host)
-        os.makedirs(os.path.join(cdir, "run"), mode=0o700, exist_ok=True)
-        account.make_home(paths.home_dir(host), user, ssh["private_key"], ssh["public_key"])
-        # (the container's directory is new: its files are made, not replaced)
-        create_file(os.path.join(cdir, "sshd_config"), sshd_config(paths, ssh["port"], c["env"], user["name"]), mode=0o600)
-        setup = ContainerSetup(host, names["netns"][host], c["env"], c["command"], spec["mounts"], user,
-                               cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c["resources"]["memory"]))
-        for fname, text in render_container(paths, setup).items():
-            create_file(os.path.join(cdir, fname), text, mode=0o600)
-        starts[host] = container_start(paths, setup)
-        if c["publish"]:
+        files.update({os.path.join(homes[host], n): (text, mode, (user.uid, user.gid)) for n, (text, mode) in keys.items()})
+        files[os.path.join(cdir, "sshd_config")] = (sshd_config(paths, session.ssh_port, c.env, user.name), 0o600, None)
+        setup = ContainerSetup(host, names["netns"][host], c.env, c.command, session.mounts, user,
+                               cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c.resources.memory))
+        files.update({os.path.join(cdir, f): (text, 0o600, None) for f, text in render_container(paths, setup).items()})
+        starts[host] = container_start(paths, setup, proc_mounts)
+        if c.publish:
             published[host] = ("127.0.0.1", free_local_port())
+    for path, (text, mode, owner) in files.items():
+        create_file(path, text, mode=mode, owner=owner)
     return published, starts
 
 
-def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
+def _start_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
                       published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal,
                       ) -> t.Dict[str, int]:
     """Start every container (all at once: each one's setup runs while the next is forked) and wait until
     each sshd (and each published port) answers; each container's init pid (also kept in its ``pid`` file)."""
-    hosts = [c["hostname"] for c in spec["containers"]]
+    hosts = session.hostnames
     starting = []
     pids: t.Dict[str, int] = {}
     failed = None
@@ -276,15 +279,15 @@ def _start_containers(spec: t.Dict[str, t.Any], paths: SessionPaths, names: t.Di
                 failed = failed or e
     if failed:
         raise failed
-    targets = {h: (addresses[h], spec["ssh"]["port"]) for h in hosts}
+    targets = {h: (addresses[h], session.ssh_port) for h in hosts}
     make_socket = None
-    if spec["agents"]:
+    if session.agents:
         # Behind agents the containers are reachable only over the overlay: every sshd is probed
         # from main1's namespace (so across agents), and main1 is published by a relay.
         make_socket = _overlay_prober(netns_path(names["netns"][hosts[0]]))
         for host, addr in published.items():
             journal.record("relay", host=host, published="%s:%d" % addr)
-            start_relay(paths, netns_path(names["netns"][host]), addr, spec["ssh"]["port"], paths.system_log(host))
+            start_relay(paths, netns_path(names["netns"][host]), addr, session.ssh_port, paths.system_log(host))
     targets.update({"%s (published)" % h: addr for h, addr in published.items()})
     wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, pids), make_socket=make_socket)
     return pids

@@ -4,7 +4,8 @@
 
 Each of the three controllers (memory, cpu, pids) is used in the hierarchy that has it on this machine:
 a cgroup v1 hierarchy mounted with it (``/sys/fs/cgroup/memory`` ...) or the unified (v2) hierarchy whose
-root lists it in ``cgroup.controllers`` (then it is enabled in the root's ``cgroup.subtree_control``).
+root lists it in ``cgroup.controllers`` (then it is enabled in the root's ``cgroup.subtree_control``, once per
+session: :func:`enable`).
 A container's cgroup is ``<hierarchy>/backendai-cluster.<netns name>`` in each hierarchy used (the netns
 name is unique per container on this machine), at the top of the hierarchy: each container is one
 entity of the CPU scheduler's top level, as its own session's autogroup made it before it had a cgroup
@@ -46,6 +47,13 @@ class Hierarchies(t.NamedTuple):
     def dirs(self, leaf: str) -> t.List[str]:
         """The container's cgroup directories (one per hierarchy used)."""
         return sorted({os.path.join(mount, PREFIX + leaf) for mount, _v in self.places.values()})
+
+    def mounts(self) -> t.List[t.Tuple[str, int, t.List[str]]]:
+        """(mount point, version, its controllers) of each hierarchy used, by mount point."""
+        by_mount: t.Dict[str, t.List[str]] = {}
+        for controller, (mount, _v) in self.places.items():
+            by_mount.setdefault(mount, []).append(controller)
+        return [(mount, self.places[controllers[0]][1], controllers) for mount, controllers in sorted(by_mount.items())]
 
 
 def _unescape(field: str) -> str:
@@ -146,9 +154,12 @@ def _write(path: str, value: str) -> None:
         f.write(value)
 
 
-def _enable_v2(mount: str, controllers: t.List[str]) -> None:
-    """Turn ``controllers`` on for the children of the v2 root."""
-    _write(os.path.join(mount, "cgroup.subtree_control"), " ".join("+" + c for c in controllers))
+def enable(hier: Hierarchies) -> None:
+    """Turn the controllers used in the v2 hierarchy on for the children of its root: once per session, before
+    its containers' cgroups are made (the root is every container's parent)."""
+    for mount, version, controllers in hier.mounts():
+        if version == 2:
+            _write(os.path.join(mount, "cgroup.subtree_control"), " ".join("+" + c for c in controllers))
 
 
 def _set(path: str, version: int, controller: str, memory_mb: int, quota_us: int) -> t.List[str]:
@@ -167,16 +178,10 @@ def _set(path: str, version: int, controller: str, memory_mb: int, quota_us: int
 
 def create(hier: Hierarchies, leaf: str, memory_mb: int) -> t.List[str]:
     """Make the container's cgroups with their memory and pids limits (the CPU quota comes with
-    :func:`set_cpu_quota`); returns the warnings (a limit this machine refused). Raises OSError when a
-    cgroup cannot be made at all."""
+    :func:`set_cpu_quota`; the v2 controllers are on once :func:`enable` ran); returns the warnings (a limit
+    this machine refused). Raises OSError when a cgroup cannot be made at all."""
     warnings = []
-    by_mount: t.Dict[str, t.List[str]] = {}
-    for controller, (mount, _v) in hier.places.items():
-        by_mount.setdefault(mount, []).append(controller)
-    for mount, controllers in sorted(by_mount.items()):
-        version = hier.places[controllers[0]][1]
-        if version == 2:
-            _enable_v2(mount, controllers)
+    for mount, version, controllers in hier.mounts():
         path = os.path.join(mount, PREFIX + leaf)
         os.makedirs(path, exist_ok=True)
         for controller in controllers:

@@ -32,9 +32,11 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn imp
     INIT_SHELL,
     MOVE_OPTION,
     Container,
+    MountCall,
     libc,
     mount_calls,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount, UserSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     CONTAINER_STATE_DIR,
     OWNER_ENV,
@@ -64,11 +66,11 @@ class ContainerSetup:
 
     hostname: str
     netns: str
-    env: t.Dict[str, str]
-    command: t.List[str]
-    mounts: t.List[t.Dict[str, object]] = field(default_factory=list)
-    #: The session user (``_local.account``): name, uid, gid, home.
-    user: t.Dict[str, t.Any] = field(default_factory=account.default_user)
+    env: t.Mapping[str, str]
+    command: t.Sequence[str]
+    mounts: t.Sequence[Mount] = ()
+    #: The session user (``_local.account``).
+    user: UserSpec = field(default_factory=UserSpec)
     cgroups: t.List[str] = field(default_factory=list)  # the container's cgroup directories, joined first
     shm_mb: int = 64  # size of its private /dev/shm (see _local.cgroups.shm_size_mb)
 
@@ -154,11 +156,11 @@ def mount_entries(paths: SessionPaths, setup: ContainerSetup) -> t.List[t.Tuple[
     final.append(("container-sysfs", "/sys", "sysfs", "ro,nosuid,nodev,noexec"))
     for i, mount in enumerate(setup.mounts):
         # Sources are bound before /tmp is covered, targets after: both may live under /tmp.
-        ro = ",ro" if mount.get("read_only") else ""
-        stage.append((str(mount["source"]), "%s%s/%d" % (staging, MOUNTS_STAGE[len("/run"):], i),
+        ro = ",ro" if mount.read_only else ""
+        stage.append((mount.source, "%s%s/%d" % (staging, MOUNTS_STAGE[len("/run"):], i),
                       "none", "bind%s,X-mount.mkdir" % ro))
         # X-mount.mkdir: targets under the private /tmp or /run exist only in here.
-        final.append(("%s/%d" % (MOUNTS_STAGE, i), str(mount["target"]), "none", "bind%s,X-mount.mkdir" % ro))
+        final.append(("%s/%d" % (MOUNTS_STAGE, i), mount.target, "none", "bind%s,X-mount.mkdir" % ro))
     return stage + [(staging, "/run", "none", MOVE_OPTION)] + final
 
 
@@ -195,7 +197,7 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         ]
         env = dict(setup.env)
         env.setdefault("PATH", SANE_PATH)
-        env.setdefault("HOME", setup.user["home"])
+        env.setdefault("HOME", setup.user.home)
         exitcode = q(paths.in_container(paths.exitcode(setup.hostname)))
         assignments = " ".join(q("%s=%s" % kv) for kv in sorted(env.items()))
         lines += [
@@ -216,11 +218,12 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
     return {"init.sh": "\n".join(lines) + "\n"}
 
 
-def container_start(paths: SessionPaths, setup: ContainerSetup) -> Container:
-    """What ``_local.spawn`` needs to start the container (its init.sh rendered and written before)."""
+def container_start(paths: SessionPaths, setup: ContainerSetup, proc_mounts: t.List[MountCall]) -> Container:
+    """What ``_local.spawn`` needs to start the container (its init.sh rendered and written before; ``proc_mounts``:
+    ``mount_calls(proc_entries())``, the same for every container of the session)."""
     cdir = paths.container_dir(setup.hostname)
     return Container(setup.hostname, netns_path(setup.netns), [os.path.join(d, "cgroup.procs") for d in setup.cgroups],
-                     mount_calls(mount_entries(paths, setup)), mount_calls(proc_entries()), [INIT_SHELL, paths.in_container(os.path.join(cdir, "init.sh"))],
+                     mount_calls(mount_entries(paths, setup)), proc_mounts, [INIT_SHELL, paths.in_container(os.path.join(cdir, "init.sh"))],
                      owner_env(paths.root), paths.system_log(setup.hostname))
 
 

@@ -33,7 +33,7 @@ import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._network._cni_plugin import plugin_files
@@ -53,6 +53,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     flocked,
     read_json,
 )
+
+if TYPE_CHECKING:  # local_agents installs agents through this module: it loads no planning code
+    from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession
 
 #: This machine as an agent (sessions without local agents). Under /run: like the links it
 #: describes, it does not outlive a reboot.
@@ -210,34 +213,34 @@ def _alloc_id(session_id: str, host: str) -> str:
     return str(uuid.uuid5(uuid.UUID(session_id), host))
 
 
-def bring_up(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], mappings: dict[str, list[dict[str, Any]]],
+def bring_up(session: LocalSession, paths: SessionPaths, names: dict[str, Any], mappings: dict[str, list[dict[str, Any]]],
              host_networks: list[ipaddress.IPv4Network], journal: Journal) -> tuple[dict[str, str], dict[str, Any]]:
     """Claim a slot, then CNI ADD of every container; returns (addresses, network facts)."""
-    host_agent_of = {c["hostname"]: c["agent"] for c in spec["containers"]}
+    host_agent_of = {c.hostname: c.agent for c in session.containers}
     order = list(dict.fromkeys(host_agent_of.values()))
-    if spec["agents"]:
-        agents = {a: fabric_agent(a, spec["agents"][a]) for a in order}
+    if session.agents:
+        agents = {a: fabric_agent(a, session.agents[a]) for a in order}
     else:
         agents = {"local": host_agent()}
         order = ["local"]
         host_agent_of = {h: "local" for h in host_agent_of}
-    owner = _slot_owner(paths, spec["session_id"])
+    owner = _slot_owner(paths, session.session_id)
     journal.record("slot", slots_dir=agents[order[0]].slots_dir, owner=owner)
-    start = int(uuid.UUID(spec["session_id"])) % net.slot_count()
-    slot = claim_slot(agents[order[0]].slots_dir, owner, start, host_networks if not spec["agents"] else [])
+    start = int(uuid.UUID(session.session_id)) % net.slot_count()
+    slot = claim_slot(agents[order[0]].slots_dir, owner, start, host_networks if not session.agents else [])
     # imported here: local_agents (which installs agents through this module) loads no planning code at once
     from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import wireguard_peers
     try:
         cluster_key = net.read_key(agents[order[0]].key_file)
-        encryption = spec.get("underlay_encryption", "wireguard") if len(order) > 1 else "none"
+        encryption = session.underlay_encryption if len(order) > 1 else "none"
         prefix, wg_keys = wireguard_peers(cluster_key, order) if encryption == "wireguard" else ("", ())
-        params = net.make_params(spec["session_id"], slot, [agents[a].underlay_ip for a in order],
+        params = net.make_params(session.session_id, slot, [agents[a].underlay_ip for a in order],
                                  underlay_mtu=min(agents[a].underlay_mtu for a in order), encryption=encryption,
                                  wg_keys=wg_keys, tunnel_prefix=prefix)
         keys = {a: net.signing_key(cluster_key, a) for a in order}  # each group signed for its own agent
     except net.NetworkError as e:
         raise LocalRuntimeError(str(e)) from None
-    hosts = [c["hostname"] for c in spec["containers"]]
+    hosts = session.hostnames
     journal.record("network", hosts=hosts, netns=[names["netns"][h] for h in hosts], mappings=mappings,
                    agents={h: {"name": host_agent_of[h], "netns": agents[host_agent_of[h]].netns,
                                "conflist": agents[host_agent_of[h]].conflist,
@@ -248,9 +251,9 @@ def bring_up(spec: dict[str, Any], paths: SessionPaths, names: dict[str, Any], m
 
     def attach(host: str) -> str:
         agent = agents[host_agent_of[host]]
-        args = net.job_args(keys[agent.name], LOCAL_NAMESPACE, spec["name"], host, params)
-        cni_args = net.nomad_cni_args(args, LOCAL_REGION, LOCAL_NAMESPACE, spec["name"], host,
-                                      _alloc_id(spec["session_id"], host))
+        args = net.job_args(keys[agent.name], LOCAL_NAMESPACE, session.name, host, params)
+        cni_args = net.nomad_cni_args(args, LOCAL_REGION, LOCAL_NAMESPACE, session.name, host,
+                                      _alloc_id(session.session_id, host))
         att = _attachment(paths, names["netns"][host], agent.netns, agent.cni_path, mappings.get(host, []), cni_args)
         return result_ipv4(cni_add(netconfs[agent.name], att, paths.cni_cache(host)))
 

@@ -44,7 +44,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, public_info
-from ansible_collections.backendai.cluster.plugins.module_utils._local.session import from_plan
+from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, from_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
@@ -117,22 +117,22 @@ def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: t.Option
     return _create(from_plan(plan, keys, agents, state_root, mount_roots), state_root)
 
 
-def _create(spec: t.Dict[str, t.Any], state_root: str) -> t.Dict[str, t.Any]:
+def _create(session: LocalSession, state_root: str) -> t.Dict[str, t.Any]:
     _check_environment()
     state_root = os.path.abspath(os.path.expanduser(state_root))
     os.makedirs(state_root, mode=0o700, exist_ok=True)
-    paths = SessionPaths(state_root, spec["name"])
+    paths = SessionPaths(state_root, session.name)
     with flocked(state_root):
         try:
             os.mkdir(paths.root, 0o700)
         except FileExistsError:
             raise LocalRuntimeError("session %s already exists in %s; destroy it first"
-                                    % (spec["name"], state_root)) from None
+                                    % (session.name, state_root)) from None
         lock_fd = os.open(paths.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
     journal = Journal(paths.journal)
     try:
-        return bring_up(spec, paths, journal)
+        return bring_up(session, paths, journal)
     except BaseException as exc:
         journal.close()
         errors = teardown(paths, Journal.replay(paths.journal), keep_logs=False)

@@ -198,9 +198,8 @@ def _init(c: Container, report: int, log: int) -> None:
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        # nothing of the runtime's reaches the container (its own fds are close-on-exec, inherited ones not;
-        # the setup child closed them all); the pipe and the log stay until the exec (close-on-exec)
-        _close_all_but(report, log)
+        # nothing of the runtime's reaches the container: the setup child closed every inherited fd but the pipe
+        # (before it opened the log), and the pipe, the log and /dev/null's fd here are close-on-exec
         os.chdir("/")
         os.execve(c.init[0], c.init, c.env)
     except BaseException as e:  # pylint: disable=broad-exception-caught

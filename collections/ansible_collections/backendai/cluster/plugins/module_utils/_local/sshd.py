@@ -7,7 +7,7 @@ key; known_hosts pins it for every host name (``* <pubkey>``), so clients run wi
 StrictHostKeyChecking=yes and never prompt.  A container's environment reaches ssh
 shells through sshd's ``SetEnv``.  sshd runs as root and lets in only the session user
 (``AllowUsers``), never root unless the spec's user is root; the user's keys are in its
-``~/.ssh`` (``_local.account.make_home``).
+``~/.ssh`` (``_local.account.make_home`` makes it; the bring-up writes :func:`key_files` there).
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import socket
 import time
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     LocalRuntimeError,
     SessionPaths,
@@ -36,22 +35,26 @@ _CLIENT_OPTIONS = (
 )
 
 
-def write_key_files(paths: SessionPaths, private_key: str, public_key: str, port: int, user: str, home: str) -> None:
-    """ssh/ holds the key pair (private 0600: the containers' host key, and the host's client key for the
-    state directory's ssh_config), authorized_keys, known_hosts and the client config containers use
-    (bound over /etc/ssh/ssh_config: the session user's own copies of the keys are in its ~/.ssh)."""
-    os.makedirs(paths.ssh_dir, mode=0o700, exist_ok=True)
+#: What the state directory's ``ssh/`` holds of the session's key files (:func:`key_files`): the key pair (the
+#: containers' host key, and the host's client key for the state directory's ssh_config) and the known_hosts
+#: that ssh_config names. Logins use the user's own ``~/.ssh``, which holds them all.
+STATE_KEY_FILES = ("id_cluster", "id_cluster.pub", "known_hosts")
+
+
+def key_files(private_key: str, public_key: str) -> t.Dict[str, t.Tuple[str, int]]:
+    """The session's key files, name -> (text, mode): the key pair, ``authorized_keys`` (the private key and it
+    0600: what sshd's StrictModes wants) and ``known_hosts`` pinning the key for every host name."""
     pub = public_key.strip() + "\n"
-    priv = private_key.strip() + "\n"
-    write_file(paths.private_key, priv, mode=0o600)
-    write_file(paths.private_key + ".pub", pub, mode=0o644)
-    write_file(os.path.join(paths.ssh_dir, "authorized_keys"), pub, mode=0o600)
-    write_file(os.path.join(paths.ssh_dir, "known_hosts"), "* " + pub, mode=0o644)
-    # the user's own copies, by absolute path: root entering a container (nsenter) logs in as the user too
+    return {"id_cluster": (private_key.strip() + "\n", 0o600), "id_cluster.pub": (pub, 0o644),
+            "authorized_keys": (pub, 0o600), "known_hosts": ("* " + pub, 0o644)}
+
+
+def client_config(port: int, user: str, home: str) -> str:
+    """The ssh client config of the containers (bound over /etc/ssh/ssh_config): the user's own copies of the keys,
+    by absolute path (root entering a container with nsenter logs in as the user too)."""
     client = ["Host *", "    Port %d" % port, "    User " + user, "    IdentityFile %s/.ssh/id_cluster" % home,
               "    UserKnownHostsFile %s/.ssh/known_hosts" % home]
-    client += ["    " + o for o in _CLIENT_OPTIONS]
-    write_file(os.path.join(paths.ssh_dir, "config"), "\n".join(client) + "\n", mode=0o644)
+    return "\n".join(client + ["    " + o for o in _CLIENT_OPTIONS]) + "\n"
 
 
 def _setenv_token(name: str, value: str) -> str:

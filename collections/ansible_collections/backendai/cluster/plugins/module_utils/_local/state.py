@@ -68,11 +68,6 @@ class SessionPaths:
         return self._p("hosts")
 
     @property
-    def peers_file(self) -> str:
-        """``ADDRESS NAME`` of every container: what the hosts file's peers block is made from (``_session.hosts``)."""
-        return self._p("peers")
-
-    @property
     def resolv_conf(self) -> str:
         return self._p("resolv.conf")
 

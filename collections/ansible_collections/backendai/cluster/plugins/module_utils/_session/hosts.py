@@ -10,8 +10,9 @@ It is safe to run again and again: a run with the same peers writes the same fil
   when an allocation is replaced (lost node, repair) its registration changes, Nomad renders the file
   again and runs this script in the task (template ``change_mode = "script"``), so every peer's
   ``/etc/hosts`` gets the new address (``_nomad.job``).
-* local: the runtime keeps the peers file in the session's state directory and runs the script on the
-  session's hosts file, which every container has bind-mounted as ``/etc/hosts`` (``_local.bringup``).
+* local: the runtime writes the session's hosts file, which every container has bind-mounted as
+  ``/etc/hosts``, with :func:`hosts_text` (what the script writes, made in Python: no ``sh`` run), once per
+  session before its containers start (``_local.bringup``).
 
 The file is rewritten in place (truncate and write), never renamed over: ``/etc/hosts`` is a bind
 mount in a container, and a new file renamed over the host's copy would not reach the container.
@@ -46,3 +47,9 @@ fi
 def peers_text(addresses: t.Mapping[str, str]) -> str:
     """The peers file for hostname -> address (in the given order): one ``ADDRESS NAME`` line each."""
     return "".join("%s %s\n" % (address, host) for host, address in addresses.items())
+
+
+def hosts_text(base: str, addresses: t.Mapping[str, str]) -> str:
+    """A hosts file of the lines ``base`` (which has no peers block) and the peers block of ``addresses``: what
+    :data:`HOSTS_SCRIPT` makes of a hosts file holding ``base``."""
+    return base + BEGIN + "\n" + peers_text(addresses) + END + "\n"

@@ -203,6 +203,13 @@ def test_a_local_run_does_not_load_the_nomad_or_vault_clients() -> None:
     assert not {"requests", "nomad", "hvac"} & {f for n in loaded for f in GRAPH[n].foreign}
 
 
+def test_local_agents_load_no_planning_code_at_once() -> None:
+    """``local_agents`` installs agents through ``_local.network``, which names the local session's type only for
+    type checking: importing it loads none of the planning code (nor the key generation's cryptography)."""
+    loaded = _closure(["_local.agents"], eager=True)
+    assert sorted(n for n in loaded if n.startswith("_session.") or n == "_local.session") == ["_session.schema"]
+
+
 #: Names that once shipped for the tests' sake alone (issue 23): a fault hook read from the environment, a session
 #: given as a dict, connections from the environment, a job's CNI args as Nomad's client sees them, dead readers.
 #: They live in tests/ now, or nowhere; defining one again in plugins/ fails here.

@@ -89,6 +89,7 @@ def test_create_writes_the_limits_and_remove_is_safe_to_repeat(tmp_path: t.Any, 
             for name, _value in cg.limits(version, controller, 256, 38520):
                 if name not in ("memory.memsw.limit_in_bytes",):  # no swap accounting on this "machine"
                     open(os.path.join(d, name), "w", encoding="ascii").close()
+    cg.enable(hier)
     assert cg.create(hier, "bai-x-main1", 256) == []
     assert cg.set_cpu_quota(hier, "bai-x-main1", 38520) == []
 
@@ -113,6 +114,21 @@ def test_create_writes_the_limits_and_remove_is_safe_to_repeat(tmp_path: t.Any, 
     assert cg.remove(hier.dirs("bai-x-main1")) == []
     assert not any(os.path.exists(d) for d in hier.dirs("bai-x-main1"))
     assert cg.remove(hier.dirs("bai-x-main1")) == []
+
+
+def test_v2_controllers_are_enabled_once_per_session_not_per_container(tmp_path: t.Any) -> None:
+    fs = str(tmp_path / "fs")
+    hier = cg.detect(_mountinfo(tmp_path, {}, fs, "memory cpu pids"))
+    control = os.path.join(fs, "cgroup.subtree_control")
+    cg.enable(hier)
+    with open(control, encoding="ascii") as f:
+        assert f.read() == "+memory +cpu +pids"
+    os.unlink(control)
+    for leaf in ("bai-x-main1", "bai-x-sub1", "bai-x-sub2"):
+        cg.create(hier, leaf, 256)
+    assert not os.path.exists(control)  # no container wrote it again
+    cg.enable(cg.detect(_mountinfo(tmp_path, {c: "%s/v1/%s" % (fs, c) for c in cg.CONTROLLERS}, None)))
+    assert not os.path.exists(control)  # nothing to enable on v1
 
 
 def test_oom_kills_are_read_from_v1_and_v2(tmp_path: t.Any) -> None:

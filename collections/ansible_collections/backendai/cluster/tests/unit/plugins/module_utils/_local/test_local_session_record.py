@@ -1,6 +1,6 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The local runtime's session record: made from the typed plan, or checked when given as a dict. No root needed."""
+"""The local runtime's typed session: made from the typed plan, then checked for this machine. No root needed."""
 
 from __future__ import annotations
 
@@ -12,20 +12,22 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local import se
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount
 from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import make_plan
 
 KEYS = SSHKeypair("-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----\n", "ssh-ed25519 AAAA test")
 
 
-def test_the_record_is_the_plan_with_the_env_of_the_nomad_job() -> None:
+def test_the_session_is_the_plan_with_the_env_of_the_nomad_job() -> None:
     plan = make_plan(cluster_size=3)
-    record = ls.session_record(plan, KEYS)
-    assert record["name"] == plan.spec.name and record["session_id"] == plan.session_id
-    assert [c["hostname"] for c in record["containers"]] == [c.hostname for c in plan.containers]
-    assert [c["env"] for c in record["containers"]] == [container_env(plan, c) for c in plan.containers]
-    assert {c["agent"] for c in record["containers"]} == {ls.LOCAL_AGENT} and record["agents"] == {}
-    assert [c["publish"] for c in record["containers"]] == [True, False, False]
-    assert record["ssh"] == {"port": plan.spec.ssh.port, "private_key": KEYS.private_key, "public_key": KEYS.public_key}
+    session = ls.local_session(plan, KEYS)
+    assert session.name == plan.spec.name and session.session_id == plan.session_id
+    assert session.hostnames == [c.hostname for c in plan.containers]
+    assert [c.env for c in session.containers] == [container_env(plan, c) for c in plan.containers]
+    assert [(c.command, c.resources) for c in session.containers] == [(c.command, c.resources) for c in plan.containers]
+    assert {c.agent for c in session.containers} == {ls.LOCAL_AGENT} and session.agents == {}
+    assert [c.publish for c in session.containers] == [True, False, False]
+    assert (session.ssh_port, session.keys, session.user) == (plan.spec.ssh.port, KEYS, plan.spec.user)
 
 
 def test_a_plan_is_checked_only_for_what_the_parser_cannot_know(tmp_path: t.Any) -> None:
@@ -39,7 +41,7 @@ def test_a_plan_is_checked_only_for_what_the_parser_cannot_know(tmp_path: t.Any)
     (tmp_path / "link").symlink_to(tmp_path / "d")
     ready = ls.from_plan(make_plan(mounts=[{"source": str(tmp_path / "link"), "target": "/data"}]), KEYS,
                          mount_roots=[str(tmp_path)])
-    assert ready["mounts"] == [{"source": str(tmp_path / "d"), "target": "/data", "read_only": False}]
+    assert ready.mounts == (Mount(str(tmp_path / "d"), "/data", False),)
 
 
 def test_mounts_only_from_the_mount_roots(tmp_path: t.Any) -> None:
@@ -51,11 +53,11 @@ def test_mounts_only_from_the_mount_roots(tmp_path: t.Any) -> None:
     (root / "escape").symlink_to(elsewhere)
     (root / "state").symlink_to(state)
 
-    def prepare(source: str, roots: t.Sequence[str] = (str(root),)) -> t.Dict[str, t.Any]:
+    def prepare(source: str, roots: t.Sequence[str] = (str(root),)) -> ls.LocalSession:
         return ls.from_plan(make_plan(mounts=[{"source": source, "target": "/data"}]), KEYS,
                             state_root=str(state), mount_roots=roots)
 
-    assert prepare(str(root / "proj"))["mounts"][0]["source"] == str(root / "proj")
+    assert prepare(str(root / "proj")).mounts[0].source == str(root / "proj")
     with pytest.raises(LocalRuntimeError, match=r"mounts\[0\]\.source: %s is not under a mount root; the local backend "
                                                 r"mounts only from %s \(option mount_roots\)" % (elsewhere, root)):
         prepare(str(elsewhere))
@@ -84,8 +86,8 @@ def test_key_and_state_paths_behind_a_link_are_refused(tmp_path: t.Any) -> None:
 def test_resource_names_are_per_state_root_and_session() -> None:
     from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
 
-    record = ls.session_record(make_plan(cluster_size=2), KEYS)
-    one = ls.resource_names(SessionPaths("/a", record["name"]), record)
-    two = ls.resource_names(SessionPaths("/b", record["name"]), record)
+    session = ls.local_session(make_plan(cluster_size=2), KEYS)
+    one = ls.resource_names(SessionPaths("/a", session.name), session)
+    two = ls.resource_names(SessionPaths("/b", session.name), session)
     assert one["bridge"] == two["bridge"]  # the session network's, made by the plugin: one per session
     assert set(one["netns"]) == {"main1", "sub1"} and not set(one["netns"].values()) & set(two["netns"].values())

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ansible_collections.backendai.cluster.plugins.module_utils._local import spawn as sp
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import ContainerSetup, mount_entries
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount
 
 
 def test_filesystem_options_are_flags_and_data() -> None:
@@ -30,7 +31,7 @@ def test_a_read_only_bind_is_a_bind_then_a_remount() -> None:
 
 def test_a_container_s_mounts_stage_its_run_then_move_it() -> None:
     paths = SessionPaths("/var/lib/bai", "s1")
-    mounts = [{"source": "/srv/ro", "target": "/tmp/ro", "read_only": True}]
+    mounts = [Mount("/srv/ro", "/tmp/ro", True)]
     entries = mount_entries(paths, ContainerSetup("main1", "ns1", {}, [], mounts, shm_mb=512))
     targets = [e[1] for e in entries]
     staging = paths.container_dir("main1") + "/run"

@@ -247,23 +247,29 @@ def sshd_of(init_pid: int) -> t.Optional[int]:
     return None
 
 
-def proc_stat(pid: int) -> t.Optional[t.Tuple[str, int]]:
-    """(state letter, start time in clock ticks) of a process, None if it does not exist."""
+#: ``PF_EXITING`` in the flags of ``/proc/<pid>/stat`` (include/linux/sched.h): the process is in its exit. A PID
+#: namespace's init killed from outside stays in it, neither running nor yet a zombie, until the kernel has ended
+#: and reaped everything else in the namespace (``zap_pid_ns_processes``), its namespaces already released.
+PF_EXITING = 0x4
+
+
+def proc_stat(pid: int) -> t.Optional[t.Tuple[str, int, int]]:
+    """(state letter, start time in clock ticks, flags) of a process, None if it does not exist."""
     try:
         with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError:
         return None
     fields = text.rpartition(")")[2].split()
-    return fields[0], int(fields[19])
+    return fields[0], int(fields[19]), int(fields[6])
 
 
 def is_alive(pid: t.Optional[int], starttime: t.Optional[int] = None) -> bool:
-    """Running (not a zombie) and, if given, the same process (start time) as recorded."""
+    """Running (not a zombie, not in its exit) and, if given, the same process (start time) as recorded."""
     if not pid:
         return False
     stat = proc_stat(pid)
-    if stat is None or stat[0] in ("Z", "X"):
+    if stat is None or stat[0] in ("Z", "X") or stat[2] & PF_EXITING:
         return False
     return starttime is None or stat[1] == starttime
 

@@ -23,6 +23,7 @@ import requests
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.admission import LOCK_PATH, AdmissionLock, killed_holder_keeps
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import UNDERLAY_IP_META, UNDERLAY_META_FILTER
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection, NomadError
@@ -448,18 +449,21 @@ def test_the_node_catalogue_is_read_again_only_when_nomads_nodes_index_moved(
     double.add_node("n1", cpu=2000, memory=4096)
     catalogue = NodeCatalogue(str(tmp_path / "cache"))
 
-    def full_reads() -> int:
-        return len([r for r in double.find("GET", "^/v1/nodes$") if not r.q("per_page")])
+    def full_reads() -> int:  # (not the one-node pages of the index, nor the listing of the nodes with underlay meta)
+        return len([r for r in double.find("GET", "^/v1/nodes$") if not r.q("per_page") and r.q("filter") != UNDERLAY_META_FILTER])
 
     assert create(backend(double, node_catalogue=catalogue), "c1")[0] == "ok"
     first = full_reads()
     assert first == 1  # the catalogue (before the lock; the view after the wait reads its node addresses there too)
     assert create(backend(double, node_catalogue=catalogue), "c2")[0] == "failed"  # n1 is full: PENDING
     assert full_reads() == first  # only one-node pages (the index) since
-    double.add_node("n2", cpu=2000, memory=4096)
+    assert not double.find("GET", "^/v1/node/")  # n1 has no underlay meta (the filtered listing said so): not read
+    double.add_node("n2", cpu=2000, memory=4096, meta={UNDERLAY_IP_META: "10.9.0.2"})
     kind, result = create(backend(double, node_catalogue=catalogue), "c3")
     assert kind == "ok" and {c["agent"] for c in result["session"]["containers"]} == {"n2"}, result
     assert full_reads() > first
+    # n2 has it: read in full (its meta's address goes into the job's network args)
+    assert [r.path for r in double.find("GET", "^/v1/node/")] == ["/v1/node/%s" % double.node_id("n2")]
     files = list((tmp_path / "cache").iterdir())
     assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"
 

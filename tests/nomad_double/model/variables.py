@@ -39,7 +39,6 @@ its lock), the size quota, and variable events.
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 import threading
@@ -47,7 +46,7 @@ import time
 import typing as t
 import uuid
 
-from .state import CodedError, Conflict, ModelState
+from .state import CodedError, Conflict, ModelState, json_copy
 
 _VAR_PATH = re.compile(r"^[a-zA-Z0-9-_~/]{1,128}$")
 #: Nomad's TTL timer runs this many TTLs before the lock delay starts (``CreateVariableLockTTLTimer``).
@@ -151,7 +150,7 @@ class VariablesModel(ModelState):
 
     @staticmethod
     def var_public(var: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-        return {k: copy.deepcopy(v) for k, v in var.items() if not k.startswith("lock_")}
+        return {k: json_copy(v) for k, v in var.items() if not k.startswith("lock_")}
 
     def expire_lock(self, var: t.Optional[t.Dict[str, t.Any]]) -> None:
         """``invalidateVariableLock``: ``TTL × 2`` after the last renewal the timer fires, ``LockDelay`` later the
@@ -185,7 +184,7 @@ class VariablesModel(ModelState):
         with self.lock:
             var = self.variables.get((namespace, path))
             self.expire_lock(var)
-            return copy.deepcopy(var.get("Lock")) if var and var.get("Lock") else None
+            return json_copy(var.get("Lock")) if var and var.get("Lock") else None
 
     def stored_variable(self, path: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
         with self.lock:
@@ -285,7 +284,7 @@ class VariablesModel(ModelState):
         if self.clock() >= current["lock_timer_fires"]:
             raise CodedError(409, "attempting to modify locked variable")
         current["lock_timer_fires"] = self.clock() + TTL_TIMER_FACTOR * current["lock_ttl"]
-        return dict(self.var_meta(current), Lock=copy.deepcopy(current["Lock"]))
+        return dict(self.var_meta(current), Lock=json_copy(current["Lock"]))
 
     def lock_release(self, ns: str, path: str, lock: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         """The lock is removed (also in the lock delay: ``VarLockRelease`` does not look at the timer); the variable's

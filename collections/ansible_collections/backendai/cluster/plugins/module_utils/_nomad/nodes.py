@@ -159,6 +159,9 @@ def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None, namesp
 UNDERLAY_IP_META = "backendai.underlay_ip"
 UNDERLAY_MTU_META = "backendai.underlay_mtu"
 DEFAULT_UNDERLAY_MTU = 1500
+#: Nomad's filter for the nodes that carry either meta (go-bexpr ``"key" in Meta``: a key of the node's Meta map; Nomad
+#: filters the whole node, not the stub, which has no Meta: ``nomad/state/paginator/paginator.go``).
+UNDERLAY_META_FILTER = '"%s" in Meta or "%s" in Meta' % (UNDERLAY_IP_META, UNDERLAY_MTU_META)
 
 
 def underlay_addresses(client: t.Optional[NomadClient], names: t.Sequence[str],

@@ -347,8 +347,11 @@ def acquire_attempts(double: NomadAPIDouble, holders_writes: bool = False) -> in
 #: Requests per create among 100 at once on 1,000 nodes, these clients without a node catalogue (so two node lists
 #: each): 25.6 at c967745, 21.4 after the view on the registered job, the slot claim without a listing, grants
 #: carried in the marks, the holder's one listing before it waits for those it admitted, and a waiter not admitted
-#: blocking on the lock instead of on each admitted entry ahead as it goes (issue 24); a little slack for scheduling
-REQUESTS_PER_QUEUED_CREATE = 23
+#: blocking on the lock instead of on each admitted entry ahead as it goes (issue 24); 19.1-19.2 after the holder read
+#: one entry per distinct request, waited for those it admitted on queue listings, and admitted the creates that queued
+#: during its hold in a second pass (the rest is the two node lists and the node reads of creates without a catalogue:
+#: benchmarks/admission.py, with one, makes 15.4); a little slack for scheduling
+REQUESTS_PER_QUEUED_CREATE = 20
 
 
 def test_a_hundred_creates_on_a_thousand_nodes_all_run_one_lock_holder_at_a_time(
@@ -369,7 +372,7 @@ def test_a_hundred_creates_on_a_thousand_nodes_all_run_one_lock_holder_at_a_time
     made: t.Dict[str, int] = {}
     for r in double.requests:
         made[endpoint(r)] = made.get(endpoint(r), 0) + 1
-    assert len(double.requests) <= REQUESTS_PER_QUEUED_CREATE * len(names), sorted(made.items(), key=lambda kv: -kv[1])
+    assert len(double.requests) <= REQUESTS_PER_QUEUED_CREATE * len(names), (len(double.requests) / len(names), sorted(made.items(), key=lambda kv: -kv[1]))
 
 
 def test_a_hundred_creates_with_capacity_for_half_the_rest_fail_cleanly(

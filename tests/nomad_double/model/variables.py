@@ -150,7 +150,7 @@ class VariablesModel(ModelState):
 
     @staticmethod
     def var_public(var: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-        return {k: json_copy(v) for k, v in var.items() if not k.startswith("lock_")}
+        return {k: json_copy(v) if isinstance(v, (dict, list)) else v for k, v in var.items() if not k.startswith("lock_")}
 
     def expire_lock(self, var: t.Optional[t.Dict[str, t.Any]]) -> None:
         """``invalidateVariableLock``: ``TTL × 2`` after the last renewal the timer fires, ``LockDelay`` later the

@@ -189,6 +189,11 @@ class AdmissionLock:
         #: items this create copies into its entry's marks (the waiter behind reads them there, not the lock variable)
         self._grants_index = 0
         self._copied: t.Dict[str, str] = {}
+        #: this holder's grants so far (entry -> agents), the placement it grants from, and the requests it read, by
+        #: their digest (:func:`request_digest`)
+        self._grants: t.Dict[str, t.List[t.Dict[str, t.Any]]] = {}
+        self._grant_fn: t.Optional[t.Callable[[t.Any], t.Optional[t.List[t.Dict[str, t.Any]]]]] = None
+        self._known: t.Dict[str, t.Any] = {}
 
     # Acquire ------------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -415,15 +420,21 @@ class AdmissionLock:
               limit: int = BATCH_LIMIT) -> int:
         """Admit the creates queued now, in queue order while they fit (``grant``: a request -> its agents, or None,
         ``_nomad.batch.BatchPlanner.grant``): their grants go into the lock variable (this holder's write), and the
-        lock is held (:meth:`release`) until each is done. Returns how many were admitted; on an error, none."""
+        lock is held (:meth:`release`) until each is done. Returns how many were admitted; on an error, none.
+
+        Called again (:meth:`release`, once this holder registered its own session), it admits the creates that
+        queued since, after those admitted already (the lock variable then holds all the grants of this hold), on
+        what ``grant`` has left: one hold serves the creates that arrived while it lasted."""
         if not self.lock_id:
             return 0
+        self._grant_fn = grant
+        first = not self._grants
         try:
             grants: t.Dict[str, t.List[t.Dict[str, t.Any]]] = {}
             admitted: t.List[t.Tuple[str, int]] = []
-            #: requests read in this pass, by the digest their entries' paths carry (:func:`request_digest`)
-            known: t.Dict[str, t.Any] = {}
-            for entry in self._queue()[0][:limit]:
+            known = self._known  # requests read in this hold, by the digest their entries' paths carry
+            queued = [e for e in self._queue()[0] if e.path not in self._grants]
+            for entry in queued[:max(0, limit - len(self._grants))]:
                 digest = entry.path.rpartition(DIGEST_MARK)[2] if DIGEST_MARK in entry.path else ""
                 index = entry.index
                 if entry.index == entry.place and digest in known:
@@ -451,6 +462,7 @@ class AdmissionLock:
                 admitted.append((entry.path, index))
             if not grants:
                 return 0
+            grants = dict(self._grants, **grants)  # (those admitted before still read theirs here)
             copied = {GRANTS_ITEM: json.dumps(grants, sort_keys=True), GRANTED_AT_ITEM: "%.3f" % time.time()}
             written = self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, dict(copied, holder=self.owner),
                                               lock_id=self.lock_id)
@@ -458,8 +470,9 @@ class AdmissionLock:
             self._renewed = self._clock()
         except NomadError:
             return 0  # nobody saw a grant: this holder goes on alone
-        self._granted = admitted
-        if self._ticket is not None:  # the first one admitted may block on this holder's own entry: wake it
+        self._grants = grants
+        self._granted.extend(admitted)
+        if first and self._ticket is not None:  # the first one admitted may block on this holder's own entry: wake it
             try:
                 self._write_granted_entry(copied)
             except NomadError:
@@ -478,6 +491,8 @@ class AdmissionLock:
         belongs to a create that died (or never saw its grant): passed over."""
         if not self._granted:
             return
+        if self._grant_fn is not None:  # a busy queue: admit those that queued since the first pass, in this hold
+            self.admit(self._grant_fn)
         pending = dict(self._granted)  # entry -> its ModifyIndex as last seen
         heard = {path: self._clock() for path in pending}
         while pending:
@@ -499,7 +514,7 @@ class AdmissionLock:
                 del pending[last]
             elif int(var.get("ModifyIndex") or 0) != pending[last]:
                 pending[last], heard[last] = int(var.get("ModifyIndex") or 0), self._clock()
-        self._granted = []
+        self._granted, self._grants, self._grant_fn = [], {}, None
         if self.lock_id:  # no grant outlives the hold: a create that reads one later places itself at its turn
             self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, {"holder": self.owner}, lock_id=self.lock_id)
 

@@ -23,7 +23,11 @@ import requests
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.admission import LOCK_PATH, AdmissionLock, killed_holder_keeps
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import UNDERLAY_IP_META, UNDERLAY_META_FILTER
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import (
+    UNDERLAY_IP_META,
+    UNDERLAY_META_FILTER,
+    UNDERLAY_MTU_META,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection, NomadError
@@ -448,6 +452,7 @@ def test_the_node_catalogue_is_read_again_only_when_nomads_nodes_index_moved(
         nomad_double_factory: t.Any, tmp_path: t.Any) -> None:
     """Issue 24 (e): creates sharing a node catalogue read the node list once; a node that joins moves the nodes
     table's index (X-Nomad-Index of GET /v1/nodes) and the next create reads the list again and uses the node."""
+    assert UNDERLAY_META_FILTER == '"%s" in Meta or "%s" in Meta' % (UNDERLAY_IP_META, UNDERLAY_MTU_META)
     double = nomad_double_factory(token=NOMAD_TOKEN)
     double.add_node("n1", cpu=2000, memory=4096)
     catalogue = NodeCatalogue(str(tmp_path / "cache"))

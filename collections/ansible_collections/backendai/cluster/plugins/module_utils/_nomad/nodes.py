@@ -65,6 +65,10 @@ MIN_CLIENT_VERSION = "1.10.0"
 #: ``GET /v1/nodes`` filter: Nomad evaluates it against the whole node (``nomad/state/paginator``), so the
 #: plugin attribute can be asked for although the stubs do not carry attributes (``Node.Stub``).
 PLUGIN_FILTER = '"%s" in Attributes' % PLUGIN_ATTRIBUTE
+#: Nomad's filter for the nodes whose meta sets the session network's underlay address or MTU (go-bexpr ``"key" in
+#: Meta``: a key of the node's Meta map; Nomad filters the whole node, not the stub, which has no Meta:
+#: ``nomad/state/paginator/paginator.go``); the keys are :data:`UNDERLAY_IP_META` and :data:`UNDERLAY_MTU_META`.
+UNDERLAY_META_FILTER = '"backendai.underlay_ip" in Meta or "backendai.underlay_mtu" in Meta'
 
 
 @functools.lru_cache(maxsize=256)  # pure, and a cluster's 1,000 nodes run a handful of Nomad versions
@@ -159,9 +163,6 @@ def live_agents(client: NomadClient, exclude_job: t.Optional[str] = None, namesp
 UNDERLAY_IP_META = "backendai.underlay_ip"
 UNDERLAY_MTU_META = "backendai.underlay_mtu"
 DEFAULT_UNDERLAY_MTU = 1500
-#: Nomad's filter for the nodes that carry either meta (go-bexpr ``"key" in Meta``: a key of the node's Meta map; Nomad
-#: filters the whole node, not the stub, which has no Meta: ``nomad/state/paginator/paginator.go``).
-UNDERLAY_META_FILTER = '"%s" in Meta or "%s" in Meta' % (UNDERLAY_IP_META, UNDERLAY_MTU_META)
 
 
 def underlay_addresses(client: t.Optional[NomadClient], names: t.Sequence[str],

@@ -48,7 +48,10 @@ order on what is left, stopping at the first that does not fit (:meth:`Admission
 request only for the first entry of each digest (checking that the digest is the request's), and for entries
 written again since they joined (their ``ModifyIndex`` is not their ``CreateIndex``: a new variable has both at the
 same raft index, ``varSetTxn`` in ``nomad/state/state_store_variables.go``): creates that ask for the same session
-shape (a class starting its sessions, a sweep) cost the holder one read, not one each. Its grants (entry
+shape (a class starting its sessions, a sweep) cost the holder one read, not one each. Once it has registered its own
+session (:meth:`AdmissionLock.release`), the holder admits in a second pass, on what its placement has left, the
+creates that queued since its first (after those admitted already: the lock variable then holds all the hold's
+grants), so that one hold serves the creates that arrive while it lasts. Its grants (entry
 -> the agents granted, with exactly the capacity granted, and when) go into the lock variable's Items: a write
 only the lock's holder can make (``isLocked``, ``nomad/state/state_store_variables.go``: a locked variable is
 written only with its lock ID; ``VarLockAcquire`` by the same ID overwrites the data). An admitted waiter learns

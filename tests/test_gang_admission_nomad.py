@@ -721,3 +721,41 @@ def test_a_create_admitted_by_the_holder_that_dies_does_not_wedge_the_lock(nomad
     assert later.lock_id is not None and later.grant is None
     later.release()
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
+
+
+def test_the_holder_reads_one_entry_per_distinct_request_and_admits_late_comers_in_a_second_pass(
+        nomad_double_factory: t.Any) -> None:
+    """Issue 24: queued creates publish their request's digest in their entry's path, so the holder reads one entry
+    per distinct request (4 queued, 2 shapes: 2 reads, not 4); and once the holder has done its own work, at its
+    release, it admits in a second pass a create that queued after its first (which then never holds the lock)."""
+    double = nomad_double_factory(token=NOMAD_TOKEN)
+    double.add_node("n1", cpu=64000, memory=131072)
+    client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
+    small = {"demands": [[1000, 1024, 0]], "cluster_mode": "single-node", "strategy": "concentrated",
+             "driver": "docker", "datacenters": [], "volumes": []}
+    big = dict(small, demands=[[2000, 2048, 0]])
+    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
+    holder.acquire()
+    admitted: t.Dict[str, t.Any] = {}
+
+    def queue(name: str, request: t.Mapping[str, t.Any]) -> threading.Thread:
+        waiter = AdmissionLock(client, name, ttl=10, lock_delay=1, wait=60, request=request)
+        th = threading.Thread(target=lambda: (waiter.acquire(), admitted.update({name: (waiter.grant, waiter.lock_id)}),
+                                              waiter.release()))
+        th.start()
+        time.sleep(0.2)
+        return th
+
+    threads = [queue(name, request) for name, request in (("a", small), ("b", small), ("c", big), ("d", small))]
+    double.clear_requests()
+    assert holder.admit(lambda req: [{"name": "n1", "cpu": req["demands"][0][0], "memory": req["demands"][0][1]}]) == 4
+    reads = [r.path for r in double.find("GET", "^/v1/var/backendai-cluster/admission-queue/") if not r.q("index")]
+    assert len(reads) == 2, reads  # one of a, b, d (the same digest) and c
+    threads.append(queue("e", small))  # after the first pass
+    time.sleep(0.3)
+    holder.release()
+    for th in threads:
+        th.join(15)
+    assert sorted(admitted) == ["a", "b", "c", "d", "e"]
+    assert all(grant and lock_id is None for grant, lock_id in admitted.values()), admitted  # none held the lock
+    assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]

@@ -101,6 +101,9 @@ class VariablesModel(ModelState):
     #: the variables table's index (``tableIndex`` of ``state.TableVariables``): the last index a variable changed at
     variables_index = 0
     _variables_changed: t.Optional[threading.Condition] = None
+    #: lock renewals so far (no raft write, but they move a lock's timer) and the last :meth:`lock_invalidation_due`
+    _renewals = 0
+    _due: t.Optional[t.Tuple[t.Tuple[int, int, int], t.Optional[float]]] = None
 
     def _changed(self) -> threading.Condition:
         with self.lock:
@@ -161,9 +164,13 @@ class VariablesModel(ModelState):
             var["ModifyIndex"] = self.variable_written(self.next_index())
 
     def lock_invalidation_due(self) -> t.Optional[float]:
-        """When (on :attr:`clock`) the next held lock will be removed, if any lock is held."""
-        due = [v["lock_timer_fires"] + v["lock_delay"] for v in self.variables.values() if v.get("Lock")]
-        return min(due) if due else None
+        """When (on :attr:`clock`) the next held lock will be removed, if any lock is held. (Kept until a variable
+        changes or a lock is renewed: every blocked read asks at every wake-up.)"""
+        key = (self.variables_index, self._renewals, len(self.variables))
+        if self._due is None or self._due[0] != key:
+            due = [v["lock_timer_fires"] + v["lock_delay"] for v in self.variables.values() if v.get("Lock")]
+            self._due = (key, min(due) if due else None)
+        return self._due[1]
 
     def locked_against(self, var: t.Optional[t.Dict[str, t.Any]], lock_id: t.Optional[str]) -> bool:
         """``isLocked``: the variable holds a lock and the request does not carry its ID."""
@@ -284,6 +291,7 @@ class VariablesModel(ModelState):
         if self.clock() >= current["lock_timer_fires"]:
             raise CodedError(409, "attempting to modify locked variable")
         current["lock_timer_fires"] = self.clock() + TTL_TIMER_FACTOR * current["lock_ttl"]
+        self._renewals += 1
         return dict(self.var_meta(current), Lock=json_copy(current["Lock"]))
 
     def lock_release(self, ns: str, path: str, lock: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:

@@ -15,7 +15,7 @@
 * Cluster scale (issue 24): 16, 64 and 100 creates at once on 1,000 nodes with capacity for all
   (2-container sessions): sessions/s, requests per session, lock-acquire attempts per session, bytes
   read per create, the admission lock's median hold time and the sessions admitted per hold (batch admission:
-  the holder's own and those it admitted), lock-acquire attempts counting refused ones and those that started a
+  the holder's own and those it admitted, in its two passes), lock-acquire attempts counting refused ones and those that started a
   hold (not a holder's writes of its grants), for this tree's client and, in the same
   run against the same double, for the client of ``--against REV`` (default ``main``: the figures
   before issue 24), run from a temporary worktree of REV in a subprocess.

@@ -139,12 +139,39 @@ def text_response(status: int, text: str, headers: t.Optional[t.Dict[str, str]] 
     return status, out, text.encode("utf-8")
 
 
+class _LiveThreads:
+    """The request threads still running, each removed as it ends; :meth:`join` waits for them. (socketserver's own
+    list reaps every ended thread at each new connection: with a hundred blocked reads, a hundred checks a request.)"""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: t.Set[threading.Thread] = set()
+
+    def append(self, thread: threading.Thread) -> None:  # (socketserver's name: before the thread starts)
+        with self._lock:
+            self._live.add(thread)
+
+    def discard(self, thread: threading.Thread) -> None:
+        with self._lock:
+            self._live.discard(thread)
+
+    def join(self) -> None:
+        with self._lock:
+            threads, self._live = list(self._live), set()
+        for thread in threads:
+            thread.join()
+
+
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = False  # server_close() joins every request thread: nothing is left behind
     block_on_close = True
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
     ssl_context: t.Optional[ssl.SSLContext] = None
+
+    def __init__(self, *args: t.Any, **kwargs: t.Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._threads = _LiveThreads()  # (process_request keeps it: setdefault)
 
     def get_request(self) -> t.Tuple[socket.socket, t.Any]:
         sock, addr = self.socket.accept()
@@ -164,6 +191,7 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             if double is not None:
                 with double._lock:
                     double.cpu_seconds += time.thread_time()
+            self._threads.discard(threading.current_thread())
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -430,12 +430,13 @@ class NomadAPIDouble(HTTPDouble):
         def read() -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
             var = self.model.variables.get((ns, path))
             self.model.expire_lock(var)
-            return (self.model.var_public(var), var["ModifyIndex"]) if var else (None, self.model.variables_index)
+            return (var, var["ModifyIndex"]) if var else (None, self.model.variables_index)
 
+        # (the answer is copied once, when it is given: a blocked read looks again at every variable write)
         var, headers = self._blocking(req, read)
         if var is None:
             return text_response(404, "variable not found", headers)
-        return json_response(200, var, headers)
+        return json_response(200, self.model.var_public(var), headers)
 
     @staticmethod
     def _var_response(var: t.Mapping[str, t.Any]) -> Response:

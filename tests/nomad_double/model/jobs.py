@@ -17,13 +17,12 @@ multiregion, ``Stable`` (always false), deployments, ``PreserveCounts``, job-lev
 
 from __future__ import annotations
 
-import copy
 import time
 import typing as t
 import uuid
 
 from .diff import job_diff
-from .state import ZERO_TIME, CodedError, ModelState, multierror
+from .state import ZERO_TIME, CodedError, ModelState, multierror, json_copy
 
 SERVER_JOB_FIELDS = ("Status", "StatusDescription", "Stable", "Version", "CreateIndex", "ModifyIndex", "JobModifyIndex",
                      "SubmitTime", "NomadTokenID", "VersionTag", "ConsulToken", "VaultToken")
@@ -107,7 +106,7 @@ class JobsModel(ModelState):
 
     def job_spec(self, job: t.Mapping[str, t.Any], namespace: str) -> t.Dict[str, t.Any]:
         """The job as submitted, without server fields, with Nomad's top-level defaults."""
-        spec = {k: copy.deepcopy(v) for k, v in job.items() if k not in SERVER_JOB_FIELDS}
+        spec = {k: json_copy(v) for k, v in job.items() if k not in SERVER_JOB_FIELDS}
         spec["Namespace"] = namespace
         spec["Region"] = self.region
         spec.setdefault("Name", spec["ID"])
@@ -126,7 +125,7 @@ class JobsModel(ModelState):
         return spec
 
     def job_view(self, rec: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-        job = copy.deepcopy(rec["job"])
+        job = json_copy(rec["job"])
         job.update({"Status": self.job_status(rec), "StatusDescription": "", "Stable": False, "Version": rec["Version"],
                     "CreateIndex": rec["CreateIndex"], "ModifyIndex": rec["ModifyIndex"],
                     "JobModifyIndex": rec["JobModifyIndex"], "SubmitTime": rec["SubmitTime"]})
@@ -271,14 +270,14 @@ class JobsModel(ModelState):
                 "JobModifyIndex": rec["JobModifyIndex"], "SubmitTime": rec["SubmitTime"],
             }
             if meta:
-                stub["Meta"] = copy.deepcopy(job.get("Meta"))
+                stub["Meta"] = json_copy(job.get("Meta"))
             out.append(stub)
         return out
 
     def stored_job(self, job_id: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
         with self.lock:
             rec = self.jobs.get((namespace, job_id))
-            return copy.deepcopy(rec["job"]) if rec else None
+            return json_copy(rec["job"]) if rec else None
 
     def plan(self, spec: t.Dict[str, t.Any], diff: bool) -> t.Dict[str, t.Any]:
         """``Job.Plan``: what a register would do (nothing is committed)."""

@@ -27,14 +27,13 @@ dynamic host volumes (Nomad 1.10: ``ID`` set, created through the API).
 
 from __future__ import annotations
 
-import copy
 import time
 import typing as t
 import uuid
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import RUNTIME_DIR, RUNTIME_VOLUME
 
-from .state import CodedError, ModelState, rfc3339
+from .state import CodedError, ModelState, rfc3339, json_copy
 
 
 class NodesModel(ModelState):
@@ -109,7 +108,7 @@ class NodesModel(ModelState):
                 "DrainStrategy": None, "LastDrain": None, "Events": [], "CreateIndex": index, "ModifyIndex": index,
             }
             self.nodes[node_id] = node
-            return copy.deepcopy(node)
+            return json_copy(node)
 
     def node_id(self, name: str) -> str:
         with self.lock:
@@ -142,13 +141,13 @@ class NodesModel(ModelState):
             "Datacenter": node["Datacenter"], "Name": node["Name"], "NodeClass": node["NodeClass"],
             "NodePool": node["NodePool"], "Version": node["Attributes"].get("nomad.version", ""), "Drain": node["Drain"],
             "SchedulingEligibility": node["SchedulingEligibility"], "Status": node["Status"],
-            "StatusDescription": node["StatusDescription"], "Drivers": copy.deepcopy(node["Drivers"]),
-            "HostVolumes": copy.deepcopy(node["HostVolumes"]), "NodeResources": None, "ReservedResources": None, "LastDrain": None,
+            "StatusDescription": node["StatusDescription"], "Drivers": json_copy(node["Drivers"]),
+            "HostVolumes": json_copy(node["HostVolumes"]), "NodeResources": None, "ReservedResources": None, "LastDrain": None,
             "CreateIndex": node["CreateIndex"], "ModifyIndex": node["ModifyIndex"],
         }
         if resources:
-            stub["NodeResources"] = copy.deepcopy(node["NodeResources"])
-            stub["ReservedResources"] = copy.deepcopy(node["ReservedResources"])
+            stub["NodeResources"] = json_copy(node["NodeResources"])
+            stub["ReservedResources"] = json_copy(node["ReservedResources"])
         return stub
 
 
@@ -166,7 +165,7 @@ class NodesModel(ModelState):
         node = self.nodes.get(node_id)
         if node is None:
             raise CodedError(404, "node not found")
-        return copy.deepcopy(node)
+        return json_copy(node)
 
     def node_allocations(self, node_id: str) -> t.List[t.Dict[str, t.Any]]:
         node = self.nodes.get(node_id)

@@ -51,6 +51,16 @@ _NODE_FIELDS = {"node.unique.name": "Name", "node.unique.id": "ID", "node.datace
                 "node.class": "NodeClass", "node.pool": "NodePool"}
 
 
+def _pinned_name(constraints: t.Sequence[t.Mapping[str, t.Any]]) -> t.Optional[str]:
+    """The node name an ``${node.unique.name} = <literal>`` constraint pins to, or None."""
+    for c in constraints:
+        right = str(c.get("RTarget") or "")
+        if (c.get("LTarget") == "${node.unique.name}" and (c.get("Operand") or "=") in ("=", "==", "is")
+                and "${" not in right):
+            return right
+    return None
+
+
 @functools.lru_cache(maxsize=1024)  # pure: the scheduler asks the same (version, constraint) for every node
 def version_matches(version: str, constraint: str, strict: bool = True) -> bool:
     """Nomad's ``version``/``semver`` constraint operands (``scheduler/feasible/feasible.go``: checkVersionMatch with
@@ -180,10 +190,30 @@ class SchedulerModel(ModelState):
     def schedule(self, job: t.Mapping[str, t.Any], group: t.Mapping[str, t.Any], count: int, ignore: t.Set[str],
                   extra_used: t.Optional[t.Dict[str, t.Dict[str, t.Any]]] = None
                   ) -> t.Tuple[t.List[Placement], t.Optional[t.Dict[str, t.Any]]]:
-        """Place ``count`` allocations: ([(node, devices)], metric or None). ``extra_used`` accumulates across calls."""
+        """Place ``count`` allocations: ([(node, devices)], metric or None). ``extra_used`` accumulates across calls.
+
+        A group pinned to one node by name (an ``=`` constraint on ``${node.unique.name}`` with a literal, as every
+        group this collection renders is) can only be feasible on nodes of that name: those are tried first, alone,
+        and the whole scan (which also gives the metric of a failure) runs only when they do not take the group.
+        The outcome is the same; the double answers a register in time independent of the number of nodes."""
         extra_used = extra_used if extra_used is not None else {}
+        pinned = _pinned_name(list(job.get("Constraints") or []) + list(group.get("Constraints") or []))
+        if pinned is not None:
+            tried = {node_id: dict(used, device_ids=set(used["device_ids"])) for node_id, used in extra_used.items()}
+            candidates = [n for n in self.nodes.values() if n["Name"] == pinned]
+            placements, metric = self._schedule_on(candidates, job, group, count, ignore, tried)
+            if metric is None:
+                extra_used.clear()
+                extra_used.update(tried)
+                return placements, None
+        return self._schedule_on(sorted(self.nodes.values(), key=lambda n: n["Name"]), job, group, count, ignore,
+                                 extra_used)
+
+    def _schedule_on(self, nodes: t.List[t.Dict[str, t.Any]], job: t.Mapping[str, t.Any], group: t.Mapping[str, t.Any],
+                     count: int, ignore: t.Set[str], extra_used: t.Dict[str, t.Dict[str, t.Any]]
+                     ) -> t.Tuple[t.List[Placement], t.Optional[t.Dict[str, t.Any]]]:
+        """:meth:`schedule` on ``nodes`` (in that order)."""
         demand = self.group_demand(group)
-        nodes = sorted(self.nodes.values(), key=lambda n: n["Name"])
         metric: t.Dict[str, t.Any] = {"NodesEvaluated": 0, "NodesFiltered": 0, "NodesInPool": 0, "NodesAvailable": {},
                                       "ClassFiltered": None, "ConstraintFiltered": None, "NodesExhausted": 0,
                                       "ClassExhausted": None, "DimensionExhausted": None, "QuotaExhausted": None,

@@ -15,10 +15,17 @@ and capabilities, Sentinel, quotas.
 from __future__ import annotations
 
 import datetime
+import json
 import threading
 import typing as t
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def json_copy(value: t.Any) -> t.Any:
+    """A deep copy of JSON data (what the model hands out, to be serialised outside its lock): a round trip through
+    the C JSON codec, several times faster than ``copy.deepcopy`` on jobs and nodes."""
+    return json.loads(json.dumps(value))
 
 
 class CodedError(Exception):

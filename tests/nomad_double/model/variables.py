@@ -39,7 +39,6 @@ its lock), the size quota, and variable events.
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 import threading
@@ -47,7 +46,7 @@ import time
 import typing as t
 import uuid
 
-from .state import CodedError, Conflict, ModelState
+from .state import CodedError, Conflict, ModelState, json_copy
 
 _VAR_PATH = re.compile(r"^[a-zA-Z0-9-_~/]{1,128}$")
 #: Nomad's TTL timer runs this many TTLs before the lock delay starts (``CreateVariableLockTTLTimer``).
@@ -102,6 +101,9 @@ class VariablesModel(ModelState):
     #: the variables table's index (``tableIndex`` of ``state.TableVariables``): the last index a variable changed at
     variables_index = 0
     _variables_changed: t.Optional[threading.Condition] = None
+    #: lock renewals so far (no raft write, but they move a lock's timer) and the last :meth:`lock_invalidation_due`
+    _renewals = 0
+    _due: t.Optional[t.Tuple[t.Tuple[int, int, int], t.Optional[float]]] = None
 
     def _changed(self) -> threading.Condition:
         with self.lock:
@@ -151,7 +153,7 @@ class VariablesModel(ModelState):
 
     @staticmethod
     def var_public(var: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-        return {k: copy.deepcopy(v) for k, v in var.items() if not k.startswith("lock_")}
+        return {k: json_copy(v) if isinstance(v, (dict, list)) else v for k, v in var.items() if not k.startswith("lock_")}
 
     def expire_lock(self, var: t.Optional[t.Dict[str, t.Any]]) -> None:
         """``invalidateVariableLock``: ``TTL × 2`` after the last renewal the timer fires, ``LockDelay`` later the
@@ -162,9 +164,13 @@ class VariablesModel(ModelState):
             var["ModifyIndex"] = self.variable_written(self.next_index())
 
     def lock_invalidation_due(self) -> t.Optional[float]:
-        """When (on :attr:`clock`) the next held lock will be removed, if any lock is held."""
-        due = [v["lock_timer_fires"] + v["lock_delay"] for v in self.variables.values() if v.get("Lock")]
-        return min(due) if due else None
+        """When (on :attr:`clock`) the next held lock will be removed, if any lock is held. (Kept until a variable
+        changes or a lock is renewed: every blocked read asks at every wake-up.)"""
+        key = (self.variables_index, self._renewals, len(self.variables))
+        if self._due is None or self._due[0] != key:
+            due = [v["lock_timer_fires"] + v["lock_delay"] for v in self.variables.values() if v.get("Lock")]
+            self._due = (key, min(due) if due else None)
+        return self._due[1]
 
     def locked_against(self, var: t.Optional[t.Dict[str, t.Any]], lock_id: t.Optional[str]) -> bool:
         """``isLocked``: the variable holds a lock and the request does not carry its ID."""
@@ -185,7 +191,7 @@ class VariablesModel(ModelState):
         with self.lock:
             var = self.variables.get((namespace, path))
             self.expire_lock(var)
-            return copy.deepcopy(var.get("Lock")) if var and var.get("Lock") else None
+            return json_copy(var.get("Lock")) if var and var.get("Lock") else None
 
     def stored_variable(self, path: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
         with self.lock:
@@ -285,7 +291,8 @@ class VariablesModel(ModelState):
         if self.clock() >= current["lock_timer_fires"]:
             raise CodedError(409, "attempting to modify locked variable")
         current["lock_timer_fires"] = self.clock() + TTL_TIMER_FACTOR * current["lock_ttl"]
-        return dict(self.var_meta(current), Lock=copy.deepcopy(current["Lock"]))
+        self._renewals += 1
+        return dict(self.var_meta(current), Lock=json_copy(current["Lock"]))
 
     def lock_release(self, ns: str, path: str, lock: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         """The lock is removed (also in the lock delay: ``VarLockRelease`` does not look at the timer); the variable's

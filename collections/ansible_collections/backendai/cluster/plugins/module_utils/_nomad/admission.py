@@ -41,9 +41,17 @@ them. An entry ahead that changed without going away belongs to a waiter that is
 lapsed): it is passed over (the queue is read again), and deleted at the release if it is still there then.
 
 Batch admission (issue 24): a waiter publishes its placement request in its entry (``_nomad.batch``: resources,
-counts, constraints; no name, image, environment or key). The holder, after placing its own session on its one
-live capacity read, reads the entries queued behind it (at most :data:`BATCH_LIMIT`) and places them in queue
-order on what is left, stopping at the first that does not fit (:meth:`AdmissionLock.admit`). Its grants (entry
+counts, constraints; no name, image, environment or key), and its digest in the entry's path
+(``<prefix><lock ID>~<digest>``, :func:`request_digest`). The holder, after placing its own session on its one
+live capacity read, lists the entries queued behind it (at most :data:`BATCH_LIMIT`) and places them in queue
+order on what is left, stopping at the first that does not fit (:meth:`AdmissionLock.admit`). It reads an entry's
+request only for the first entry of each digest (checking that the digest is the request's), and for entries
+written again since they joined (their ``ModifyIndex`` is not their ``CreateIndex``: a new variable has both at the
+same raft index, ``varSetTxn`` in ``nomad/state/state_store_variables.go``): creates that ask for the same session
+shape (a class starting its sessions, a sweep) cost the holder one read, not one each. Once it has registered its own
+session (:meth:`AdmissionLock.release`), the holder admits in a second pass, on what its placement has left, the
+creates that queued since its first (after those admitted already: the lock variable then holds all the hold's
+grants), so that one hold serves the creates that arrive while it lasts. Its grants (entry
 -> the agents granted, with exactly the capacity granted, and when) go into the lock variable's Items: a write
 only the lock's holder can make (``isLocked``, ``nomad/state/state_store_variables.go``: a locked variable is
 written only with its lock ID; ``VarLockAcquire`` by the same ID overwrites the data). An admitted waiter learns
@@ -58,9 +66,10 @@ A waiter that finds the entry ahead marked but no grant of its own is next: the 
 queue, so every live waiter ahead was admitted and none of them will try the lock. It blocks on the lock variable
 from the grants' index (the holder's next write of it clears them just before it releases), not on each admitted
 entry ahead as it goes (which cost a listing, a read of the lock variable and an acquire attempt each). The holder keeps the lock
-until each admitted entry is gone (:meth:`AdmissionLock.release`; one listing first gives each entry's index now, so
-an entry already gone costs no read and one already marked is not read again for that mark), so no other holder
-plans on capacity granted but not yet registered; an admitted waiter marks its entry every TTL / 4 (its heartbeat) and stops without
+until each admitted entry is gone (:meth:`AdmissionLock.release`), so no other holder plans on capacity granted
+but not yet registered. The admitted creates run side by side, so it waits on the queue's listing (each entry's
+``ModifyIndex``), blocking between listings on the last admitted entry still there: a few listings and reads per
+hold, not two reads per admitted create (its release, then its deletion); an admitted waiter marks its entry every TTL / 4 (its heartbeat) and stops without
 registering after TTL / 2 without one, and the holder stops waiting for one it has not heard of for a TTL (it
 died), so a dead admitted waiter keeps the lock one TTL at most. Before it releases, the holder clears its grants
 (Nomad keeps a variable's data on ``lock-release``), and a grant older than a TTL is not taken (a dead holder's
@@ -78,6 +87,7 @@ when its waiter is done: nothing is left behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import typing as t
@@ -87,7 +97,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import B
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import CASConflict, NomadClient, NomadError
 
 LOCK_PATH = "backendai-cluster/admission"
-#: The waiters' queue: one variable per waiter, ``<prefix><its lock ID>``.
+#: The waiters' queue: one variable per waiter, ``<prefix><its lock ID>[~<digest of its request>]``.
 QUEUE_PREFIX = "backendai-cluster/admission-queue/"
 LOCK_NAMESPACE = "default"
 #: Nomad's default lock TTL (its minimum is 10 s).
@@ -96,8 +106,11 @@ DEFAULT_TTL = 15.0
 DEFAULT_LOCK_DELAY = 1.0
 #: How long a create waits for the lock before failing (a killed holder's lock lasts TTL × 2 + delay, 31 s).
 DEFAULT_LOCK_WAIT = 120.0
-#: The most queued creates one holder admits with its own (each costs the holder one read and a placement pass).
-BATCH_LIMIT = 16
+#: The most queued creates one holder admits with its own (each costs it a placement pass; a read per distinct request).
+#: Measured (benchmarks/admission.py, 100 creates at once): 16 gave 6 holds of 17 sessions and 18.5 requests per
+#: session, 64 gives 2 holds and 18.1 (both before the holder read requests by digest and waited on listings), at the
+#: same throughput; the hold grows with the batch (the holder waits for every create it admitted).
+BATCH_LIMIT = 64
 #: Items of the lock variable (the holder's grants: queue entry path -> granted agents, JSON) and of a queue entry
 #: (its placement request, JSON; its mark once granted, which wakes the waiter behind it).
 GRANTS_ITEM = "grants"
@@ -107,6 +120,23 @@ GRANTED_ITEM = "granted"
 GRANTED_AT_ITEM = "granted_at"
 #: In a marked queue entry: the lock variable's ModifyIndex at the grants copied there.
 GRANTS_INDEX_ITEM = "grants_index"
+
+
+#: In a queue entry's path, before the digest of its request (``<prefix><lock ID>~<digest>``; ``~`` is a path
+#: character Nomad allows, ``validVariablePath`` in ``nomad/structs/variables.go``, and no UUID has one).
+DIGEST_MARK = "~"
+
+
+class QueueEntry(t.NamedTuple):
+    """A queue entry as the listing gives it: its place (raft ``CreateIndex``), path and ``ModifyIndex``."""
+    place: int
+    path: str
+    index: int
+
+
+def request_digest(request: t.Mapping[str, t.Any]) -> str:
+    """The digest of a placement request (16 hex digits of SHA-256 of its canonical JSON)."""
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
 def killed_holder_keeps(ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY) -> float:
@@ -162,6 +192,11 @@ class AdmissionLock:
         #: items this create copies into its entry's marks (the waiter behind reads them there, not the lock variable)
         self._grants_index = 0
         self._copied: t.Dict[str, str] = {}
+        #: this holder's grants so far (entry -> agents), the placement it grants from, and the requests it read, by
+        #: their digest (:func:`request_digest`)
+        self._grants: t.Dict[str, t.List[t.Dict[str, t.Any]]] = {}
+        self._grant_fn: t.Optional[t.Callable[[t.Any], t.Optional[t.List[t.Dict[str, t.Any]]]]] = None
+        self._known: t.Dict[str, t.Any] = {}
 
     # Acquire ------------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -318,22 +353,28 @@ class AdmissionLock:
     def _join(self) -> None:
         ticket_id = str(uuid.uuid4())
         path = QUEUE_PREFIX + ticket_id
+        if self.request is not None:  # its digest in the path: the holder reads one entry per distinct request
+            path += DIGEST_MARK + request_digest(self.request)
         var = self.nomad.acquire_lock(path, self.ttl, self.lock_delay, self._entry_items(), lock_id=ticket_id)
         self._ticket = (path, ticket_id, int(var.get("CreateIndex") or 0))
         self._ticket_renewed = self._clock()
+
+    def _queue(self) -> t.Tuple[t.List[QueueEntry], t.List[QueueEntry]]:
+        """The queue now (one listing, ``GET /v1/vars?prefix=``: metadata, no Items): (the entries of the other waiters,
+        in queue order; the entries passed over, :attr:`_passed`, that are still there)."""
+        entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
+        mine = self._ticket[0] if self._ticket else None
+        listed = sorted(QueueEntry(int(e.get("CreateIndex") or 0), str(e.get("Path")), int(e.get("ModifyIndex") or 0))
+                        for e in entries if e.get("Path") not in (mine, None))
+        return [e for e in listed if e.path not in self._passed], [e for e in listed if e.path in self._passed]
 
     def _ahead(self) -> t.Optional[t.Tuple[str, int]]:
         """The queue entry just ahead of ours (path, ModifyIndex), or None: we are the head."""
         if self._ticket is None:
             raise AssertionError("_ahead() is called only while queued")
         path, _id, place = self._ticket
-        entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
-        ahead = [(int(e.get("CreateIndex") or 0), str(e.get("Path")), int(e.get("ModifyIndex") or 0)) for e in entries
-                 if (int(e.get("CreateIndex") or 0), str(e.get("Path"))) < (place, path) and e.get("Path") not in self._passed]
-        if not ahead:
-            return None
-        _place, ahead_path, modify_index = max(ahead)
-        return ahead_path, modify_index
+        ahead = [e for e in self._queue()[0] if (e.place, e.path) < (place, path)]
+        return (ahead[-1].path, ahead[-1].index) if ahead else None
 
     def _wait_on(self, path: str, index: int, start: float) -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
         """Block on variable ``path`` until its index is above ``index`` (a slice of the time left: the queue entry
@@ -382,34 +423,49 @@ class AdmissionLock:
               limit: int = BATCH_LIMIT) -> int:
         """Admit the creates queued now, in queue order while they fit (``grant``: a request -> its agents, or None,
         ``_nomad.batch.BatchPlanner.grant``): their grants go into the lock variable (this holder's write), and the
-        lock is held (:meth:`release`) until each is done. Returns how many were admitted; on an error, none."""
+        lock is held (:meth:`release`) until each is done. Returns how many were admitted; on an error, none.
+
+        Called again (:meth:`release`, once this holder registered its own session), it admits the creates that
+        queued since, after those admitted already (the lock variable then holds all the grants of this hold), on
+        what ``grant`` has left: one hold serves the creates that arrived while it lasted."""
         if not self.lock_id:
             return 0
+        self._grant_fn = grant
+        first = not self._grants
         try:
-            entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
-            mine = self._ticket[0] if self._ticket else None
-            queued = sorted((int(e.get("CreateIndex") or 0), str(e.get("Path"))) for e in entries
-                            if e.get("Path") not in (mine, None) and e.get("Path") not in self._passed)
             grants: t.Dict[str, t.List[t.Dict[str, t.Any]]] = {}
             admitted: t.List[t.Tuple[str, int]] = []
-            for _place, path in queued[:limit]:
-                var = self.nomad.get_variable(path)
-                if var is None:  # left meanwhile
-                    continue
-                items = var.get("Items") or {}
-                if items.get(GRANTED_ITEM):  # another holder's (this one's lock lapsed?): stop
-                    break
-                try:
-                    request = json.loads(str(items.get(REQUEST_ITEM) or ""))
-                except ValueError:  # a create that does not publish one: it places itself at its turn
-                    break
+            known = self._known  # requests read in this hold, by the digest their entries' paths carry
+            queued = [e for e in self._queue()[0] if e.path not in self._grants]
+            for entry in queued[:max(0, limit - len(self._grants))]:
+                digest = entry.path.rpartition(DIGEST_MARK)[2] if DIGEST_MARK in entry.path else ""
+                index = entry.index
+                if entry.index == entry.place and digest in known:
+                    # written once, at its join (a mark or a release is a raft write: a new ModifyIndex), with the
+                    # request of this digest, read and checked already in this pass: not read again
+                    request = known[digest]
+                else:
+                    var = self.nomad.get_variable(entry.path)
+                    if var is None:  # left meanwhile
+                        continue
+                    items = var.get("Items") or {}
+                    if items.get(GRANTED_ITEM):  # another holder's (this one's lock lapsed?): stop
+                        break
+                    try:
+                        request = json.loads(str(items.get(REQUEST_ITEM) or ""))
+                    except ValueError:  # a create that does not publish one: it places itself at its turn
+                        break
+                    if digest and request_digest(request) == digest:
+                        known[digest] = request
+                    index = int(var.get("ModifyIndex") or 0)
                 agents = grant(request)
                 if agents is None:  # does not fit now: it and those behind it wait for their turn (queue order)
                     break
-                grants[path] = agents
-                admitted.append((path, int(var.get("ModifyIndex") or 0)))
+                grants[entry.path] = agents
+                admitted.append((entry.path, index))
             if not grants:
                 return 0
+            grants = dict(self._grants, **grants)  # (those admitted before still read theirs here)
             copied = {GRANTS_ITEM: json.dumps(grants, sort_keys=True), GRANTED_AT_ITEM: "%.3f" % time.time()}
             written = self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, dict(copied, holder=self.owner),
                                               lock_id=self.lock_id)
@@ -417,8 +473,9 @@ class AdmissionLock:
             self._renewed = self._clock()
         except NomadError:
             return 0  # nobody saw a grant: this holder goes on alone
-        self._granted = admitted
-        if self._ticket is not None:  # the first one admitted may block on this holder's own entry: wake it
+        self._grants = grants
+        self._granted.extend(admitted)
+        if first and self._ticket is not None:  # the first one admitted may block on this holder's own entry: wake it
             try:
                 self._write_granted_entry(copied)
             except NomadError:
@@ -428,28 +485,39 @@ class AdmissionLock:
     def _await_admitted(self) -> None:
         """Until each create this holder admitted is done (its entry gone) or silent for a TTL (it marks its entry
         every TTL / 4 while admitted, and stops before registering after TTL / 2 of silence): no other holder plans
-        on capacity granted but not yet registered."""
+        on capacity granted but not yet registered.
+
+        The admitted creates run side by side and end at about the same time, so the holder does not block on each
+        entry in turn (two reads each: its release and its deletion): it lists the queue (each entry's ModifyIndex: a
+        mark or a release moves it), blocks on the last admitted entry still there (at most TTL / 2), and lists
+        again; the entries that went meanwhile cost nothing more. An entry whose index did not move for a TTL
+        belongs to a create that died (or never saw its grant): passed over."""
         if not self._granted:
             return
-        # one listing gives each entry's index now: an entry already gone costs no read, and one that marked itself
-        # meanwhile is blocked on from its mark (woken by its deletion or its next heartbeat, not by that mark)
-        entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
-        now = {str(e.get("Path")): int(e.get("ModifyIndex") or 0) for e in entries}
-        for path, index in self._granted:
-            if path not in now:
-                continue
-            index = max(index, now[path])
-            while True:
-                var, _seen = self.nomad.wait_variable(path, index, self.ttl)
-                self.keep()
-                if var is None:
-                    break
-                changed_to = int(var.get("ModifyIndex") or 0)
-                if changed_to == index:  # a whole TTL without a heartbeat: it died (or never saw its grant)
+        if self._grant_fn is not None:  # a busy queue: admit those that queued since the first pass, in this hold
+            self.admit(self._grant_fn)
+        pending = dict(self._granted)  # entry -> its ModifyIndex as last seen
+        heard = {path: self._clock() for path in pending}
+        while pending:
+            now = {e.path: e.index for e in self._queue()[0]}
+            for path in list(pending):
+                if path not in now:  # done: it left the queue
+                    del pending[path]
+                elif now[path] != pending[path]:
+                    pending[path], heard[path] = now[path], self._clock()
+                elif self._clock() - heard[path] >= self.ttl:  # a whole TTL without a heartbeat: it died
                     self._passed.add(path)
-                    break
-                index = changed_to
-        self._granted = []
+                    del pending[path]
+            if not pending:
+                break
+            last = [path for path, _index in self._granted if path in pending][-1]
+            var, _seen = self.nomad.wait_variable(last, pending[last], self.ttl / 2)
+            self.keep()
+            if var is None:
+                del pending[last]
+            elif int(var.get("ModifyIndex") or 0) != pending[last]:
+                pending[last], heard[last] = int(var.get("ModifyIndex") or 0), self._clock()
+        self._granted, self._grants, self._grant_fn = [], {}, None
         if self.lock_id:  # no grant outlives the hold: a create that reads one later places itself at its turn
             self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, {"holder": self.owner}, lock_id=self.lock_id)
 
@@ -478,14 +546,13 @@ class AdmissionLock:
 
     def _others_queued(self) -> bool:
         """Whether another waiter queues; entries passed over that are still there belong to dead waiters: deleted."""
-        entries, _index = self.nomad.list_variables_at(QUEUE_PREFIX)
-        mine = self._ticket[0] if self._ticket else None
-        for dead in [e for e in entries if e.get("Path") in self._passed]:
+        others, passed = self._queue()
+        for dead in passed:
             try:
-                self.nomad.delete_variable(str(dead.get("Path")), cas=int(dead.get("ModifyIndex") or 0))
+                self.nomad.delete_variable(dead.path, cas=dead.index)
             except NomadError:
                 pass
-        return any(e.get("Path") not in (mine, None) and e.get("Path") not in self._passed for e in entries)
+        return bool(others)
 
     def _leave(self) -> None:
         """Leave the queue (release the entry's lock, delete it); errors are left to its TTL."""

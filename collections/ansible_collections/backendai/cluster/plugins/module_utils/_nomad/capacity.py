@@ -28,7 +28,11 @@ import tempfile
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import PLUGIN_FILTER, live_agents
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import (
+    PLUGIN_FILTER,
+    UNDERLAY_META_FILTER,
+    live_agents,
+)
 
 #: Environment variable naming the directory of the node catalogue files (unset: no catalogue).
 NODE_CACHE_ENV = "BACKENDAI_NODE_CACHE_DIR"
@@ -47,6 +51,8 @@ class NodeCatalogue:
         #: the nodes index :attr:`last` was read at, and the full nodes (``GET /v1/node/:id``) read at that index
         self._last_index = 0
         self._details: t.Dict[t.Tuple[str, int, str], t.Optional[t.Dict[str, t.Any]]] = {}
+        #: (file, nodes index) -> the IDs of the nodes that carry underlay meta (:meth:`node` reads only those)
+        self._with_meta: t.Dict[t.Tuple[str, int], t.FrozenSet[str]] = {}
 
     def known(self, client: NomadClient) -> t.List[t.Dict[str, t.Any]]:
         """The list read last by this process, else :meth:`nodes` (for node addresses: no index check needed)."""
@@ -86,8 +92,14 @@ class NodeCatalogue:
 
     def node(self, client: NomadClient, node_id: str) -> t.Optional[t.Dict[str, t.Any]]:
         """``GET /v1/node/:id`` (a node's meta: the session network's underlay address), kept in this process for the
-        nodes index :attr:`last` was read at: a change of a node's meta is a node update, which moves that index."""
+        nodes index :attr:`last` was read at: a change of a node's meta is a node update, which moves that index.
+
+        A node without the session network's meta (``backendai.underlay_ip``/``_mtu``: most nodes; one filtered
+        listing per nodes index, :data:`UNDERLAY_META_FILTER`, names those that have it) is not read: it is answered
+        as ``{"ID": node_id, "Meta": {}}`` (its address is the list stub's)."""
         key = (self._file(client), self._last_index, node_id)
+        if self._last_index and node_id not in self._meta_nodes(client):
+            return {"ID": node_id, "Meta": {}}
         if not self._last_index or key not in self._details:
             detail = client.node(node_id)
             if not self._last_index:
@@ -95,13 +107,21 @@ class NodeCatalogue:
             self._details[key] = detail
         return self._details[key]
 
+    def _meta_nodes(self, client: NomadClient) -> t.FrozenSet[str]:
+        """IDs of the nodes with underlay meta at the nodes index :attr:`last` was read at (one listing per index)."""
+        key = (self._file(client), self._last_index)
+        if key not in self._with_meta:
+            stubs, _index = client.list_nodes_at(filter_expr=UNDERLAY_META_FILTER)
+            self._with_meta[key] = frozenset(str(s.get("ID")) for s in stubs)
+        return self._with_meta[key]
+
     def _write(self, path: str, content: t.Mapping[str, t.Any]) -> None:
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".nodes-")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(content, f)
+                    f.write(json.dumps(content))  # (json.dump streams through the pure-Python encoder: 10x slower)
                 os.replace(tmp, path)
             except BaseException:
                 os.unlink(tmp)

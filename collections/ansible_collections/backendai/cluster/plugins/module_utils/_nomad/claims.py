@@ -124,12 +124,12 @@ class NetworkClaims:
     def claim(self, namespace: str, job: str, session_id: str, slots: int = 1) -> Claim:
         """Claim the first free block of ``slots`` in the probe order of namespace/job (one listing, then ``cas=0``)."""
         namespace = namespace or DEFAULT_NAMESPACE
-        order = list(probe_order(preferred_slot(namespace, job, self.count), self.count, slots))
-        claim = Claim(order[0], namespace, job, session_id, slots)
+        order = probe_order(preferred_slot(namespace, job, self.count), self.count, slots)  # (lazily: 2,048 slots)
+        claim = Claim(next(order), namespace, job, session_id, slots)
         if self._take(claim):  # the preferred block, without a listing first (cas=0 decides)
             return claim
         taken = self.claimed()
-        for first in order[1:]:
+        for first in order:
             claim = Claim(first, namespace, job, session_id, slots)
             if any(s in taken for s in claim.block):
                 continue

@@ -66,6 +66,10 @@ MIN_CLIENT_VERSION = "1.10.0"
 #: ``GET /v1/nodes`` filter: Nomad evaluates it against the whole node (``nomad/state/paginator``), so the
 #: plugin attribute can be asked for although the stubs do not carry attributes (``Node.Stub``).
 PLUGIN_FILTER = '"%s" in Attributes' % PLUGIN_ATTRIBUTE
+#: Nomad's filter for the nodes whose meta sets the session network's underlay address or MTU (go-bexpr ``"key" in
+#: Meta``: a key of the node's Meta map; Nomad filters the whole node, not the stub, which has no Meta:
+#: ``nomad/state/paginator/paginator.go``); the keys are :data:`UNDERLAY_IP_META` and :data:`UNDERLAY_MTU_META`.
+UNDERLAY_META_FILTER = '"backendai.underlay_ip" in Meta or "backendai.underlay_mtu" in Meta'
 
 
 @functools.lru_cache(maxsize=256)  # pure, and a cluster's 1,000 nodes run a handful of Nomad versions

@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.join(CLIENT_TREE, "collections"))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
 sys.path.insert(0, HERE)
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nomad_backend import NomadBackend  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import (  # noqa: E402
     agent_from_summary,
@@ -64,7 +64,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api impor
     NomadClient,
     NomadConnection,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import generate_key  # noqa: E402
 from nomad_double.server import NomadAPIDouble  # noqa: E402
 from nomad_double.watch import HalfPlacedWatch  # noqa: E402

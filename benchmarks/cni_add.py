@@ -39,7 +39,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local import network as lnet  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as lnet  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (  # noqa: E402
     CNI_PATH,

@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.admission import LOCK_PATH, AdmissionLock, killed_holder_keeps
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nomad_backend import NomadBackend
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import (
     UNDERLAY_IP_META,
@@ -31,7 +31,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes imp
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection, NomadError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 from module_helpers import NOMAD_TOKEN, spec
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
@@ -135,7 +135,7 @@ KILLED_CREATE = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {collections!r}); sys.path.insert(0, {tests!r})
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad import api as _nomad_api
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nomad_backend import NomadBackend
     from module_helpers import spec
 
     def stuck(self, body):  # the create is killed while it holds the admission lock
@@ -144,7 +144,7 @@ KILLED_CREATE = textwrap.dedent("""
 
     _nomad_api.NomadClient.register_job = stuck
     client = _nomad_api.NomadClient(_nomad_api.NomadConnection(nomad_addr={url!r}, token={token!r}))
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
     NomadBackend(client, lambda: None, lambda *a: None, print, lock_ttl=10, lock_delay=1,
                  network=NetworkControl(key_file={key_file!r})).present(spec(name="killed"))
 """)

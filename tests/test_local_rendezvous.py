@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import LocalBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
 
 from rendezvous import RENDEZVOUS
 

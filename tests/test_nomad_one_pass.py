@@ -17,10 +17,10 @@ import pytest
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nomad_backend import NomadBackend
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, claim_path
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import preferred_slot
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._session import spec as session_spec
 from module_helpers import NOMAD_TOKEN, spec
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures

@@ -465,7 +465,7 @@ def test_missing_library_is_reported_with_missing_required_lib(nomad: NomadAPIDo
 
 def test_local_backend_is_the_default_without_a_nomad_address(run: ModuleRun, monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: t.Any) -> None:
-    from ansible_collections.backendai.cluster.plugins.module_utils._local import backend as _backend_local
+    from ansible_collections.backendai.cluster.plugins.module_utils._local import local_backend as _backend_local
     from ansible_collections.backendai.cluster.plugins.modules import session_info
 
     calls: t.List[t.Tuple[str, t.Any]] = []

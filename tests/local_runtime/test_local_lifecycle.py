@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad import backend as _backend_nomad
-from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import LocalBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import nomad_backend as _backend_nomad
+from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),

@@ -26,12 +26,12 @@ import uuid
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local import backend
+from ansible_collections.backendai.cluster.plugins.module_utils._local import local_backend
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
 import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._local import session as local_session
-from ansible_collections.backendai.cluster.plugins.module_utils._local.network import wireguard_interface
+from ansible_collections.backendai.cluster.plugins.module_utils._local.agent_network import wireguard_interface
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import parse_agents
@@ -170,11 +170,11 @@ def mn_root(run_dir: str) -> str:
 
 @pytest.fixture(scope="module")
 def mn(fabric: Fabric, mn_root: str) -> t.Iterator[Live]:
-    result = backend.LocalBackend(mn_root).present(spec("mn"), agents=fabric.agents)
+    result = local_backend.LocalBackend(mn_root).present(spec("mn"), agents=fabric.agents)
     try:
         yield Live(mn_root, result)
     finally:
-        backend.LocalBackend(mn_root).absent("mn")
+        local_backend.LocalBackend(mn_root).absent("mn")
 
 
 def test_spread_over_agents_with_per_agent_local_rank(mn: Live) -> None:
@@ -273,7 +273,7 @@ def test_df_bit_and_20mb_transfer_cross_agents_without_fragmentation(mn: Live, f
 
 
 def test_sessions_on_the_same_agents_are_isolated(mn: Live, fabric: Fabric, mn_root: str) -> None:
-    result = backend.LocalBackend(mn_root).present(spec("other", size=3, cpu=1500), agents=fabric.agents)
+    result = local_backend.LocalBackend(mn_root).present(spec("other", size=3, cpu=1500), agents=fabric.agents)
     try:
         other = Live(mn_root, result)
         assert sorted(c["agent"] for c in other.view["containers"]) == ["agent1", "agent2", "agent3"]
@@ -288,16 +288,16 @@ def test_sessions_on_the_same_agents_are_isolated(mn: Live, fabric: Fabric, mn_r
         for c in mn.by_host.values():
             assert other.python_in("sub1", PROBE, c["address"], port).stdout.startswith("closed")
     finally:
-        assert backend.LocalBackend(mn_root).absent("other")["changed"] is True
+        assert local_backend.LocalBackend(mn_root).absent("other")["changed"] is True
 
 
 def test_backend_is_idempotent_and_pending_says_why(mn: Live, fabric: Fabric, mn_root: str) -> None:
-    again = backend.LocalBackend(mn_root).present(spec("mn"), agents=fabric.agents)
+    again = local_backend.LocalBackend(mn_root).present(spec("mn"), agents=fabric.agents)
     assert again["changed"] is False and again["session"]["session_id"] == mn.view["session_id"]
     with pytest.raises(Exception, match="PENDING on the local agents: the eligible agents together can hold only 6 of 7"):
-        backend.LocalBackend(mn_root).present(spec("toobig", size=7), agents=fabric.agents)
+        local_backend.LocalBackend(mn_root).present(spec("toobig", size=7), agents=fabric.agents)
     with pytest.raises(Exception, match="local agents"):
-        backend.LocalBackend(mn_root).present(spec("nolocal"), agents=[{"name": "x", "cpu": 9000, "memory": 9000}])
+        local_backend.LocalBackend(mn_root).present(spec("nolocal"), agents=[{"name": "x", "cpu": 9000, "memory": 9000}])
     assert not os.path.exists(os.path.join(mn_root, "toobig")) and not os.path.exists(os.path.join(mn_root, "nolocal"))
 
 
@@ -355,7 +355,7 @@ def test_env_rendezvous_across_agents_finds_main1(mn: Live, fabric: Fabric) -> N
 def _runtime_session(name: str, fabric: Fabric, keypair: tuple[str, str]) -> dict[str, t.Any]:
     plan = build_plan(parse_spec(spec(name)), parse_agents(fabric.agents), str(uuid.uuid4()))
     return local_session_dict.session_dict(local_session.local_session(plan, SSHKeypair(keypair[0], keypair[1]),
-                                                                       backend.local_agents(fabric.agents)))
+                                                                       local_backend.local_agents(fabric.agents)))
 
 
 def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:

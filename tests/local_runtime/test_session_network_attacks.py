@@ -28,7 +28,7 @@ import pytest
 
 import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
-from ansible_collections.backendai.cluster.plugins.module_utils._local import network as lnet
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as lnet
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import Attachment, cni_add, cni_del

@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local import backend
+from ansible_collections.backendai.cluster.plugins.module_utils._local import local_backend
 
 from conftest import REPO
 
@@ -68,7 +68,7 @@ def test_gloo_all_reduce_across_containers_as_the_session_user(torch_python: str
     hosts = ["main1", "sub1", "sub2"]
     spec = {"name": "gloo", "image": "local", "cluster_size": len(hosts), "cluster_mode": "single-node",
             "resources": {"cpu": 1500, "memory": 1536}, "master_port": 29500}
-    result = backend.LocalBackend(root).present(spec)
+    result = local_backend.LocalBackend(root).present(spec)
     before.record(root, ["gloo"])
     try:
         script = base64.b64encode(ALL_REDUCE.encode()).decode()
@@ -86,5 +86,5 @@ def test_gloo_all_reduce_across_containers_as_the_session_user(torch_python: str
         assert lines == ["%s: rank %d of %d sum %d uid %s" % (h, i, len(hosts), total, uid)
                          for i, h in enumerate(hosts)], p.stdout
     finally:
-        backend.LocalBackend(root).absent("gloo")
+        local_backend.LocalBackend(root).absent("gloo")
     before.assert_clean()

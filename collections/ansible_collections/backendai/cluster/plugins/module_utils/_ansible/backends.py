@@ -10,7 +10,7 @@ nor hvac, and a Nomad run not the local runtime (Ansible still ships both in the
 from __future__ import annotations
 
 from ansible_collections.backendai.cluster.plugins.module_utils._ansible.module import LOCAL, NOMAD, ClusterModule
-from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import SessionBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._session.protocol import SessionBackend
 
 
 def backend_name(module: ClusterModule) -> str:
@@ -22,13 +22,13 @@ def session_backend(module: ClusterModule, changes: bool = False) -> SessionBack
     (checks the Nomad namespace, the libraries and options a change needs before anything is written)."""
     p = module.params
     if backend_name(module) == LOCAL:
-        from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import LocalBackend
+        from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
 
         return LocalBackend(p["state_dir"], p.get("mount_roots"))
 
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nomad_backend import NomadBackend
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import refuse_all_namespaces
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 
     network = None
     if changes:

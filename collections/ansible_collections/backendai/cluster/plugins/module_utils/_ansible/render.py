@@ -24,7 +24,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api impor
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import plan_slots, secret_path
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_NAMESPACE, JobNetwork, underlay_network
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents, underlay_addresses
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session, render_session
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import refuse_all_namespaces
@@ -32,7 +32,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.keys im
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
-from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
+from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import plan_summary
 
 MODULE = "backendai.cluster.session_render"
 

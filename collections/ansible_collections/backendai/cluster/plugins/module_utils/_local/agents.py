@@ -11,7 +11,7 @@ Each agent is a network namespace with its own address on an underlay: a bridge 
 a namespace of its own, the agents' ``eth0`` being veth peers of its ports. Nothing is created in
 the host's namespace. A session's containers on an agent are namespaces behind it: the CNI
 plugins run inside the agent's namespace (``CNI_NETNS`` is the container's), and the session's
-VXLAN devices in the agents' namespaces join them across agents (see ``_local.network``).
+VXLAN devices in the agents' namespaces join them across agents (see ``_local.agent_network``).
 
 The result lists the agents as the session modules take them (``{name, cpu, memory, gpu,
 datacenter}``) plus a ``local`` mapping (namespace, underlay address and MTU, CNI config dir)
@@ -34,7 +34,7 @@ import time
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_AGENTS_ROOT
-from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import delete_netns, netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch, run

@@ -18,7 +18,7 @@ replays the journal backwards (``_local.teardown``), so a creator killed at any 
 nothing that destroy cannot remove.
 
 The network is the one every backend uses: the ``backendai`` CNI plugin with the agent's one
-static config, admitted by signed parameters (``_local.network``). Without ``agents`` this
+static config, admitted by signed parameters (``_local.agent_network``). Without ``agents`` this
 machine is the agent; with ``agents`` (local agents made by ``_local.agents``, each container
 placed on one of them) the containers sit behind those agents, joined across agents by the
 session's VXLAN segment, and main1 is published by a relay (``_local.publish``).

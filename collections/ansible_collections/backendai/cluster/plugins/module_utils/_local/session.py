@@ -164,7 +164,7 @@ def _prepare(session: LocalSession, state_root: str = DEFAULT_STATE_ROOT,
             raise _fail("mount source %s is not a directory: its target %s must exist" % (m.source, m.target))
         mounts.append(Mount(real, os.path.normpath(m.target), m.read_only))
     agents: t.Mapping[str, t.Mapping[str, t.Any]] = {}
-    if session.agents:  # containers behind local agents (multi-node): see _local.network
+    if session.agents:  # containers behind local agents (multi-node): see _local.agent_network
         agents = validate_session_agents(session.agents, list(dict.fromkeys(c.agent for c in containers)))
     return dataclasses.replace(session, mounts=tuple(mounts), agents=agents)
 

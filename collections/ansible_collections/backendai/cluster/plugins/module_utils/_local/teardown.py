@@ -9,7 +9,7 @@ import shutil
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as _cgroups
-from ansible_collections.backendai.cluster.plugins.module_utils._local import network as _local_network
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
     prune_shared_chains,
 )

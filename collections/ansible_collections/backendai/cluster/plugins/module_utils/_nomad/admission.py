@@ -20,7 +20,7 @@ because the capacity being admitted, the client nodes, is shared by every namesp
 sessions in two namespaces racing for the same node would collide just the same. The token
 therefore needs ``write`` on the variable ``backendai-cluster/admission`` of the ``default``
 namespace (besides what a session needs in its own namespace). Other Nomad jobs do not take the
-lock; the evaluation of every register is followed to catch those races (see ``_nomad.backend``).
+lock; the evaluation of every register is followed to catch those races (see ``_nomad.nomad_backend``).
 
 Waiting (issue 24): a create whose first acquire finds the lock held joins a queue and waits on
 Nomad, not in a poll loop. The queue is one variable per waiter under :data:`QUEUE_PREFIX`, made by a

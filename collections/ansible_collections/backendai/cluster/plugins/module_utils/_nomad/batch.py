@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Batch admission (issue 24): the admission lock's holder places the creates queued behind it in one pass.
 
-Pure planning, no HTTP (``_nomad.admission`` carries the requests and grants, ``_nomad.backend`` uses them).
+Pure planning, no HTTP (``_nomad.admission`` carries the requests and grants, ``_nomad.nomad_backend`` uses them).
 
 A waiter publishes its :func:`placement_request` in its queue entry: what placement needs and nothing else
 (per-container CPU, memory and GPUs, cluster mode, strategy, driver, datacenters, host volume names); no

@@ -374,7 +374,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
             vault["Role"] = spec.secrets.role
         task["Vault"] = vault
     # No ``Count``: Nomad makes a missing one 1 (api/tasks.go ``TaskGroup.Canonicalize``, without ``Scaling``). The
-    # container's role and index are its task's BACKENDAI_CLUSTER_ROLE/IDX (``_nomad.view`` reads them there).
+    # container's role and index are its task's BACKENDAI_CLUSTER_ROLE/IDX (``_nomad.job_view`` reads them there).
     group: t.Dict[str, t.Any] = {
         "Name": container.hostname,
         "Meta": {"backendai_agent": container.agent},

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Removing a Nomad session: the one teardown every rollback and ``state=absent`` go through
 (purge the job, release the network slot, delete the keypair): :class:`Remover`, a collaborator of
-:class:`_nomad.backend.NomadBackend`, constructed with what it writes to."""
+:class:`_nomad.nomad_backend.NomadBackend`, constructed with what it writes to."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets i
     location_of_job,
     location_of_spec,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_view import (
     is_managed,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import absent_name
+from ansible_collections.backendai.cluster.plugins.module_utils._session.protocol import absent_name
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._vault.client import VaultError
 

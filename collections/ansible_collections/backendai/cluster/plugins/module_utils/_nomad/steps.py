@@ -1,7 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The steps of a Nomad session's lifecycle as errors name them, their timing defaults, and what the create
-(:class:`_nomad.backend.NomadBackend`) and the update (``_nomad.update``) share: placing a parsed spec
+(:class:`_nomad.nomad_backend.NomadBackend`) and the update (``_nomad.update``) share: placing a parsed spec
 (:class:`Placer`), failing as PENDING (:func:`pending`) and the module's result (:func:`session_result`)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render im
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import SecretLocation, location_of_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
-from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
+from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import plan_summary
 
 DEFAULT_POLL_INTERVAL = 2.0
 #: How long a create follows its evaluation (under the admission lock) for Nomad's placement verdict.

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Updating an existing Nomad session: the keys are kept, the job is rendered again and Nomad's plan
 decides whether anything changed; broken containers get a new allocation: :class:`Updater`, a
-collaborator of :class:`_nomad.backend.NomadBackend`, constructed with what it reads and writes.
+collaborator of :class:`_nomad.nomad_backend.NomadBackend`, constructed with what it reads and writes.
 
 The plan comes first, read-only and without the cluster's admission lock: only a run that will register a
 changed job (or write a lost network claim again) takes the lock, so an unchanged re-run writes nothing to
@@ -21,7 +21,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api impor
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import plan_slots, register_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import args_version_of_job
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
     SecretLocation,
     SecretStore,
@@ -29,7 +29,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets i
     location_of_spec,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import RenderedSession, render_session
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_view import (
     container_status,
     current_allocations,
     failed_placement_reason,

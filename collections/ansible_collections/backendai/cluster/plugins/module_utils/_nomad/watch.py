@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Watching a Nomad session: its view (allocations, addresses, logs), waiting for its containers,
 and following an evaluation to Nomad's placement verdict: :class:`Watcher`, a collaborator of
-:class:`_nomad.backend.NomadBackend` and of the update (``_nomad.update``), constructed with what it reads."""
+:class:`_nomad.nomad_backend.NomadBackend` and of the update (``_nomad.update``), constructed with what it reads."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job impor
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
     location_of_job,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_view import (
     build_view,
     container_status,
     current_allocations,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.view import wait_progress
+from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import WaitFailed, last_event
 
 

@@ -198,13 +198,13 @@ def test_what_each_plugin_loads(plugin: str) -> None:
 def test_a_local_run_does_not_load_the_nomad_or_vault_clients() -> None:
     """What part of the payload importing ``session`` runs at once (the backend is imported when chosen)."""
     imports = _imports(os.path.join(PLUGINS, "modules", "session.py"))
-    loaded = _closure(imports.eager, eager=True) | _closure(["_local.backend"], eager=True)
+    loaded = _closure(imports.eager, eager=True) | _closure(["_local.local_backend"], eager=True)
     assert not [n for n in loaded if _unit(n) in ("_nomad", "_vault")]
     assert not {"requests", "nomad", "hvac"} & {f for n in loaded for f in GRAPH[n].foreign}
 
 
 def test_local_agents_load_no_planning_code_at_once() -> None:
-    """``local_agents`` installs agents through ``_local.network``, which names the local session's type only for
+    """``local_agents`` installs agents through ``_local.agent_network``, which names the local session's type only for
     type checking: importing it loads none of the planning code (nor the key generation's cryptography)."""
     loaded = _closure(["_local.agents"], eager=True)
     assert sorted(n for n in loaded if n.startswith("_session.") or n == "_local.session") == ["_session.schema"]

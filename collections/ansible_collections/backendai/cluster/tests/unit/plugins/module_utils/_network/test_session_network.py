@@ -267,7 +267,7 @@ def test_the_default_key_path_is_read_from_the_home_directory(tmp_path, monkeypa
     """Issue 20: ``~/.config/backendai-cluster/network.key`` (the default) is expanded for every caller, not only
     where Ansible's ``path`` options expand it (the CLI, scripts and benchmarks pass it as written)."""
     from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_NETWORK_KEY_FILE
-    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 
     monkeypatch.setenv("HOME", str(tmp_path))
     key_file = tmp_path / ".config" / "backendai-cluster" / "network.key"

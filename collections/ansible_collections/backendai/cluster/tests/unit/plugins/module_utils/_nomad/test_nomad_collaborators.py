@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.removal import Remover
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import Placer
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.watch import Watcher

@@ -32,7 +32,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job impor
     render_job,
     service_name,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import group_identity
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_view import group_identity
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import plan_diff as jd
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad import view as sv
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job_view as sv
 from ansible_collections.backendai.cluster.plugins.module_utils._session import status as ss
-from ansible_collections.backendai.cluster.plugins.module_utils._session import view
+from ansible_collections.backendai.cluster.plugins.module_utils._session import summaries
 
 
 @pytest.mark.parametrize("statuses, stopped, state", [
@@ -90,7 +90,7 @@ def _containers(*items: tuple) -> list:
 ], ids=["all-running", "pending-and-unplaced", "restarting", "failed-and-lost", "batch-complete", "service-complete",
         "local-exited", "none"])
 def test_wait_progress(items: tuple, batch: bool, expected: tuple) -> None:
-    progress = view.wait_progress(_containers(*items), batch=batch)
+    progress = summaries.wait_progress(_containers(*items), batch=batch)
     done, running, waiting, failed, summary = expected
     assert progress == {"total": len(items), "running": running, "waiting": waiting, "failed": failed, "done": done,
                         "summary": summary}

@@ -9,9 +9,9 @@ import inspect
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import ModuleFailure
-from ansible_collections.backendai.cluster.plugins.module_utils._local.backend import LocalBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.backend import NomadBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import SessionBackend, absent_name
+from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nomad_backend import NomadBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._session.protocol import SessionBackend, absent_name
 
 
 @pytest.mark.parametrize("backend", [LocalBackend, NomadBackend])

@@ -9,8 +9,8 @@ import typing as t
 import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session import status as ss
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad import view as sv
-from ansible_collections.backendai.cluster.plugins.module_utils._session import view
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job_view as sv
+from ansible_collections.backendai.cluster.plugins.module_utils._session import summaries
 
 
 @pytest.mark.parametrize("has_command, supervisor, sshd, code, status", [
@@ -61,5 +61,5 @@ def test_broken_summary_names_container_status_node_code_and_reason() -> None:
                    "reason": "alloc is lost since its node is down"},
                   {"hostname": "sub2", "status": "failed", "agent": "local", "exit_code": 137,
                    "reason": "the command exited with code 137"}]
-    assert view.broken_summary(containers) == ("sub1 lost on n2: alloc is lost since its node is down; "
+    assert summaries.broken_summary(containers) == ("sub1 lost on n2: alloc is lost since its node is down; "
                                                "sub2 failed on local, exit code 137: the command exited with code 137")

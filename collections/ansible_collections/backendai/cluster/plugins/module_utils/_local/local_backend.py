@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The ``local`` backend: a real cluster session on this one machine (see ``_local.runtime``).
 
-:class:`LocalBackend` implements the interface of ``_session.backend.SessionBackend`` (present,
+:class:`LocalBackend` implements the interface of ``_session.protocol.SessionBackend`` (present,
 absent, info), as the Nomad backend does; the session view it returns is the one described there,
 with ``backend: "local"`` and ``state_dir``.
 
@@ -10,7 +10,7 @@ The machine is one agent, ``local``, with its CPU (cores × MHz) and memory as c
 same placement rules apply (a session larger than the machine is PENDING). With ``agents`` (local
 agents made by ``_local.agents``: network-namespace "hosts" of this machine, each with its
 capacity and a ``local`` mapping) the session is placed on those instead, and a multi-node plan
-spreads its containers over them, joined by a VXLAN segment (see ``_local.network``). The same plan, the
+spreads its containers over them, joined by a VXLAN segment (see ``_local.agent_network``). The same plan, the
 same environment (``container_env``) and the same kind of keypair as the Nomad backend are used.
 A record next to the runtime's state (``backend.json``: the normalised spec, its digest and the
 public key) makes ``present`` idempotent: the same spec on a session with no broken container
@@ -39,9 +39,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime i
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
-from ansible_collections.backendai.cluster.plugins.module_utils._session.backend import absent_name
+from ansible_collections.backendai.cluster.plugins.module_utils._session.protocol import absent_name
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import needs_repair
-from ansible_collections.backendai.cluster.plugins.module_utils._session.view import broken_summary, plan_summary, wait_progress
+from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import broken_summary, plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import (
@@ -179,7 +179,7 @@ def _planned_view(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
 
 
 class LocalBackend:
-    """The local backend behind the interface of ``_session.backend.SessionBackend``."""
+    """The local backend behind the interface of ``_session.protocol.SessionBackend``."""
 
     def __init__(self, state_root: t.Optional[str] = None, mount_roots: t.Optional[t.Sequence[str]] = None) -> None:
         self.root = _root(state_root or DEFAULT_STATE_ROOT)

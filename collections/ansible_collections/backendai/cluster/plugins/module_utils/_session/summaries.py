@@ -4,7 +4,7 @@
 
 :func:`plan_summary` (the plan as module results show it), :func:`wait_progress` (where a wait for
 the containers stands) and :func:`broken_summary` (which containers are broken, and why). Both
-backends build their session views with them (``_nomad.view``, ``_local.backend``).
+backends build their session views with them (``_nomad.job_view``, ``_local.local_backend``).
 """
 
 from __future__ import annotations

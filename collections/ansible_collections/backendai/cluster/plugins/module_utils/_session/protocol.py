@@ -1,19 +1,19 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The interface both backends implement (``_nomad.backend.NomadBackend``, ``_local.backend.LocalBackend``).
+"""The interface both backends implement (``_nomad.nomad_backend.NomadBackend``, ``_local.local_backend.LocalBackend``).
 
 The ``session`` and ``session_info`` modules get one of them from ``_ansible.backends`` (the one
 place a backend is chosen) and call only these three methods:
 
 * ``present(spec_raw, agents, check_mode, diff, wait, wait_timeout, wait_for_resources) -> dict``
-  with ``changed``, ``created``, ``session`` (the session view), ``plan`` (``_session.view.plan_summary``)
+  with ``changed``, ``created``, ``session`` (the session view), ``plan`` (``_session.summaries.plan_summary``)
   and, when something changes, ``diff``;
 * ``absent(name, spec_raw, check_mode, diff, keep_logs) -> dict`` with ``changed`` and ``session``;
 * ``info(name, log_lines) -> list`` of session views.
 
 A session view is ``{name, backend, session_id, state, mode, network_mode, containers: [{hostname,
 role, idx, agent, address, status, exit_code, restarts, log_tail}], main1: {address, ssh_port,
-ssh_command}, progress}`` (``_session.view.wait_progress``) plus details of the backend; nothing
+ssh_command}, progress}`` (``_session.summaries.wait_progress``) plus details of the backend; nothing
 secret is ever in it. An option one backend has no use for is accepted and ignored (``keep_logs``
 and ``diff`` on Nomad's purge, ``wait_for_resources`` on the local machine).
 """

@@ -16,7 +16,7 @@ Create (``present``, no job yet), in this order:
    (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
    ``nomadVar`` is missing blocks forever (nomad#17220);
 4. claim a session network slot (``_nomad.claims``) and render the job, its network args signed with the
-   cluster key for that slot (``_nomad.network`` read the key and the agents' addresses before step 3);
+   cluster key for that slot (``_nomad.network_control`` read the key and the agents' addresses before step 3);
 5. register the job and follow its evaluation: if Nomad cannot place a group (``FailedTGAllocs``,
    a blocked evaluation), the session is rolled back at once (all or nothing) and, with
    ``wait_for_resources``, placed again; then release the lock;
@@ -54,7 +54,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.batch imp
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, dumps, register_request, render_network
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network import NetworkControl
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
     SecretExists,
@@ -79,11 +79,11 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps imp
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.removal import Remover
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.update import Updater
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.watch import Watcher
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.view import (
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_view import (
     failed_placement_reason,
     is_managed,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.view import plan_summary
+from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import plan_summary
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import SessionPlan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The session view of a Nomad-backed session, from its job and allocations. Pure (no I/O).
 
-Same shape as the local backend's (see ``_local.backend``): ``{name, backend, session_id, state,
+Same shape as the local backend's (see ``_local.local_backend``): ``{name, backend, session_id, state,
 mode, network_mode, containers: [{hostname, role, idx, agent, address, status, exit_code,
 restarts, log_tail}], main1: {address, ssh_port, ssh_command}, progress}`` (see ``wait_progress``)
 plus a few Nomad details (``job_id``, ``namespace``, ``alloc_id``, the secret's location). Nothing
@@ -28,7 +28,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.status 
     UNPLACED,
     session_state,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.view import broken_summary, wait_progress
+from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import broken_summary, wait_progress
 
 _EXIT_CODE = re.compile(r"[Ee]xit [Cc]ode:? *(-?\d+)")
 

@@ -95,16 +95,17 @@ def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> N
         shutil.copy2(os.path.join(REPO, name), os.path.join(checkout, name))
     stand_in = os.path.join(checkout, "scripts", "run-tests")
     with open(stand_in, "w", encoding="utf-8") as f:
-        f.write('#!/bin/sh\necho "ran in $PWD"\necho "beside: $(ls -A ..)"\necho "args: $*"\n')
+        f.write('#!/bin/sh\necho "ran in $PWD"\necho "beside: $(ls -A ..)"\necho "args: $*"\necho "mode: $(stat -c %a ..)"\n')
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git + ["commit", "--quiet", "-am", "stand-in test command"], cwd=checkout, check=True, capture_output=True)
     env = dict(os.environ, SHARED_DIR=os.path.join(REPO, "tests", "nomad_api_schema"))
     proc = subprocess.run(["bash", ".ci/run", "--only", "pytest"], cwd=checkout, env=env, capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ran = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if line.startswith(("beside:", "args:")))
+    ran = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if line.startswith(("beside:", "args:", "mode:")))
     where = re.search(r"^ran in (\S+)$", proc.stdout, re.M)
     assert where is not None, proc.stdout
     assert where.group(1) != checkout and not where.group(1).startswith("/tmp/"), proc.stdout
-    assert ran == {"beside": "repo", "args": "--only pytest"}, ran
+    # mode: other users (the session user in a local container) reach the clone's files
+    assert ran == {"beside": "repo", "args": "--only pytest", "mode": "755"}, ran
     assert not os.path.exists(os.path.dirname(where.group(1))), "the clone is left behind"

@@ -62,4 +62,4 @@ def test_broken_summary_names_container_status_node_code_and_reason() -> None:
                   {"hostname": "sub2", "status": "failed", "agent": "local", "exit_code": 137,
                    "reason": "the command exited with code 137"}]
     assert summaries.broken_summary(containers) == ("sub1 lost on n2: alloc is lost since its node is down; "
-                                               "sub2 failed on local, exit code 137: the command exited with code 137")
+                                                    "sub2 failed on local, exit code 137: the command exited with code 137")

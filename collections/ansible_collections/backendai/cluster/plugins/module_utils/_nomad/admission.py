@@ -120,6 +120,8 @@ GRANTED_ITEM = "granted"
 GRANTED_AT_ITEM = "granted_at"
 #: In a marked queue entry: the lock variable's ModifyIndex at the grants copied there.
 GRANTS_INDEX_ITEM = "grants_index"
+#: In a queue entry: when its waiter last wrote it (Unix seconds; rewritten every TTL / 2): older than a TTL, it is dead.
+HEARTBEAT_ITEM = "heartbeat"
 
 
 #: In a queue entry's path, before the digest of its request (``<prefix><lock ID>~<digest>``; ``~`` is a path
@@ -137,6 +139,14 @@ class QueueEntry(t.NamedTuple):
 def request_digest(request: t.Mapping[str, t.Any]) -> str:
     """The digest of a placement request (16 hex digits of SHA-256 of its canonical JSON)."""
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def _heartbeat_age(items: t.Mapping[str, t.Any]) -> float:
+    """Seconds since a queue entry's heartbeat (an entry without a readable one: as good as dead)."""
+    try:
+        return time.time() - float(items.get(HEARTBEAT_ITEM) or 0)
+    except (TypeError, ValueError):
+        return float("inf")
 
 
 def killed_holder_keeps(ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY) -> float:
@@ -169,11 +179,16 @@ class AdmissionLock:
         self._clock = clock
         self.lock_id: t.Optional[str] = None
         self._renewed = 0.0
-        #: this waiter's queue entry (path, lock ID, CreateIndex) while it queues or holds after queueing
+        #: this waiter's queue entry (path, its ID, CreateIndex) while it queues or holds after queueing, the
+        #: ModifyIndex of our last write of it (every write of it is a check-and-set on that) and the items it carries
+        #: besides the request and heartbeat (a granted mark and the grants copied, once granted)
         self._ticket: t.Optional[t.Tuple[str, str, int]] = None
+        self._ticket_index = 0
+        self._ticket_extra: t.Dict[str, str] = {}
         self._ticket_renewed = 0.0
-        #: queue entries ahead that changed without going away (leaving or dead waiters): skipped
-        self._passed: t.Set[str] = set()
+        #: queue entries passed over (dead waiters, admitted ones ahead) -> the ModifyIndex they were passed at: not
+        #: waited on again; deleted at this create's release only if still unwritten since (a check-and-set delete)
+        self._passed: t.Dict[str, int] = {}
         self.waited = 0.0
         #: lock-acquire requests made on the admission lock (reports, tests)
         self.attempts = 0
@@ -235,14 +250,13 @@ class AdmissionLock:
                         lost_at = None
                 lost_at = None
                 path, modify_index = ahead
-                while True:  # the entry ahead unchanged at the end of a slice (its waiter renewing): block again
+                while True:  # the entry ahead alive (rewritten, its heartbeat) or unchanged but young: block again
                     var, _seen = self._wait_on(path, modify_index, start)
                     if var is None:
                         break
                     changed_to = int(var.get("ModifyIndex") or 0)
-                    if changed_to == modify_index:
-                        continue
-                    if path not in self._marked and (var.get("Items") or {}).get(GRANTED_ITEM):
+                    items = var.get("Items") or {}
+                    if path not in self._marked and items.get(GRANTED_ITEM):
                         # the waiter ahead was admitted by the holder (its mark, with a copy of the holder's grants):
                         # this one may be too
                         self._marked.add(path)
@@ -253,15 +267,19 @@ class AdmissionLock:
                         # (the holder's next write of it clears them just before its release), not on the entries
                         # ahead as each goes. The one ahead is passed over: deleted at this one's release if it is
                         # still there then (which succeeds only once its lock lapsed: a live entry is locked)
-                        self._passed.add(path)
+                        self._passed[path] = changed_to
                         next_in_line, lost_at = True, self._grants_index
-                    break
+                        break
+                    if changed_to != modify_index:  # its heartbeat (or a mark not for us): alive, block on again
+                        modify_index = changed_to
+                        continue
+                    if _heartbeat_age(items) >= self.ttl:
+                        # a slice ended with the entry unwritten and its heartbeat older than a TTL (its waiter writes
+                        # it every TTL / 2): dead. Passed over, deleted at our release if still unwritten then
+                        self._passed[path] = changed_to
+                        break
                 if next_in_line:
                     continue
-                if var is not None:
-                    # changed but still there: its waiter is leaving (released, deleting next) or died (the entry's
-                    # lock lapsed); passed over now, removed at our release if it is still there then
-                    self._passed.add(path)
                 # the waiter ahead left: it was the head (it held the lock and released it) unless it gave up or died,
                 # so try the lock before listing the queue again; the listing follows only if the attempt lost (then
                 # a head blocks from this attempt's index: no second attempt while the same holder holds)
@@ -320,15 +338,22 @@ class AdmissionLock:
     def _write_granted_entry(self, copied: t.Mapping[str, str]) -> None:
         """Write this create's queue entry again as granted, with the grants ``copied`` from the lock variable (a raft
         write, so whoever blocks on the entry wakes)."""
-        path, ticket_id, _place = t.cast(t.Tuple[str, str, int], self._ticket)
-        self.nomad.acquire_lock(path, self.ttl, self.lock_delay, dict(self._entry_items(), **copied, **{GRANTED_ITEM: "1"}),
-                                lock_id=ticket_id)
+        self._ticket_extra = dict(copied, **{GRANTED_ITEM: "1"})
+        self._write_entry()
+
+    def _write_entry(self) -> None:
+        """Write this create's queue entry again (check-and-set on our last write: a raft write, so whoever blocks on
+        it wakes), with a new heartbeat. A conflict (someone deleted it as dead: we stalled past a TTL) is raised."""
+        path = t.cast(t.Tuple[str, str, int], self._ticket)[0]
+        var = self.nomad.put_variable(path, dict(self._entry_items(), **self._ticket_extra), cas=self._ticket_index)
+        self._ticket_index = int(var.get("ModifyIndex") or 0)
+        self._ticket_renewed = self._clock()
 
     def _admitted(self, start: float) -> None:
         self.waited = self._clock() - start
 
     def _entry_items(self) -> t.Dict[str, str]:
-        items = {"holder": self.owner}
+        items = {"holder": self.owner, HEARTBEAT_ITEM: "%.3f" % time.time()}
         if self.request is not None:
             items[REQUEST_ITEM] = json.dumps(self.request, sort_keys=True)
         return items
@@ -355,8 +380,9 @@ class AdmissionLock:
         path = QUEUE_PREFIX + ticket_id
         if self.request is not None:  # its digest in the path: the holder reads one entry per distinct request
             path += DIGEST_MARK + request_digest(self.request)
-        var = self.nomad.acquire_lock(path, self.ttl, self.lock_delay, self._entry_items(), lock_id=ticket_id)
+        var = self.nomad.put_variable(path, self._entry_items(), cas=0)  # created, never overwritten
         self._ticket = (path, ticket_id, int(var.get("CreateIndex") or 0))
+        self._ticket_index, self._ticket_extra = int(var.get("ModifyIndex") or 0), {}
         self._ticket_renewed = self._clock()
 
     def _queue(self) -> t.Tuple[t.List[QueueEntry], t.List[QueueEntry]]:
@@ -396,8 +422,7 @@ class AdmissionLock:
     # Hold and release ---------------------------------------------------------------------------
     def _keep_ticket(self) -> None:
         if self._ticket and self._clock() - self._ticket_renewed >= self.ttl / 2:
-            self.nomad.renew_lock(self._ticket[0], self._ticket[1])
-            self._ticket_renewed = self._clock()
+            self._write_entry()  # its heartbeat: a raft write (a lock renewal was only a timer restart)
 
     def keep(self) -> None:
         """Renew the lock (and the queue entry) when half its TTL has passed (call it while working under the lock).
@@ -506,7 +531,7 @@ class AdmissionLock:
                 elif now[path] != pending[path]:
                     pending[path], heard[path] = now[path], self._clock()
                 elif self._clock() - heard[path] >= self.ttl:  # a whole TTL without a heartbeat: it died
-                    self._passed.add(path)
+                    self._passed[path] = pending[path]
                     del pending[path]
             if not pending:
                 break
@@ -545,24 +570,29 @@ class AdmissionLock:
             self._leave()  # after the release: the waiter behind this one wakes to a free lock
 
     def _others_queued(self) -> bool:
-        """Whether another waiter queues; entries passed over that are still there belong to dead waiters: deleted."""
+        """Whether another waiter queues; entries passed over that are still there unwritten since belong to dead
+        waiters: deleted (check-and-set on the index they were passed at: an entry written since is alive, kept)."""
         others, passed = self._queue()
+        alive = False
         for dead in passed:
+            if dead.index != self._passed[dead.path]:
+                alive = True
+                continue
             try:
                 self.nomad.delete_variable(dead.path, cas=dead.index)
             except NomadError:
-                pass
-        return bool(others)
+                alive = True
+        return bool(others) or alive
 
     def _leave(self) -> None:
-        """Leave the queue (release the entry's lock, delete it); errors are left to its TTL."""
+        """Leave the queue: one delete of the entry (check-and-set on our last write of it); on an error it is left to
+        the waiter behind and the holder, who pass it over and delete it once its heartbeat is a TTL old."""
         if self._ticket is None:
             return
-        path, ticket_id = self._ticket[0], self._ticket[1]
+        path = self._ticket[0]
         self._ticket = None
         try:
-            self.nomad.release_lock(path, ticket_id)
-            self.nomad.delete_variable(path)
+            self.nomad.delete_variable(path, cas=self._ticket_index)
         except NomadError:
             pass
 

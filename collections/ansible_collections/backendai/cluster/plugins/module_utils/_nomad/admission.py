@@ -23,26 +23,34 @@ namespace (besides what a session needs in its own namespace). Other Nomad jobs 
 lock; the evaluation of every register is followed to catch those races (see ``_nomad.nomad_backend``).
 
 Waiting (issue 24): a create whose first acquire finds the lock held joins a queue and waits on
-Nomad, not in a poll loop. The queue is one variable per waiter under :data:`QUEUE_PREFIX`, made by a
-lock-acquire (so that a killed waiter's entry lapses like a killed holder's lock, ``TTL × 2 + delay``);
-its raft ``CreateIndex`` is the waiter's place. Each waiter blocks (``GET /v1/var/:path?index=&wait=``,
+Nomad, not in a poll loop. The queue is one variable per waiter under :data:`QUEUE_PREFIX`, a plain check-and-set
+variable (created with ``PUT ?cas=0``, every later write and the delete with ``?cas=<its last ModifyIndex>``), not a
+locked one: Nomad keeps a variable's data on ``lock-release`` and a ``DELETE`` carries no lock ID, so a locked entry
+cost a release and a delete to leave (``VarLockRelease`` and ``isLocked`` in ``nomad/state/state_store_variables.go``);
+this one costs the delete alone. Its raft ``CreateIndex`` is the waiter's place. Each waiter blocks (``GET /v1/var/:path?index=&wait=``,
 Nomad's blocking query) on the entry just ahead of it, and only the head blocks on the lock variable
 itself and tries to acquire when it changed (a waiter that is the head as it joins blocks from the index
 of its lost first attempt, so a release made while it joined answers at once). So a release wakes one waiter,
 not all of them: a create makes one acquire attempt, two when it had to queue (more only if a newcomer's first
 attempt lands in the instant between a release and the head's acquire: then the head waits one more hold).
-A blocking read ends after TTL / 2 (the entry is renewed between slices); one that ends with nothing changed
-blocks again, without listing the queue or trying the lock.
+A blocking read ends after TTL / 2; the waiter then rewrites its entry if TTL / 2 passed since its last write (its
+heartbeat, :data:`HEARTBEAT_ITEM`, the time of the write: a raft write, where a lock renewal was a timer restart on
+the server, ``RenewLock``; the same number of requests). One that ends with nothing changed blocks again, without
+listing the queue or trying the lock; one woken by the heartbeat of the entry ahead blocks again from its new index.
+An entry whose heartbeat is older than a TTL is dead: the waiter behind it finds so when a slice of its blocking read
+ends with the entry unwritten (so a dead waiter delays the one behind it a TTL to 1.5 TTL after its last heartbeat,
+where a lapsing entry lock took ``TTL × 2 + delay``); clocks are assumed within TTL / 2 of each other, as for grants.
 Order: first come (by raft index), first served among the queued; no waiter is starved by the queue,
 only newcomers' single first attempts can overtake the head. A waiter whose entry ahead goes tries the lock at
 once, before listing the queue again (the waiter ahead was the head in all but one case): only if the one ahead
 gave up or died while others still queued ahead of it, and the lock is free in that instant, does it overtake
-them. An entry ahead that changed without going away belongs to a waiter that is leaving or died (its lock
-lapsed): it is passed over (the queue is read again), and deleted at the release if it is still there then.
+them. A dead entry ahead is passed over (the queue is read again), and deleted at this create's release if it is
+still there then and unwritten since (a check-and-set delete on the index it was found dead at: an entry written
+since is alive and kept).
 
 Batch admission (issue 24): a waiter publishes its placement request in its entry (``_nomad.batch``: resources,
 counts, constraints; no name, image, environment or key), and its digest in the entry's path
-(``<prefix><lock ID>~<digest>``, :func:`request_digest`). The holder, after placing its own session on its one
+(``<prefix><its ID>~<digest>``, :func:`request_digest`). The holder, after placing its own session on its one
 live capacity read, lists the entries queued behind it (at most :data:`BATCH_LIMIT`) and places them in queue
 order on what is left, stopping at the first that does not fit (:meth:`AdmissionLock.admit`). It reads an entry's
 request only for the first entry of each digest (checking that the digest is the request's), and for entries
@@ -60,8 +68,16 @@ its admitted waiter (or the holder, for its own entry) writes again with a ``gra
 grants (with the lock variable's index they were written at), so that its grant is read in the same blocking read,
 not from the lock variable; or after a lost attempt; it then marks its own entry, renders its job on its grant and
 registers it itself, with its own keypair and token (the holder never sees its secrets nor acts for it), and leaves
-the queue. (The copy is no weaker than the original: a queue entry is written only by its lock's holder, a create
-of this collection with the same token as any holder of the admission lock; the grant's age is checked the same.)
+the queue. (The copy is checked as the original is, its age the same; this collection writes a queue entry only from
+its own create, with a check-and-set on its last write, so another create of this collection, with the same token as
+any holder of the admission lock, never overwrites it. What the check-and-set entry weakens: a locked entry refused
+a write without its lock ID, and this one takes any write that names its current index, or any plain ``PUT`` without
+``cas``. Neither stopped a client with the same token that means to write it (the lock ID was the entry's name, in
+every listing; the index is in every listing too): only an accidental plain write, say ``nomad var put`` on the
+path, that a locked entry refused, now lands, and could forge a copy of the grants for the waiter behind. That
+client could register jobs outright with the same token; the holder's own grants stay in the lock variable, which
+only the lock's holder writes, and a create that races the holder's placement is caught by the evaluation it
+follows, as for any job that does not take the lock.)
 A waiter that finds the entry ahead marked but no grant of its own is next: the holder admits a prefix of the
 queue, so every live waiter ahead was admitted and none of them will try the lock. It blocks on the lock variable
 from the grants' index (the holder's next write of it clears them just before it releases), not on each admitted
@@ -69,16 +85,15 @@ entry ahead as it goes (which cost a listing, a read of the lock variable and an
 until each admitted entry is gone (:meth:`AdmissionLock.release`), so no other holder plans on capacity granted
 but not yet registered. The admitted creates run side by side, so it waits on the queue's listing (each entry's
 ``ModifyIndex``), blocking between listings on the last admitted entry still there: a few listings and reads per
-hold, not two reads per admitted create (its release, then its deletion); an admitted waiter marks its entry every TTL / 4 (its heartbeat) and stops without
+hold, not a read per admitted create; an admitted waiter marks its entry every TTL / 4 (its heartbeat) and stops without
 registering after TTL / 2 without one, and the holder stops waiting for one it has not heard of for a TTL (it
 died), so a dead admitted waiter keeps the lock one TTL at most. Before it releases, the holder clears its grants
 (Nomad keeps a variable's data on ``lock-release``), and a grant older than a TTL is not taken (a dead holder's
 lock lapses 1.5 TTL after its grants at the earliest; clocks are assumed within TTL / 2 of each other).
 Not covered: a waiter that reads its grant and then stalls past its checks (the same window as a holder that
 stalls between its last renewal and its register).
-Waiters renew their entry's lock every TTL / 2 (a renewal is no raft write: ``RenewLock`` only
-restarts a timer). The token needs ``write`` and ``destroy`` on ``backendai-cluster/admission-queue/*``
-too.
+Waiters rewrite their entry (its heartbeat) every TTL / 2 while they queue. The token needs ``write`` and
+``destroy`` on ``backendai-cluster/admission-queue/*`` too.
 
 The lock variable is deleted again when released if nobody queues for it (check-and-set on the
 released index, so a variable another client locked meanwhile is left alone), and each queue entry
@@ -97,7 +112,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import B
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import CASConflict, NomadClient, NomadError
 
 LOCK_PATH = "backendai-cluster/admission"
-#: The waiters' queue: one variable per waiter, ``<prefix><its lock ID>[~<digest of its request>]``.
+#: The waiters' queue: one variable per waiter, ``<prefix><its ID>[~<digest of its request>]``.
 QUEUE_PREFIX = "backendai-cluster/admission-queue/"
 LOCK_NAMESPACE = "default"
 #: Nomad's default lock TTL (its minimum is 10 s).
@@ -120,9 +135,11 @@ GRANTED_ITEM = "granted"
 GRANTED_AT_ITEM = "granted_at"
 #: In a marked queue entry: the lock variable's ModifyIndex at the grants copied there.
 GRANTS_INDEX_ITEM = "grants_index"
+#: In a queue entry: when its waiter last wrote it (Unix seconds; rewritten every TTL / 2): older than a TTL, it is dead.
+HEARTBEAT_ITEM = "heartbeat"
 
 
-#: In a queue entry's path, before the digest of its request (``<prefix><lock ID>~<digest>``; ``~`` is a path
+#: In a queue entry's path, before the digest of its request (``<prefix><ID>~<digest>``; ``~`` is a path
 #: character Nomad allows, ``validVariablePath`` in ``nomad/structs/variables.go``, and no UUID has one).
 DIGEST_MARK = "~"
 
@@ -137,6 +154,14 @@ class QueueEntry(t.NamedTuple):
 def request_digest(request: t.Mapping[str, t.Any]) -> str:
     """The digest of a placement request (16 hex digits of SHA-256 of its canonical JSON)."""
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def _heartbeat_age(items: t.Mapping[str, t.Any]) -> float:
+    """Seconds since a queue entry's heartbeat (an entry without a readable one: as good as dead)."""
+    try:
+        return time.time() - float(items.get(HEARTBEAT_ITEM) or 0)
+    except (TypeError, ValueError):
+        return float("inf")
 
 
 def killed_holder_keeps(ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY) -> float:
@@ -169,11 +194,16 @@ class AdmissionLock:
         self._clock = clock
         self.lock_id: t.Optional[str] = None
         self._renewed = 0.0
-        #: this waiter's queue entry (path, lock ID, CreateIndex) while it queues or holds after queueing
+        #: this waiter's queue entry (path, its ID, CreateIndex) while it queues or holds after queueing, the
+        #: ModifyIndex of our last write of it (every write of it is a check-and-set on that) and the items it carries
+        #: besides the request and heartbeat (a granted mark and the grants copied, once granted)
         self._ticket: t.Optional[t.Tuple[str, str, int]] = None
+        self._ticket_index = 0
+        self._ticket_extra: t.Dict[str, str] = {}
         self._ticket_renewed = 0.0
-        #: queue entries ahead that changed without going away (leaving or dead waiters): skipped
-        self._passed: t.Set[str] = set()
+        #: queue entries passed over (dead waiters, admitted ones ahead) -> the ModifyIndex they were passed at: not
+        #: waited on again; deleted at this create's release only if still unwritten since (a check-and-set delete)
+        self._passed: t.Dict[str, int] = {}
         self.waited = 0.0
         #: lock-acquire requests made on the admission lock (reports, tests)
         self.attempts = 0
@@ -184,7 +214,7 @@ class AdmissionLock:
         self.grant: t.Optional[t.List[t.Dict[str, t.Any]]] = None
         #: when this granted create last marked its entry (a raft write the holder waits on: its heartbeat)
         self._heartbeat = 0.0
-        #: entries ahead seen marked granted (a later change of one is its leave or its lapse)
+        #: entries ahead seen marked granted
         self._marked: t.Set[str] = set()
         #: queue entries (path, ModifyIndex) this holder granted: waited for before the lock is released
         self._granted: t.List[t.Tuple[str, int]] = []
@@ -235,14 +265,13 @@ class AdmissionLock:
                         lost_at = None
                 lost_at = None
                 path, modify_index = ahead
-                while True:  # the entry ahead unchanged at the end of a slice (its waiter renewing): block again
+                while True:  # the entry ahead alive (rewritten, its heartbeat) or unchanged but young: block again
                     var, _seen = self._wait_on(path, modify_index, start)
                     if var is None:
                         break
                     changed_to = int(var.get("ModifyIndex") or 0)
-                    if changed_to == modify_index:
-                        continue
-                    if path not in self._marked and (var.get("Items") or {}).get(GRANTED_ITEM):
+                    items = var.get("Items") or {}
+                    if path not in self._marked and items.get(GRANTED_ITEM):
                         # the waiter ahead was admitted by the holder (its mark, with a copy of the holder's grants):
                         # this one may be too
                         self._marked.add(path)
@@ -252,16 +281,20 @@ class AdmissionLock:
                         # the lock until they are done. This one is next: it blocks on the lock from the grants' index
                         # (the holder's next write of it clears them just before its release), not on the entries
                         # ahead as each goes. The one ahead is passed over: deleted at this one's release if it is
-                        # still there then (which succeeds only once its lock lapsed: a live entry is locked)
-                        self._passed.add(path)
+                        # still there then, unwritten since (a live admitted create rewrites it every TTL / 4)
+                        self._passed[path] = changed_to
                         next_in_line, lost_at = True, self._grants_index
-                    break
+                        break
+                    if changed_to != modify_index:  # its heartbeat (or a mark not for us): alive, block on again
+                        modify_index = changed_to
+                        continue
+                    if _heartbeat_age(items) >= self.ttl:
+                        # a slice ended with the entry unwritten and its heartbeat older than a TTL (its waiter writes
+                        # it every TTL / 2): dead. Passed over, deleted at our release if still unwritten then
+                        self._passed[path] = changed_to
+                        break
                 if next_in_line:
                     continue
-                if var is not None:
-                    # changed but still there: its waiter is leaving (released, deleting next) or died (the entry's
-                    # lock lapsed); passed over now, removed at our release if it is still there then
-                    self._passed.add(path)
                 # the waiter ahead left: it was the head (it held the lock and released it) unless it gave up or died,
                 # so try the lock before listing the queue again; the listing follows only if the attempt lost (then
                 # a head blocks from this attempt's index: no second attempt while the same holder holds)
@@ -320,15 +353,31 @@ class AdmissionLock:
     def _write_granted_entry(self, copied: t.Mapping[str, str]) -> None:
         """Write this create's queue entry again as granted, with the grants ``copied`` from the lock variable (a raft
         write, so whoever blocks on the entry wakes)."""
-        path, ticket_id, _place = t.cast(t.Tuple[str, str, int], self._ticket)
-        self.nomad.acquire_lock(path, self.ttl, self.lock_delay, dict(self._entry_items(), **copied, **{GRANTED_ITEM: "1"}),
-                                lock_id=ticket_id)
+        self._ticket_extra = dict(copied, **{GRANTED_ITEM: "1"})
+        self._write_entry()
+
+    def _write_entry(self) -> None:
+        """Write this create's queue entry again (check-and-set on our last write: a raft write, so whoever blocks on
+        it wakes), with a new heartbeat. A check-and-set write is not retried blindly (a write whose answer was lost
+        moved the index: the retry would conflict), so after an error the entry is read and written once more on the
+        index it has (only this create writes it); an entry gone (deleted as dead: we stalled past a TTL) is an error."""
+        path = t.cast(t.Tuple[str, str, int], self._ticket)[0]
+        try:
+            var = self.nomad.put_variable(path, dict(self._entry_items(), **self._ticket_extra), cas=self._ticket_index)
+        except NomadError:
+            current = self.nomad.get_variable(path)
+            if current is None:
+                raise
+            self._ticket_index = int(current.get("ModifyIndex") or 0)
+            var = self.nomad.put_variable(path, dict(self._entry_items(), **self._ticket_extra), cas=self._ticket_index)
+        self._ticket_index = int(var.get("ModifyIndex") or 0)
+        self._ticket_renewed = self._clock()
 
     def _admitted(self, start: float) -> None:
         self.waited = self._clock() - start
 
     def _entry_items(self) -> t.Dict[str, str]:
-        items = {"holder": self.owner}
+        items = {"holder": self.owner, HEARTBEAT_ITEM: "%.3f" % time.time()}
         if self.request is not None:
             items[REQUEST_ITEM] = json.dumps(self.request, sort_keys=True)
         return items
@@ -355,8 +404,13 @@ class AdmissionLock:
         path = QUEUE_PREFIX + ticket_id
         if self.request is not None:  # its digest in the path: the holder reads one entry per distinct request
             path += DIGEST_MARK + request_digest(self.request)
-        var = self.nomad.acquire_lock(path, self.ttl, self.lock_delay, self._entry_items(), lock_id=ticket_id)
+        try:
+            var = self.nomad.put_variable(path, self._entry_items(), cas=0)  # created, never overwritten
+        except NomadError:  # (not retried blindly: a create whose answer was lost would conflict with itself)
+            current = self.nomad.get_variable(path)  # the path is ours alone (a new UUID): there, it is our create
+            var = current if current is not None else self.nomad.put_variable(path, self._entry_items(), cas=0)
         self._ticket = (path, ticket_id, int(var.get("CreateIndex") or 0))
+        self._ticket_index, self._ticket_extra = int(var.get("ModifyIndex") or 0), {}
         self._ticket_renewed = self._clock()
 
     def _queue(self) -> t.Tuple[t.List[QueueEntry], t.List[QueueEntry]]:
@@ -377,8 +431,8 @@ class AdmissionLock:
         return (ahead[-1].path, ahead[-1].index) if ahead else None
 
     def _wait_on(self, path: str, index: int, start: float) -> t.Tuple[t.Optional[t.Dict[str, t.Any]], int]:
-        """Block on variable ``path`` until its index is above ``index`` (a slice of the time left: the queue entry
-        is renewed between slices); AdmissionBusy when the time is up. (The variable or None if absent, the index
+        """Block on variable ``path`` until its index is above ``index`` (a slice of the time left: the queue entry's
+        heartbeat is written between slices); AdmissionBusy when the time is up. (The variable or None if absent, the index
         Nomad answered: ``index`` again when the slice ended with nothing changed.)"""
         left = self.wait - (self._clock() - start)
         if left <= 0:
@@ -396,8 +450,7 @@ class AdmissionLock:
     # Hold and release ---------------------------------------------------------------------------
     def _keep_ticket(self) -> None:
         if self._ticket and self._clock() - self._ticket_renewed >= self.ttl / 2:
-            self.nomad.renew_lock(self._ticket[0], self._ticket[1])
-            self._ticket_renewed = self._clock()
+            self._write_entry()  # its heartbeat: a raft write (a lock renewal was only a timer restart)
 
     def keep(self) -> None:
         """Renew the lock (and the queue entry) when half its TTL has passed (call it while working under the lock).
@@ -441,7 +494,7 @@ class AdmissionLock:
                 digest = entry.path.rpartition(DIGEST_MARK)[2] if DIGEST_MARK in entry.path else ""
                 index = entry.index
                 if entry.index == entry.place and digest in known:
-                    # written once, at its join (a mark or a release is a raft write: a new ModifyIndex), with the
+                    # written once, at its join (a mark or a heartbeat is a raft write: a new ModifyIndex), with the
                     # request of this digest, read and checked already in this pass: not read again
                     request = known[digest]
                 else:
@@ -488,8 +541,8 @@ class AdmissionLock:
         on capacity granted but not yet registered.
 
         The admitted creates run side by side and end at about the same time, so the holder does not block on each
-        entry in turn (two reads each: its release and its deletion): it lists the queue (each entry's ModifyIndex: a
-        mark or a release moves it), blocks on the last admitted entry still there (at most TTL / 2), and lists
+        entry in turn (a read each): it lists the queue (each entry's ModifyIndex: a
+        mark or a heartbeat moves it), blocks on the last admitted entry still there (at most TTL / 2), and lists
         again; the entries that went meanwhile cost nothing more. An entry whose index did not move for a TTL
         belongs to a create that died (or never saw its grant): passed over."""
         if not self._granted:
@@ -506,7 +559,7 @@ class AdmissionLock:
                 elif now[path] != pending[path]:
                     pending[path], heard[path] = now[path], self._clock()
                 elif self._clock() - heard[path] >= self.ttl:  # a whole TTL without a heartbeat: it died
-                    self._passed.add(path)
+                    self._passed[path] = pending[path]
                     del pending[path]
             if not pending:
                 break
@@ -545,24 +598,29 @@ class AdmissionLock:
             self._leave()  # after the release: the waiter behind this one wakes to a free lock
 
     def _others_queued(self) -> bool:
-        """Whether another waiter queues; entries passed over that are still there belong to dead waiters: deleted."""
+        """Whether another waiter queues; entries passed over that are still there unwritten since belong to dead
+        waiters: deleted (check-and-set on the index they were passed at: an entry written since is alive, kept)."""
         others, passed = self._queue()
+        alive = False
         for dead in passed:
+            if dead.index != self._passed[dead.path]:
+                alive = True
+                continue
             try:
                 self.nomad.delete_variable(dead.path, cas=dead.index)
             except NomadError:
-                pass
-        return bool(others)
+                alive = True
+        return bool(others) or alive
 
     def _leave(self) -> None:
-        """Leave the queue (release the entry's lock, delete it); errors are left to its TTL."""
+        """Leave the queue: one delete of the entry (check-and-set on our last write of it); on an error it is left to
+        the waiter behind and the holder, who pass it over and delete it once its heartbeat is a TTL old."""
         if self._ticket is None:
             return
-        path, ticket_id = self._ticket[0], self._ticket[1]
+        path = self._ticket[0]
         self._ticket = None
         try:
-            self.nomad.release_lock(path, ticket_id)
-            self.nomad.delete_variable(path)
+            self.nomad.delete_variable(path, cas=self._ticket_index)
         except NomadError:
             pass
 

@@ -200,6 +200,7 @@ class AdmissionLock:
         self._ticket: t.Optional[t.Tuple[str, str, int]] = None
         self._ticket_index = 0
         self._ticket_extra: t.Dict[str, str] = {}
+        #: when this create last wrote its entry: its heartbeat (once granted, every write of it is a mark)
         self._ticket_renewed = 0.0
         #: queue entries passed over (dead waiters, admitted ones ahead) -> the ModifyIndex they were passed at: not
         #: waited on again; deleted at this create's release only if still unwritten since (a check-and-set delete)
@@ -212,8 +213,6 @@ class AdmissionLock:
         self.request = dict(request) if request is not None else None
         #: the agents a holder granted this create (then it renders on them and registers without the lock), or None
         self.grant: t.Optional[t.List[t.Dict[str, t.Any]]] = None
-        #: when this granted create last marked its entry (a raft write the holder waits on: its heartbeat)
-        self._heartbeat = 0.0
         #: entries ahead seen marked granted
         self._marked: t.Set[str] = set()
         #: queue entries (path, ModifyIndex) this holder granted: waited for before the lock is released
@@ -348,7 +347,6 @@ class AdmissionLock:
         if self._ticket is None:
             raise AssertionError("_mark() is called only while queued")
         self._write_granted_entry(self._copied)
-        self._heartbeat = self._ticket_renewed = self._clock()
 
     def _write_granted_entry(self, copied: t.Mapping[str, str]) -> None:
         """Write this create's queue entry again as granted, with the grants ``copied`` from the lock variable (a raft
@@ -462,7 +460,7 @@ class AdmissionLock:
             self.nomad.renew_lock(LOCK_PATH, self.lock_id)
             self._renewed = self._clock()
         if self.grant is not None:
-            silent = self._clock() - self._heartbeat
+            silent = self._clock() - self._ticket_renewed
             if silent >= self.ttl / 2:
                 raise GrantLapsed("admitted by the admission lock's holder, this create was silent for %.0fs (the "
                                   "holder waits %gs for it): it registers nothing; run it again" % (silent, self.ttl))

@@ -53,7 +53,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import B
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.batch import BatchPlanner, placement_request
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.capacity import NodeCatalogue
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadError
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, dumps, register_request, render_network
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, register_request, render_network
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.network_control import NetworkControl
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.secrets import (
@@ -164,8 +164,7 @@ class NomadBackend:
             # no key is made in check mode: the session ID shown is a placeholder
             plan = self.placer.place(spec, agents, derive_session_id(spec.name, ""), None, wait_for_resources, True)
             rendered = self._unclaimed(plan, agents)  # nothing is claimed: unsigned
-            return session_result(True, rendered, diff, before="", after=dumps(register_request(rendered.job)),
-                                  session=None, changes=["job %s: added" % spec.name])
+            return session_result(True, rendered, diff, before="", after=None, session=None, changes=["job %s: added" % spec.name])
         self.network.key()  # a missing or bad cluster key fails before anything is written, the lock included
         keypair = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)
         self._hide(keypair.private_key)
@@ -231,9 +230,7 @@ class NomadBackend:
         except NomadError as err:  # the session is made; only reading it back failed
             self._warn("session %s was created, but reading its state failed: %s" % (spec.name, err))
             view = None
-        # (the job's text only for a diff: pretty JSON goes through Python's slow encoder, ~4% of a create's CPU)
-        return session_result(True, rendered, diff, before="", after=dumps(register_request(job)) if diff else "",
-                              session=view, changes=["job %s: added" % spec.name], location=store.location)
+        return session_result(True, rendered, diff, before="", after=None, session=view, changes=["job %s: added" % spec.name], location=store.location)
 
     def _submit(self, plan: SessionPlan, agents: t.Optional[t.List[t.Dict[str, t.Any]]],
                 store: SecretStore, keypair: t.Any, lock: admission.AdmissionLock,

@@ -125,10 +125,11 @@ def pending(plan: SessionPlan, agents: t.Optional[t.List[t.Dict[str, t.Any]]], w
     raise ModuleFailure(message, {"changed": False, "plan": summary})
 
 
-def session_result(changed: bool, rendered: RenderedSession, diff: bool, before: str, after: str,
+def session_result(changed: bool, rendered: RenderedSession, diff: bool, before: str, after: t.Optional[str],
                    session: t.Optional[t.Dict[str, t.Any]], changes: t.List[str],
                    location: t.Optional[SecretLocation] = None) -> t.Dict[str, t.Any]:
-    """The ``session`` module's result of a create or an update (``before``/``after``: the diff, shown with ``diff``)."""
+    """The ``session`` module's result of a create or an update (``before``/``after``: the diff, shown with ``diff``;
+    ``after`` None: the rendered job's text, made only then: pretty JSON goes through Python's slow encoder)."""
     result: t.Dict[str, t.Any] = {
         "changed": changed,
         "session": session,
@@ -140,6 +141,6 @@ def session_result(changed: bool, rendered: RenderedSession, diff: bool, before:
     }
     if diff and changed:
         name = rendered.plan.spec.name
-        result["diff"] = {"before": before, "after": after, "before_header": "nomad job %s" % name,
+        result["diff"] = {"before": before, "after": rendered.job_json if after is None else after, "before_header": "nomad job %s" % name,
                           "after_header": "nomad job %s" % name}
     return result

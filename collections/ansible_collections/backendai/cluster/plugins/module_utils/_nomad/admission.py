@@ -194,10 +194,10 @@ class AdmissionLock:
         self._clock = clock
         self.lock_id: t.Optional[str] = None
         self._renewed = 0.0
-        #: this waiter's queue entry (path, its ID, CreateIndex) while it queues or holds after queueing, the
+        #: this waiter's queue entry (path, CreateIndex) while it queues or holds after queueing, the
         #: ModifyIndex of our last write of it (every write of it is a check-and-set on that) and the items it carries
         #: besides the request and heartbeat (a granted mark and the grants copied, once granted)
-        self._ticket: t.Optional[t.Tuple[str, str, int]] = None
+        self._ticket: t.Optional[t.Tuple[str, int]] = None
         self._ticket_index = 0
         self._ticket_extra: t.Dict[str, str] = {}
         #: when this create last wrote its entry: its heartbeat (once granted, every write of it is a mark)
@@ -359,7 +359,7 @@ class AdmissionLock:
         it wakes), with a new heartbeat. A check-and-set write is not retried blindly (a write whose answer was lost
         moved the index: the retry would conflict), so after an error the entry is read and written once more on the
         index it has (only this create writes it); an entry gone (deleted as dead: we stalled past a TTL) is an error."""
-        path = t.cast(t.Tuple[str, str, int], self._ticket)[0]
+        path = t.cast(t.Tuple[str, int], self._ticket)[0]
         try:
             var = self.nomad.put_variable(path, dict(self._entry_items(), **self._ticket_extra), cas=self._ticket_index)
         except NomadError:
@@ -407,7 +407,7 @@ class AdmissionLock:
         except NomadError:  # (not retried blindly: a create whose answer was lost would conflict with itself)
             current = self.nomad.get_variable(path)  # the path is ours alone (a new UUID): there, it is our create
             var = current if current is not None else self.nomad.put_variable(path, self._entry_items(), cas=0)
-        self._ticket = (path, ticket_id, int(var.get("CreateIndex") or 0))
+        self._ticket = (path, int(var.get("CreateIndex") or 0))
         self._ticket_index, self._ticket_extra = int(var.get("ModifyIndex") or 0), {}
         self._ticket_renewed = self._clock()
 
@@ -424,7 +424,7 @@ class AdmissionLock:
         """The queue entry just ahead of ours (path, ModifyIndex), or None: we are the head."""
         if self._ticket is None:
             raise AssertionError("_ahead() is called only while queued")
-        path, _id, place = self._ticket
+        path, place = self._ticket
         ahead = [e for e in self._queue()[0] if (e.place, e.path) < (place, path)]
         return (ahead[-1].path, ahead[-1].index) if ahead else None
 

@@ -122,7 +122,8 @@ class NetworkClaims:
         return dict(var.get("Items") or {}), int(var.get("ModifyIndex") or 0)
 
     def claim(self, namespace: str, job: str, session_id: str, slots: int = 1) -> Claim:
-        """Claim the first free block of ``slots`` in the probe order of namespace/job (one listing, then ``cas=0``)."""
+        """Claim the first free block of ``slots`` in the probe order of namespace/job: ``cas=0`` on the preferred block
+        first; only after a conflict one listing, then ``cas=0`` on the blocks it shows free, in probe order."""
         namespace = namespace or DEFAULT_NAMESPACE
         order = probe_order(preferred_slot(namespace, job, self.count), self.count, slots)  # (lazily: 2,048 slots)
         claim = Claim(next(order), namespace, job, session_id, slots)

@@ -35,7 +35,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_AGENTS_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import delete_netns, netns_path
+from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import LOCAL_AGENT_NAME, delete_netns, netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch, run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
@@ -50,7 +50,6 @@ UNDERLAY_SUBNET = "10.230.0.0/24"
 UNDERLAY_MTU = 1500
 UNDERLAY_BRIDGE = "ul0"
 AGENTS_FILE = "agents.json"
-_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 _FABRIC_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
@@ -91,7 +90,7 @@ def _validate(agents: t.Any, underlay_subnet: str, underlay_mtu: t.Any) -> t.Dic
         if not isinstance(a, dict):
             raise fail("agents[%d] must be a mapping" % i)
         name = a.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not LOCAL_AGENT_NAME.match(name):
             raise fail("agents[%d].name must match [a-z][a-z0-9-]{0,30}, got %r" % (i, name))
         if name in seen:
             raise fail("agent %s is listed twice" % name)

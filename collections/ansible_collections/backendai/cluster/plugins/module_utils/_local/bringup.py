@@ -261,7 +261,7 @@ def _start_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[
                       published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal,
                       ) -> t.Dict[str, int]:
     """Start every container (all at once: each one's setup runs while the next is forked) and wait until
-    each sshd (and each published port) answers; each container's init pid (also kept in its ``pid`` file)."""
+    each sshd (and each published port) answers; each container's init pid (the session record keeps it)."""
     hosts = session.hostnames
     starting = []
     pids: t.Dict[str, int] = {}
@@ -274,7 +274,6 @@ def _start_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[
             try:
                 # the init's pid on this machine, as the runtime records pids
                 pids[s.hostname] = wait_started(s)
-                write_file(os.path.join(paths.container_dir(s.hostname), "pid"), "%d\n" % pids[s.hostname], mode=0o600)
             except LocalRuntimeError as e:
                 failed = failed or e
     if failed:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shlex
 import signal
 import socket
@@ -73,6 +74,11 @@ class ContainerSetup:
     user: UserSpec = field(default_factory=UserSpec)
     cgroups: t.List[str] = field(default_factory=list)  # the container's cgroup directories, joined first
     shm_mb: int = 64  # size of its private /dev/shm (see _local.cgroups.shm_size_mb)
+
+
+#: A local agent's name (``local_agents`` makes them, a session placed on them checks them): it names the agent's
+#: network namespace and its links.
+LOCAL_AGENT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
 def netns_path(name: str) -> str:

@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import ipaddress
 import os
-import re
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import (
@@ -28,7 +27,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._defaults import
     DEFAULT_NETWORK_KEY_FILE,
     DEFAULT_STATE_ROOT,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import netns_path
+from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import LOCAL_AGENT_NAME, netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env
@@ -45,7 +44,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.schema 
 #: The agent a session without local agents runs on: this machine.
 LOCAL_AGENT = "local"
 MAX_CONTAINERS = 250            # hosts of the session's /24, minus gateway
-_AGENT_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 #: What a session needs of each local agent (of the ``local`` mapping ``_local.agents`` lists it with).
 AGENT_KEYS = ("netns", "underlay_ip", "underlay_mtu", "cni_config_dir", "state_dir")
 
@@ -178,7 +176,7 @@ def validate_session_agents(raw: t.Any, used: t.List[str]) -> t.Dict[str, t.Dict
         info = raw.get(name)
         if not isinstance(info, dict):
             raise _fail("container placed on agent %r, which is not a local agent" % (name,))
-        if not _AGENT_RE.match(name) or any(k not in info for k in AGENT_KEYS):
+        if not LOCAL_AGENT_NAME.match(name) or any(k not in info for k in AGENT_KEYS):
             raise _fail("agent %r needs %s (make the agents with local_agents)" % (name, ", ".join(AGENT_KEYS)))
         try:
             ipaddress.IPv4Address(str(info["underlay_ip"]))

@@ -136,6 +136,7 @@ def _local_reason() -> t.Optional[str]:
     return None
 
 
+@pytest.mark.machine
 @pytest.mark.skipif(_local_reason() is not None, reason=str(_local_reason()))
 def test_the_walk_through_runs_from_the_install_outside_the_repository(installed: Installed) -> None:
     """ansible-playbook backendai.cluster.create_session with an example from the installed collection,

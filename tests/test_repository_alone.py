@@ -108,3 +108,24 @@ def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> N
     # mode: other users (the session user in a local container) reach the clone's files
     assert ran == {"beside": "repo", "args": "--only pytest", "mode": "755"}, ran
     assert not os.path.exists(os.path.dirname(where.group(1))), "the clone is left behind"
+
+
+#: A path of the machines this was developed on (their team folder, worktrees, lock files: a top-level ``work``
+#: folder), not ``/home/work`` (the session user's home) nor a relative ``work/``.
+MACHINE_PATH = re.compile(r"(?<![\w.~/-])/" + "work/")
+
+
+def test_no_path_of_a_development_machine() -> None:
+    """Nothing in the repository points at a path of the machine it was written on (a lock file a reader is told to
+    take, a folder beside the checkout): the suite serialises its own namespace tests (tests/machine_lock.py)."""
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in files:
+        path = os.path.join(REPO, name)
+        if not os.path.isfile(path) or os.path.islink(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            found += ["%s:%d" % (name, n) for n, line in enumerate(f, 1) if MACHINE_PATH.search(line)]
+    assert not found, "paths of a development machine: %s" % found
+    assert MACHINE_PATH.search("run under flock /%s/.netns-tests.lock" % "work")
+    assert not MACHINE_PATH.search("/home/work/data")

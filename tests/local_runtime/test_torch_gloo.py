@@ -8,7 +8,7 @@ between runs, ignored by git): the containers see the machine's files but not /r
 runner's pyenv python lives) nor /tmp. It is made with ``pip install torch==2.13.0`` (a CPU build, 0.2 GB,
 which pip on this project's machines finds on their disk; elsewhere point pip at PyTorch's CPU index,
 e.g. ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``). If it cannot be made the test is
-skipped, except under CI (``CI`` set), where it fails. Run under ``flock /work/.netns-tests.lock``.
+skipped, except under CI (``CI`` set), where it fails.
 """
 from __future__ import annotations
 

@@ -83,8 +83,8 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> None:
     """``.ci/run`` (run from a checkout with a ``shared`` folder beside it) runs the test command in a clone made in
-    an empty directory outside /tmp (local containers have a private /tmp), passes its arguments on, and removes the
-    clone afterwards. The test command is a stand-in here, committed (with this work tree's ``.ci/run``) in a throwaway
+    an empty directory of the home, 0700 as a user's would be (nothing of the suite relies on containers seeing the
+    clone), passes its arguments on, and removes the clone afterwards. The test command is a stand-in here, committed (with this work tree's ``.ci/run``) in a throwaway
     clone: it reports where it ran."""
     top = os.path.join(str(tmp_path), "work")
     checkout = os.path.join(top, "repo")
@@ -97,16 +97,17 @@ def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> N
         f.write('#!/bin/sh\necho "ran in $PWD"\necho "beside: $(ls -A ..)"\necho "args: $*"\necho "mode: $(stat -c %a ..)"\n')
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git + ["commit", "--quiet", "-am", "stand-in test command"], cwd=checkout, check=True, capture_output=True)
-    env = dict(os.environ, SHARED_DIR=os.path.join(REPO, "tests", "nomad_api_schema"))
+    home = os.path.join(top, "home")
+    os.makedirs(home, mode=0o700)
+    env = dict(os.environ, SHARED_DIR=os.path.join(REPO, "tests", "nomad_api_schema"), HOME=home)
     proc = subprocess.run(["bash", ".ci/run", "--only", "pytest"], cwd=checkout, env=env, capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if line.startswith(("beside:", "args:", "mode:")))
     where = re.search(r"^ran in (\S+)$", proc.stdout, re.M)
     assert where is not None, proc.stdout
-    assert where.group(1) != checkout and not where.group(1).startswith("/tmp/"), proc.stdout
-    # mode: other users (the session user in a local container) reach the clone's files
-    assert ran == {"beside": "repo", "args": "--only pytest", "mode": "755"}, ran
+    assert where.group(1) != checkout and where.group(1).startswith(home + "/"), proc.stdout
+    assert ran == {"beside": "repo", "args": "--only pytest", "mode": "700"}, ran
     assert not os.path.exists(os.path.dirname(where.group(1))), "the clone is left behind"
 
 

@@ -110,7 +110,10 @@ def test_execution_environment_build_context_gets_the_requirements(installed: In
     with open(os.path.join(build, "requirements.yml"), encoding="utf-8") as f:
         assert yaml.safe_load(f)["collections"][0]["name"] == "collections/" + tarball
     assert os.path.isfile(os.path.join(build, "collections", tarball))
-    with open(os.path.join(ee_dir, "context", "Dockerfile"), encoding="utf-8") as f:
+    # ansible-builder names it for the container runtime it finds: Containerfile where podman is installed
+    names = [n for n in ("Containerfile", "Dockerfile") if os.path.isfile(os.path.join(ee_dir, "context", n))]
+    assert len(names) == 1, os.listdir(os.path.join(ee_dir, "context"))
+    with open(os.path.join(ee_dir, "context", names[0]), encoding="utf-8") as f:
         dockerfile = f.read()
     assert "introspect.py introspect" in dockerfile and "collection install" in dockerfile
     # What the builder stage does after installing the tarball, run on the same install here.

@@ -150,11 +150,31 @@ KILLED_CREATE = textwrap.dedent("""
 """)
 
 
+class SteppedClock:
+    """The double's clock for lock timers (``VariablesModel.clock``, which a test may replace), moved by the test
+    instead of waited for: it stands still until the test advances it. Moving it wakes the blocked reads, as the
+    double's own timer does when a lock lapses."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, double: NomadAPIDouble, seconds: float) -> None:
+        self.now += seconds
+        double.model.wake_blocked_reads()
+
+
 def test_a_create_killed_while_holding_the_lock_delays_the_next_by_twice_the_ttl_plus_the_delay(
         nomad_double_factory: t.Any) -> None:
     """The double's lock timer follows nomad/locks.go (CreateVariableLockTTLTimer: TTL x 2, then LockDelay, then the
-    lock is removed): with TTL 10 s and delay 1 s the next create gets the lock 21 s after the kill, not 11 s."""
+    lock is removed): with TTL 10 s and delay 1 s the next create gets the lock 21 s after the kill, not 11 s. The
+    double's clock is stepped past each mark (no real wait): the next create, waiting meanwhile, still finds the lock
+    held 11.5 s and 20.9 s after the kill and takes it once 21 s have passed."""
     double = nomad_double_factory(token=NOMAD_TOKEN)
+    clock = SteppedClock()
+    double.model.clock = clock
     two_nodes(double)
     script = KILLED_CREATE.format(collections=os.path.join(REPO, "collections"), tests=os.path.join(REPO, "tests"),
                                   url=double.url, token=NOMAD_TOKEN, key_file=os.environ[NETWORK_ENV["network_key_file"]])
@@ -162,7 +182,7 @@ def test_a_create_killed_while_holding_the_lock_delays_the_next_by_twice_the_ttl
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         assert line.strip() == "holding the lock", (line, proc.stderr.read() if proc.stderr else "")
-        killed_at = time.monotonic()
+        killed_at = clock()
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -173,14 +193,29 @@ def test_a_create_killed_while_holding_the_lock_delays_the_next_by_twice_the_ttl
             if stream:
                 stream.close()
     assert double.lock_of(LOCK_PATH) is not None, "the killed create's lock should still be held"
-    kind, result = create(backend(double, lock_wait=30.0), "next")
-    waited = time.monotonic() - killed_at
-    assert kind == "ok" and result["session"]["state"] == "RUNNING", result
     keeps = killed_holder_keeps(10, 1)
     assert keeps == 21
+    outcome: t.List[t.Tuple[str, t.Any]] = []
+    got_at: t.List[float] = []
+    nxt = threading.Thread(target=lambda: (outcome.append(create(backend(double, lock_wait=60.0), "next")),
+                                           got_at.append(clock())))
+    nxt.start()
+    try:
+        for mark in (11.5, keeps - 0.1):  # TTL + delay (what a client renewing at TTL would expect), then just before
+            time.sleep(0.5)
+            clock.advance(double, killed_at + mark - clock())
+            time.sleep(1.0)  # the waiter's blocked read wakes, reads the lock variable, blocks again
+            assert not outcome and double.lock_of(LOCK_PATH) is not None, "the lock lapsed %.1f s after the kill" % mark
+        clock.advance(double, killed_at + keeps + 0.3 - clock())
+        nxt.join(30)
+    finally:
+        clock.advance(double, 3600)  # whatever happened, nothing waits on the double's timers any more
+        nxt.join(60)
+    assert outcome and outcome[0][0] == "ok" and outcome[0][1]["session"]["state"] == "RUNNING", outcome
+    waited = got_at[0] - killed_at
     print("killed holder: the next create got the lock %.1f s after the kill (Nomad: TTL x 2 + delay = %g s)"
           % (waited, keeps))
-    assert keeps - 1 <= waited <= keeps + 5, waited  # TTL x 2 (20 s) plus the lock delay (1 s), not the wait limit
+    assert waited == pytest.approx(keeps + 0.3), waited  # TTL x 2 (20 s) plus the lock delay (1 s), not the wait limit
     assert double.lock_of(LOCK_PATH) is None
 
 

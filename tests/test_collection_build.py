@@ -18,6 +18,8 @@ import yaml
 
 from repo_helpers import REPO, VENV_BIN
 
+pytestmark = pytest.mark.slow  # ansible-galaxy, ansible-doc, ansible-builder and ansible-playbook runs (not in scripts/run-tests --quick)
+
 COLLECTION = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster")
 
 

@@ -100,6 +100,7 @@ def test_eight_creates_for_four_slots_exactly_four_run_the_rest_fail_cleanly(nom
     assert settled < 30, settled
 
 
+@pytest.mark.slow
 def test_eight_creates_waiting_for_resources_run_once_the_first_four_are_removed(nomad_double_factory: t.Any) -> None:
     double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.05)
     two_nodes(double)
@@ -166,6 +167,7 @@ class SteppedClock:
         double.model.wake_blocked_reads()
 
 
+@pytest.mark.slow
 def test_a_create_killed_while_holding_the_lock_delays_the_next_by_twice_the_ttl_plus_the_delay(
         nomad_double_factory: t.Any) -> None:
     """The double's lock timer follows nomad/locks.go (CreateVariableLockTTLTimer: TTL x 2, then LockDelay, then the
@@ -392,6 +394,7 @@ CONCURRENT_CREATES = 16
 REQUESTS_PER_QUEUED_CREATE = 18.5
 
 
+@pytest.mark.slow
 def test_concurrent_creates_on_a_thousand_nodes_all_run_one_lock_holder_at_a_time(
         nomad_double_factory: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
     double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.05)
@@ -413,6 +416,7 @@ def test_concurrent_creates_on_a_thousand_nodes_all_run_one_lock_holder_at_a_tim
     assert len(double.requests) <= REQUESTS_PER_QUEUED_CREATE * len(names), (len(double.requests) / len(names), sorted(made.items(), key=lambda kv: -kv[1]))
 
 
+@pytest.mark.slow
 def test_concurrent_creates_with_capacity_for_half_the_rest_fail_cleanly(
         nomad_double_factory: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
     double = nomad_double_factory(token=NOMAD_TOKEN, eval_delay=0.05)
@@ -511,6 +515,7 @@ def test_the_node_catalogue_is_read_again_only_when_nomads_nodes_index_moved(
     assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.slow
 def test_a_waiter_that_died_in_the_queue_is_passed_once_its_heartbeat_is_a_ttl_old(nomad_double_factory: t.Any) -> None:
     """A queued waiter that dies leaves its queue entry, a check-and-set variable that its waiter rewrites every TTL / 2
     (its heartbeat): the waiter behind it blocks on that entry, and once a slice of its wait (TTL / 2) ends with the
@@ -538,6 +543,7 @@ def test_a_waiter_that_died_in_the_queue_is_passed_once_its_heartbeat_is_a_ttl_o
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("handled", [False, True], ids=["reset-before-handling", "answer-lost-after-writing"])
 def test_a_reset_on_a_queue_entry_write_is_retried_on_the_entry_read_again(nomad_double_factory: t.Any,
                                                                           handled: bool) -> None:
@@ -591,6 +597,7 @@ def two_queued_behind_a_holder(double: NomadAPIDouble) -> Queued:
     return holder, waiters, order, threads
 
 
+@pytest.mark.slow
 def test_waiters_behind_a_long_hold_block_again_without_listing_or_trying_when_nothing_changed(
         nomad_double_factory: t.Any) -> None:
     """A blocking read ends after a slice of the wait (TTL / 2: the queue entry is renewed between slices). A slice
@@ -733,6 +740,7 @@ def test_batch_admission_of_many_creates_all_or_nothing(nomad_double_factory: t.
     assert not [p for (_ns, p) in double.model.variables if p.startswith("backendai-cluster/admission")]
 
 
+@pytest.mark.slow
 def test_batch_admission_never_plans_two_sessions_on_the_same_capacity(
         nomad_double_factory: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The holder keeps the lock until each create it admitted has registered: a create that comes after the release
@@ -762,6 +770,7 @@ def test_batch_admission_never_plans_two_sessions_on_the_same_capacity(
     assert failed_evaluations(double) == [], failed_evaluations(double)
 
 
+@pytest.mark.slow
 def test_a_create_admitted_by_the_holder_that_dies_does_not_wedge_the_lock(nomad_double_factory: t.Any) -> None:
     """A queued create the holder admitted and that is never heard of again (it died before reading its grant) keeps
     the lock at most a TTL past the holder's own work: the holder stops waiting for it, clears its grants (the lock

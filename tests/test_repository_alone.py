@@ -29,6 +29,7 @@ def test_the_schema_copy_is_the_shared_one() -> None:
     assert proc.returncode == 0 and "is %s's" % SHARED in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_clone_with_nothing_beside_it_renders_lints_and_runs_the_double(tmp_path: str) -> None:
     """Clone HEAD into an empty directory, then run what needs the schema there: every example rendered and linted
     (the CI ``jobs`` step) and the Nomad API double's contract tests (it checks every body against the schema); and
@@ -81,6 +82,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "CI (`.ci/run`) runs exactly `%s`" % command.group(1) in readme
 
 
+@pytest.mark.slow
 def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> None:
     """``.ci/run`` (run from a checkout with a ``shared`` folder beside it) runs the test command in a clone made in
     an empty directory of the home, 0700 as a user's would be (nothing of the suite relies on containers seeing the

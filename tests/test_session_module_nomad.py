@@ -292,7 +292,7 @@ def _fail_an_allocation(double: NomadAPIDouble) -> None:
 
 @pytest.mark.parametrize("inject, step, fragment", [
     (_fail_register_500, "register job", "HTTP 500"),
-    (_timeout_register, "register job", "timeout"),
+    pytest.param(_timeout_register, "register job", "timeout", marks=pytest.mark.slow),  # waits out the client's timeout
     (_deny_variable_write, "write keypair secret", "HTTP 403"),
     (_never_start, "wait for containers", "containers not all running after 1s"),
     (_fail_an_allocation, "wait for containers", "sub1 failed (Exceeded allowed attempts"),
@@ -341,6 +341,7 @@ def test_pending_fails_with_the_reason_and_writes_nothing(nomad_double_factory: 
     assert writes(double) == []
 
 
+@pytest.mark.slow
 def test_wait_for_resources_succeeds_when_a_node_joins(nomad_double_factory: t.Any, run: ModuleRun) -> None:
     double = nomad_double_factory(token=NOMAD_TOKEN)
     double.add_node("tiny", cpu=1500, memory=4096)

@@ -167,6 +167,33 @@ class SteppedClock:
         double.model.wake_blocked_reads()
 
 
+class FastClock:
+    """Time RATE times faster than real time, for the double's lock timers (``VariablesModel.clock`` and
+    ``clock_rate``: its blocking reads of ``wait`` seconds end after ``wait / RATE`` real ones) and for the admission
+    clients (their ``clock``, ``sleep`` and ``wall``, the time written into queue entries) alike: a TTL of 10 s
+    (Nomad's least) passes in 2.5 s, and every duration is measured and asserted on this clock."""
+
+    RATE = 4.0
+
+    def __init__(self, double: NomadAPIDouble, rate: float = RATE) -> None:
+        self.rate = rate
+        self._t0, self._wall0 = time.monotonic(), time.time()
+        double.model.clock = self
+        double.model.clock_rate = rate
+
+    def __call__(self) -> float:
+        return self._t0 + (time.monotonic() - self._t0) * self.rate
+
+    def wall(self) -> float:
+        return self._wall0 + (time.monotonic() - self._t0) * self.rate
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds) / self.rate)
+
+    def lock(self, client: NomadClient, owner: str, **options: t.Any) -> AdmissionLock:
+        return AdmissionLock(client, owner, sleep=self.sleep, clock=self, wall=self.wall, **options)
+
+
 @pytest.mark.slow
 def test_a_create_killed_while_holding_the_lock_delays_the_next_by_twice_the_ttl_plus_the_delay(
         nomad_double_factory: t.Any) -> None:
@@ -522,17 +549,18 @@ def test_a_waiter_that_died_in_the_queue_is_passed_once_its_heartbeat_is_a_ttl_o
     entry unwritten and its heartbeat a TTL old, passes it over, takes the lock and removes it at its release; nothing
     is left. (The dead waiter is simulated: it joined the queue and was never heard of again.)"""
     double = nomad_double_factory(token=NOMAD_TOKEN)
+    fast = FastClock(double)
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
-    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
+    holder = fast.lock(client, "holder", ttl=10, lock_delay=1)
     holder.acquire()
-    dead = AdmissionLock(client, "dead", ttl=10, lock_delay=1)
+    dead = fast.lock(client, "dead", ttl=10, lock_delay=1)
     dead._join()  # queued, then gone: no renewal, no leave
-    died_at = time.monotonic()
-    waiter = AdmissionLock(client, "behind", ttl=10, lock_delay=1, wait=60)
+    died_at = fast()
+    waiter = fast.lock(client, "behind", ttl=10, lock_delay=1, wait=60)
     got: t.List[float] = []
-    behind = threading.Thread(target=lambda: (waiter.acquire(), got.append(time.monotonic())))
+    behind = threading.Thread(target=lambda: (waiter.acquire(), got.append(fast())))
     behind.start()
-    time.sleep(0.5)
+    fast.sleep(0.5)
     holder.release()  # the lock is free, but "behind" queues after the dead entry
     behind.join(40)
     assert got, "the waiter behind a dead one never got the lock"
@@ -552,12 +580,13 @@ def test_a_reset_on_a_queue_entry_write_is_retried_on_the_entry_read_again(nomad
     on what it finds: its join (``cas=0``) and its heartbeat survive a reset connection, before or after Nomad handled
     the write, and the waiter still takes the lock and leaves nothing behind."""
     double = nomad_double_factory(token=NOMAD_TOKEN)
+    fast = FastClock(double)
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
-    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
+    holder = fast.lock(client, "holder", ttl=10, lock_delay=1)
     holder.acquire()
     entry = "^/v1/var/backendai-cluster/admission-queue/"
     double.reset_next("PUT", entry, handled=handled, query="cas")  # its join
-    waiter = AdmissionLock(client, "w", ttl=10, lock_delay=1, wait=60)
+    waiter = fast.lock(client, "w", ttl=10, lock_delay=1, wait=60)
     failed: t.List[BaseException] = []
 
     def run() -> None:
@@ -567,9 +596,9 @@ def test_a_reset_on_a_queue_entry_write_is_retried_on_the_entry_read_again(nomad
             failed.append(exc)
     th = threading.Thread(target=run)
     th.start()
-    time.sleep(1)
+    fast.sleep(1)
     double.reset_next("PUT", entry, handled=handled, query="cas")  # its heartbeat, after the first slice (5 s)
-    time.sleep(5.5)
+    fast.sleep(5.5)
     holder.release()
     th.join(10)
     assert not failed and waiter.lock_id is not None, failed
@@ -581,19 +610,20 @@ def test_a_reset_on_a_queue_entry_write_is_retried_on_the_entry_read_again(nomad
 Queued = t.Tuple[AdmissionLock, t.List[AdmissionLock], t.List[str], t.List[threading.Thread]]
 
 
-def two_queued_behind_a_holder(double: NomadAPIDouble) -> Queued:
+def two_queued_behind_a_holder(double: NomadAPIDouble, fast: t.Optional[FastClock] = None) -> Queued:
     """A holder of the lock and two waiters queued behind it, w0 first, each taking the lock in a thread then
     releasing it (the order they took it in: the list returned)."""
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
-    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
+    make = fast.lock if fast else AdmissionLock
+    holder = make(client, "holder", ttl=10, lock_delay=1)
     holder.acquire()
-    waiters = [AdmissionLock(client, "w%d" % i, ttl=10, lock_delay=1, wait=60) for i in range(2)]
+    waiters = [make(client, "w%d" % i, ttl=10, lock_delay=1, wait=60) for i in range(2)]
     order: t.List[str] = []
     threads = []
     for waiter in waiters:
         threads.append(threading.Thread(target=lambda w=waiter: (w.acquire(), order.append(w.owner), w.release())))
         threads[-1].start()
-        time.sleep(0.3)  # w0 queues first
+        (fast.sleep if fast else time.sleep)(0.3)  # w0 queues first
     return holder, waiters, order, threads
 
 
@@ -605,9 +635,10 @@ def test_waiters_behind_a_long_hold_block_again_without_listing_or_trying_when_n
     acquire attempt by the head, no new queue listing by anyone, however long the hold (before: an acquire and
     a listing per waiter and slice, so the requests of a long hold grew with its length)."""
     double = nomad_double_factory(token=NOMAD_TOKEN)
-    holder, waiters, order, threads = two_queued_behind_a_holder(double)
+    fast = FastClock(double)
+    holder, waiters, order, threads = two_queued_behind_a_holder(double, fast)
     lists_before, attempts_before = len(double.find("GET", "^/v1/vars$")), acquire_attempts(double)
-    time.sleep(11)  # two slices of 5 s each, the holder renewing its lock
+    fast.sleep(11)  # two slices of 5 s each, the holder renewing its lock
     holder.keep()
     assert len(double.find("GET", "^/v1/vars$")) == lists_before, "a slice that ended unchanged listed the queue again"
     assert acquire_attempts(double) == attempts_before, "a slice that ended unchanged made another acquire attempt"
@@ -778,21 +809,22 @@ def test_a_create_admitted_by_the_holder_that_dies_does_not_wedge_the_lock(nomad
     once the dead one's heartbeat is a TTL old, as behind any dead waiter."""
     double = nomad_double_factory(token=NOMAD_TOKEN)
     double.add_node("n1", cpu=8000, memory=16384)
+    fast = FastClock(double)
     client = NomadClient(NomadConnection(nomad_addr=double.url, token=NOMAD_TOKEN))
     request = {"demands": [[1000, 1024, 0]], "cluster_mode": "single-node", "strategy": "concentrated",
                "driver": "docker", "datacenters": [], "volumes": []}
-    holder = AdmissionLock(client, "holder", ttl=10, lock_delay=1)
+    holder = fast.lock(client, "holder", ttl=10, lock_delay=1)
     holder.acquire()
-    dead = AdmissionLock(client, "dead", ttl=10, lock_delay=1, request=request)
+    dead = fast.lock(client, "dead", ttl=10, lock_delay=1, request=request)
     dead._join()  # queued with its request, then gone: it never reads its grant
     assert holder.admit(lambda req: [{"name": "n1", "cpu": 1000, "memory": 1024}]) == 1
-    later = AdmissionLock(client, "later", ttl=10, lock_delay=1, wait=60)  # queued after the grants: not admitted
+    later = fast.lock(client, "later", ttl=10, lock_delay=1, wait=60)  # queued after the grants: not admitted
     behind = threading.Thread(target=later.acquire)
     behind.start()
-    time.sleep(0.3)
-    started = time.monotonic()
+    fast.sleep(0.3)
+    started = fast()
     holder.release()
-    took = time.monotonic() - started
+    took = fast() - started
     assert 9 <= took <= 14, took  # one TTL of silence
     lock_var = double.stored_variable(LOCK_PATH)
     assert lock_var is not None and "grants" not in (lock_var.get("Items") or {}), lock_var

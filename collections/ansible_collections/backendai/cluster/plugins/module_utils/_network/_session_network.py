@@ -707,12 +707,10 @@ VNI_RANGE_MATCH = "0>>22&0x3C@12>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
 
 
 def vni_match6(vni: int) -> str:
-    """The ``u32`` VNI match over IPv6 (a 40-byte header: the VNI word is at 40 + 12). A packet with extension
-    headers does not match; it is still dropped unless it came through WireGuard (``_cni_system.base_rules6``)."""
-    return "52>>8=%s" % vni
-
-
-VNI_RANGE_MATCH6 = "52>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
+    """The ``u32`` VNI match over IPv6, for a packet whose next header is UDP itself (``4>>8&0xFF=17``: the byte
+    after the payload length): only then is the VNI word at 40 + 12. A packet with extension headers never matches
+    (an attacker could otherwise place any VNI at offset 52); the chain drops it first (``_cni_system.base_rules6``)."""
+    return "4>>8&0xFF=17&&52>>8=%s" % vni
 
 
 # ---------------------------------------------------------------------------- the static config

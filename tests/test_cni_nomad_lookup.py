@@ -124,6 +124,22 @@ def test_a_scaled_group_has_another_live_allocation(double: NomadAPIDouble, tmp_
     lookup.check_only_live(api, identity, second)
 
 
+def test_an_allocation_of_an_earlier_registration_of_the_job_id_is_counted(double: NomadAPIDouble,
+                                                                           tmp_path: t.Any) -> None:
+    """The job is purged and registered again while its first allocation still runs: Nomad lists that allocation only
+    with ``all=true`` (``AllocsByJob``), and the look-up counts it."""
+    first = register(double, "train", {"main1": "n1"})["main1"]
+    double.new_incarnation_keeping_allocations("train")
+    register(double, "train", {"main1": "n1"}, count=2)
+    second, = [a["ID"] for a in double.allocations_of("train") if a["ID"] != first]
+    identity, api = lookup.confirmed_identity(config(double.url, tmp_path), {"NOMAD_ALLOC_ID": second}, second)
+    with pytest.raises(system.PluginError, match="another live allocation \\(%s\\)" % first):
+        lookup.check_only_live(api, identity, second)
+    assert double.find("GET", "^/v1/job/train/allocations$")  # (the query, all=true, is not in the path)
+    status, body = lookup.NomadAgent(config(double.url, tmp_path)).get("/v1/job/train/allocations")
+    assert status == 200 and first not in body.decode()  # the control: without all=true it is not listed
+
+
 @pytest.mark.parametrize("text", ["train-42", "evil;x", "a b/c?d=e&f", "ünï", "%41", ""])
 def test_quote_is_urllib_quote(text: str) -> None:
     assert lookup.quote(text) == urllib.parse.quote(text, safe="")

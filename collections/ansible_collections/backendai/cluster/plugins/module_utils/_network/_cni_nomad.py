@@ -10,9 +10,12 @@ Installed next to ``_cni_plugin.py``. At every ADD and CHECK on a Nomad client t
   ``nomad/alloc_endpoint.go`` ``Alloc.GetAlloc``; ``api/allocations.go`` ``Allocations.Info``): the
   allocation's ``Namespace``, ``JobID``, ``TaskGroup``, ``NodeName``, ``DesiredStatus`` and
   ``ClientStatus``. These, not CNI_ARGS, are the identity the MAC is checked against;
-* ``GET /v1/job/:job_id/allocations?namespace=`` (``command/agent/job_endpoint.go``
+* ``GET /v1/job/:job_id/allocations?all=true&namespace=`` (``command/agent/job_endpoint.go``
   ``jobAllocations`` -> ``nomad/job_endpoint.go`` ``Job.Allocations``; ``api/jobs.go``
-  ``Jobs.Allocations``): the job's allocation stubs, to find the group's other live allocations.
+  ``Jobs.Allocations``): the job's allocation stubs, to find the group's other live allocations. ``all=true``
+  counts every incarnation of the job ID: without it ``nomad/state/state_store.go`` ``AllocsByJob`` leaves out
+  the allocations whose job's CreateIndex is not the current job's (the job was purged and registered again while
+  they still ran).
 
 Both need ``read-job`` in the allocation's namespace (``Alloc.GetAlloc`` checks
 ``acl.NamespaceCapabilityReadJob``, ``Job.Allocations`` ``AllowNsOp(..., NamespaceCapabilityReadJob)``),
@@ -206,7 +209,7 @@ def check_only_live(nomad: NomadAgent, identity: t.Tuple[str, str, str], alloc_i
     """Refuse if the group has another live allocation than ``alloc_id`` (a session's group runs exactly one: more
     come only from ``scale`` or another change outside the collection)."""
     namespace, job_id, group = identity
-    stubs = nomad.get_json("/v1/job/%s/allocations?namespace=%s" % (quote(job_id), quote(namespace)),
+    stubs = nomad.get_json("/v1/job/%s/allocations?all=true&namespace=%s" % (quote(job_id), quote(namespace)),
                            "the allocations of job %r" % job_id)
     if not isinstance(stubs, list):
         raise _refuse("the local Nomad agent lists no allocations of job %r in namespace %r" % (job_id, namespace))

@@ -244,6 +244,13 @@ class Config:
         self.nomad_addr = str(conf.get("nomadAddr") or net.DEFAULT_NOMAD_ADDR)
         self.nomad_token_file = str(conf.get("nomadTokenFile") or "")
         self.nomad_ca_file = str(conf.get("nomadCACert") or "")
+        # https with a client certificate (Nomad's tls.verify_https_client), and the explicit opt-in to plain http
+        # to an address off loopback (_cni_nomad.NomadAgent refuses it otherwise)
+        self.nomad_cert_file = str(conf.get("nomadClientCert") or "")
+        self.nomad_key_file = str(conf.get("nomadClientKey") or "")
+        self.nomad_plain_http = conf.get("nomadAllowPlainHTTP", False) is True
+        if bool(self.nomad_cert_file) != bool(self.nomad_key_file):
+            raise PluginError(E_CONFIG, "nomadClientCert and nomadClientKey go together: set both or neither")
         if self.identity not in net.IDENTITY_SOURCES:
             raise PluginError(E_CONFIG, "identity must be one of %s, got %r"
                               % (", ".join(net.IDENTITY_SOURCES), self.identity))

@@ -22,7 +22,10 @@ from nomad_double.server import NomadAPIDouble
 from repo_helpers import lint_job_files
 
 REFUSED = ["/etc/backendai-cluster", "/etc/backendai-cluster/network.key", "/etc", "/",
-           "/run/backendai-cluster/cni", "/root/.config/backendai-cluster", "/root/.local/state/backendai-cluster/sessions"]
+           "/run/backendai-cluster/cni", "/root/.config/backendai-cluster", "/root/.local/state/backendai-cluster/sessions",
+           # through the links every distribution has (/var/run -> /run, /lib -> usr/lib): the plugin's state, the CNI
+           # plugins Nomad runs as root; the Nomad client's data dir (every allocation's secrets/), and /var above it
+           "/var/run/backendai-cluster", "/var/run", "/lib/cni", "/opt/nomad/data", "/var/lib/nomad/alloc", "/var"]
 
 
 @pytest.fixture

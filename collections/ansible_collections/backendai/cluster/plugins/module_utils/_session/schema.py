@@ -250,7 +250,16 @@ PROTECTED_SOURCES = (
     "/usr/lib/backendai-cluster",     # the plugin's code (overlay_agent_plugin_dir), run as root by Nomad
     "/run/backendai-cluster",         # the plugin's state, the local runtime's container view
     "/run/backendai-cluster-mounts",  # the local runtime's staged mounts of every session
+    "/opt/cni", "/usr/lib/cni", "/etc/cni",  # the CNI plugins and configs the Nomad client runs as root
+    # the Nomad client's data directory (the Linux packages' data_dir, and a common other one): its allocations'
+    # secrets/ dirs hold every session's keypair (client alloc_dir = <data_dir>/alloc, command/agent/agent.go)
+    "/opt/nomad", "/var/lib/nomad",
 )
+#: Symbolic links every Linux distribution has (``/var/run -> /run``; merged ``/usr``): a path through one is
+#: checked as the path it leads to. The rest needs the machine: each backend resolves real paths where they are
+#: (``_local.session.mount_source``; the ``overlay_agent`` role on each agent for its data roots).
+WELL_KNOWN_LINKS = (("/var/run", "/run"), ("/var/lock", "/run/lock"), ("/lib", "/usr/lib"), ("/lib64", "/usr/lib64"),
+                    ("/lib32", "/usr/lib32"), ("/bin", "/usr/bin"), ("/sbin", "/usr/sbin"))
 PROTECTED_HOME_SOURCES = (
     ".config/backendai-cluster",      # the control node's cluster key (network_key_file)
     ".local/state/backendai-cluster",  # the local backend's sessions and local agents (state_dir)
@@ -278,10 +287,15 @@ def protected_source(source: str) -> str:
     """The protected path (see :data:`PROTECTED_SOURCES`) that a mount of ``source`` would expose, or ''.
 
     A mount exposes what lies below its source, so a source is refused when it is a protected path, lies
-    below one, or is a directory above one (``/``, ``/etc``, ``/home``, a home, ``~/.config``). Textual
-    (pure): a backend that can resolve symlinks checks the real path again (``_local.session``).
+    below one, or is a directory above one (``/``, ``/etc``, ``/var``, ``/home``, a home, ``~/.config``). Pure:
+    only the links of :data:`WELL_KNOWN_LINKS` are followed; a backend that can resolve the real path checks it
+    again (``_local.session``, the ``overlay_agent`` role).
     """
     norm = posixpath.normpath("/" + source.lstrip("/"))
+    for link, real in WELL_KNOWN_LINKS:
+        if path_within(norm, link):
+            norm = real + norm[len(link):]
+            break
     for top in PROTECTED_SOURCES:
         if path_within(norm, top) or path_within(top, norm):
             return top

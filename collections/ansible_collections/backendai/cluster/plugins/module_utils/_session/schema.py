@@ -228,17 +228,43 @@ class SessionSpec:
     underlay_encryption: str = field(default="wireguard")
 
 
-#: Mount targets the container runtime owns (and everything below them).
-RESERVED_TARGETS = ("/proc", "/sys", "/dev")
+#: Where the session's runtime bundle is mounted read-only in every container (``_nomad.job.RUNTIME_MOUNT``; the
+#: local backend mounts it there too): its sshd and tools run as root.
+RUNTIME_BUNDLE_TARGET = "/opt/backendai-runtime"
+#: What the container start provides in every container, on both backends, and what a mount there would hide: the
+#: runtime's kernel filesystems, the files the entrypoint writes (as root) into the image, the runtime bundle, the
+#: sshd's own directories and the Nomad task's directories. The session user's ``~/.ssh`` is added per spec
+#: (:func:`provided_target`). A mount target may not be one, hold one (``/``, ``/etc``, ``/run``, ``/opt``) or lie
+#: inside one.
+PROVIDED_TARGETS = (
+    ("/proc", "the kernel's process filesystem (ps and the like fail without it; Docker refuses the mount)"),
+    ("/sys", "the kernel's sysfs"),
+    ("/dev", "the container's devices and its own terminals"),
+    ("/etc/hosts", "the session's peer names (main1, sub1, ...), which the entrypoint writes"),
+    ("/etc/passwd", "the session user's account, which the entrypoint writes"),
+    ("/etc/group", "the session user's group, which the entrypoint writes"),
+    ("/etc/shadow", "the accounts' passwords, which the entrypoint writes"),
+    ("/etc/nsswitch.conf", "how names are looked up (files first, which ssh sub1 relies on)"),
+    ("/etc/resolv.conf", "the resolver the container runtime sets"),
+    ("/etc/hostname", "the container's hostname"),
+    (RUNTIME_BUNDLE_TARGET, "the runtime bundle (the sshd and tools the entrypoint runs as root)"),
+    ("/run/backendai", "the sshd's host key and configuration"),
+    ("/run/sshd", "the sshd's privilege separation directory"),
+    ("/local", "the task's local/ directory (Nomad's templates: the peers, the hosts script)"),
+    ("/secrets", "the task's secrets/ directory (the session keypair)"),
+    ("/alloc", "the allocation's shared directory (Nomad)"),
+)
 
 
-def kernel_fs(target: str) -> str:
-    """The reserved directory ``target`` is or lies below ('' if none)."""
+def provided_target(target: str, home: str) -> t.Tuple[str, str]:
+    """(path, what it is) of what the container start provides that a mount at ``target`` would hide (``target`` is
+    it, holds it or lies inside it), or ('', '') if none; ``home`` is the session user's home (its ``.ssh``)."""
     norm = posixpath.normpath("/" + target.lstrip("/"))
-    for top in RESERVED_TARGETS:
-        if norm == top or norm.startswith(top + "/"):
-            return top
-    return ""
+    ssh = (posixpath.join(home, ".ssh"), "the session user's SSH keys and configuration, which the entrypoint writes")
+    for path, what in PROVIDED_TARGETS + (ssh,):
+        if path_within(norm, path) or path_within(path, norm):
+            return path, what
+    return "", ""
 
 
 #: Host paths no mount may reach, on either backend: what an agent holds for the session network (the

@@ -204,6 +204,17 @@ def test_data_roots_become_nomad_host_volumes_and_key_paths_are_refused(tmp_path
         assert "overlay_agent_data_roots: %s must be an absolute path of plain names" % bad in refused.stdout, refused.stdout[-3000:]
         assert host_volume_name(str(data)) in declared.read_text()  # the earlier declaration is left as it was
 
+    # through links: the system's own (/var/run -> /run, /lib -> usr/lib) and one of the operator's, a link to the
+    # plugin's state; /var (above the Nomad client's data) and the Nomad data dir itself
+    (tmp_path / "srv" / "state-link").symlink_to(tmp_path / "state")
+    for bad in ("/var/run/backendai-cluster", "/lib/cni", str(tmp_path / "srv" / "state-link"), "/var",
+                "/opt/nomad/data"):
+        refused = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e",
+                                                json.dumps(dict(params, overlay_agent_data_roots=[{"path": bad}]))])
+        assert refused.returncode != 0, bad
+        assert "overlay_agent_data_roots: %s " % bad in refused.stdout, refused.stdout[-3000:]
+        assert host_volume_name(str(data)) in declared.read_text()
+
     none = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e", json.dumps(params)])
     assert none.returncode == 0 and not declared.exists()
 

@@ -1,7 +1,8 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A task group of a rendered Nomad job, started as a podman container the way Nomad's client and docker driver
-would start it: the engine's container config is read off the job, never made up beside it.
+"""The local backend's container start: a task group of the session's rendered Nomad job, started as a podman
+container the way Nomad's client and docker driver would start it. The engine's container config is read off the
+job, never made up beside it, so a local session is a run of the job's tasks (one entrypoint for both backends).
 
 From the job (``TaskGroups[i].Tasks[0]``):
 
@@ -23,17 +24,24 @@ From the job (``TaskGroups[i].Tasks[0]``):
 * network: the group's ``Hostname``, and the network namespace the caller made (``ns:/run/netns/NAME``: what the
   CNI plugin gives the group on a Nomad client too).
 
+The job comes from the Nomad renderer through :class:`NomadTask`, which the ``_ansible`` layer hands the backend
+(the two backends never import each other).
+
 What differs from Nomad's docker driver, on purpose: CPU is a hard quota (``--cpus``, the MHz over the core's MHz)
 where the driver gives relative shares unless ``cpu_hard_limit`` is set, and a pids limit is always set (the
 driver's default is none): one machine runs every container of a session, and one container must not starve the
-others or fork-bomb the host.
+others or fork-bomb the host. Podman is told not to add the task's user to the image's ``/etc/passwd``
+(``--passwd=false``: docker does not; podman would make the file mode 0600 where the image has none).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError
 
 META_REF = re.compile(r"\$\{(NOMAD_META_[A-Za-z0-9_]+)\}")
 #: What Nomad's docker driver grants a task by default (drivers/shared/capabilities/defaults.go, HCLSpecLiteral).
@@ -48,15 +56,45 @@ _SECRET_ITEM = re.compile(r"\{\{ with (?:nomadVar|secret) \"[^\"]*\" \}\}\{\{ \.
 _ENV_REF = re.compile(r"\{\{ env \"([A-Za-z0-9_]+)\" \}\}$")
 
 
-class TaskError(Exception):
-    """A job this start cannot rehearse (a template or volume Nomad would fill from something not given)."""
+#: The spec's ``image`` that runs the host's own files instead of an image (the host-files mode, chosen explicitly).
+HOST_FILES_IMAGE = "local"
+
+
+@dataclasses.dataclass(frozen=True)
+class NomadTask:
+    """What the local backend needs of the Nomad side: the job renderer (a placed plan -> the bare job) and the
+    host volume of the session runtime bundle with the directory it serves here (the overlay_agent role's)."""
+
+    render: t.Callable[[t.Any], t.Mapping[str, t.Any]]
+    runtime_volume: str
+    runtime_dir: str
+    #: the items of the session's secret the key templates read (``nomadVar``/Vault), private key first
+    key_items: t.Tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineRun:
+    """A session's engine start: its rendered job and where the job's host volumes are here."""
+
+    job: t.Mapping[str, t.Any]
+    task: NomadTask
+
+
+def uses_engine(images: t.Iterable[str]) -> bool:
+    """Whether a session of containers with these images runs on the engine (every image but ``local``); a session
+    that mixes ``local`` with images is refused."""
+    images = set(images)
+    if HOST_FILES_IMAGE in images and len(images) > 1:
+        raise LocalRuntimeError("image %r (the host's files) and container images (%s) cannot be mixed in one session"
+                                % (HOST_FILES_IMAGE, ", ".join(sorted(images - {HOST_FILES_IMAGE}))))
+    return HOST_FILES_IMAGE not in images
 
 
 def group_of(job: t.Mapping[str, t.Any], name: str) -> t.Mapping[str, t.Any]:
     for group in job["TaskGroups"]:
         if group["Name"] == name:
             return group
-    raise TaskError("the job has no task group %s" % name)
+    raise LocalRuntimeError("the job has no task group %s" % name)
 
 
 def task_env(job: t.Mapping[str, t.Any], group: t.Mapping[str, t.Any]) -> t.Dict[str, str]:
@@ -86,14 +124,14 @@ def task_files(group: t.Mapping[str, t.Any], env: t.Mapping[str, str], secret: t
         item, ref = _SECRET_ITEM.match(text), _ENV_REF.match(text)
         if item:
             if item.group(1) not in secret:
-                raise TaskError("template %s reads secret item %s, which was not given" % (tmpl["DestPath"], item.group(1)))
+                raise LocalRuntimeError("template %s reads secret item %s, which was not given" % (tmpl["DestPath"], item.group(1)))
             rendered = secret[item.group(1)]
         elif ref:
             rendered = env.get(ref.group(1), "")
         elif "nomadService" in text:
             rendered = peers
         else:
-            raise TaskError("template %s: cannot render %r here" % (tmpl["DestPath"], text[:60]))
+            raise LocalRuntimeError("template %s: cannot render %r here" % (tmpl["DestPath"], text[:60]))
         out[tmpl["DestPath"]] = (rendered, int(tmpl.get("Perms") or "0644", 8))
     return out
 
@@ -129,7 +167,7 @@ def run_args(job: t.Mapping[str, t.Any], group_name: str, *, name: str, netns_pa
     for mount in task.get("VolumeMounts") or []:
         volume = volumes[mount["Volume"]]
         if volume["Source"] not in host_volumes:
-            raise TaskError("host volume %s (for %s) is not declared here" % (volume["Source"], mount["Destination"]))
+            raise LocalRuntimeError("host volume %s (for %s) is not declared here" % (volume["Source"], mount["Destination"]))
         ro = mount.get("ReadOnly") or volume.get("ReadOnly")
         args += ["--volume", "%s:%s%s" % (host_volumes[volume["Source"]], mount["Destination"], ":ro" if ro else "")]
     for key, value in sorted(env.items()):

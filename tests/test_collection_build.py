@@ -110,7 +110,9 @@ def test_execution_environment_build_context_gets_the_requirements(installed: In
     with open(os.path.join(build, "requirements.yml"), encoding="utf-8") as f:
         assert yaml.safe_load(f)["collections"][0]["name"] == "collections/" + tarball
     assert os.path.isfile(os.path.join(build, "collections", tarball))
-    with open(os.path.join(ee_dir, "context", "Dockerfile"), encoding="utf-8") as f:
+    # (ansible-builder names it Containerfile where podman is installed, as scripts/setup does now, else Dockerfile)
+    name = "Containerfile" if os.path.exists(os.path.join(ee_dir, "context", "Containerfile")) else "Dockerfile"
+    with open(os.path.join(ee_dir, "context", name), encoding="utf-8") as f:
         dockerfile = f.read()
     assert "introspect.py introspect" in dockerfile and "collection install" in dockerfile
     # What the builder stage does after installing the tarball, run on the same install here.

@@ -4,15 +4,19 @@
 
 Installed next to ``_cni_plugin.py``. At every ADD and CHECK on a Nomad client the plugin takes only
 ``NOMAD_ALLOC_ID`` from CNI_ARGS as Nomad's word and asks the local Nomad agent (the conflist's
-``nomadAddr``, the ACL token in ``nomadTokenFile``, the CA in ``nomadCACert`` for https):
+``nomadAddr``, the ACL token in ``nomadTokenFile``; for https the CA in ``nomadCACert`` and, where Nomad verifies
+its clients (``tls.verify_https_client``), the certificate and key in ``nomadClientCert``/``nomadClientKey``):
 
 * ``GET /v1/allocation/:alloc_id`` (``command/agent/alloc_endpoint.go`` ``AllocSpecificRequest`` ->
   ``nomad/alloc_endpoint.go`` ``Alloc.GetAlloc``; ``api/allocations.go`` ``Allocations.Info``): the
   allocation's ``Namespace``, ``JobID``, ``TaskGroup``, ``NodeName``, ``DesiredStatus`` and
   ``ClientStatus``. These, not CNI_ARGS, are the identity the MAC is checked against;
-* ``GET /v1/job/:job_id/allocations?namespace=`` (``command/agent/job_endpoint.go``
+* ``GET /v1/job/:job_id/allocations?all=true&namespace=`` (``command/agent/job_endpoint.go``
   ``jobAllocations`` -> ``nomad/job_endpoint.go`` ``Job.Allocations``; ``api/jobs.go``
-  ``Jobs.Allocations``): the job's allocation stubs, to find the group's other live allocations.
+  ``Jobs.Allocations``): the job's allocation stubs, to find the group's other live allocations. ``all=true``
+  counts every incarnation of the job ID: without it ``nomad/state/state_store.go`` ``AllocsByJob`` leaves out
+  the allocations whose job's CreateIndex is not the current job's (the job was purged and registered again while
+  they still ran).
 
 Both need ``read-job`` in the allocation's namespace (``Alloc.GetAlloc`` checks
 ``acl.NamespaceCapabilityReadJob``, ``Job.Allocations`` ``AllowNsOp(..., NamespaceCapabilityReadJob)``),
@@ -73,12 +77,32 @@ def _address(addr: str) -> t.Tuple[str, str, int]:
     return scheme, name, int(port or (443 if scheme == "https" else 80))
 
 
+def loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback: ``localhost``, ``::1`` or an address in 127.0.0.0/8."""
+    if host in ("localhost", "::1"):
+        return True
+    try:
+        return net.ip4(host) >> 24 == 127
+    except ValueError:
+        return False
+
+
 class NomadAgent:
-    """The local Nomad agent's HTTP API, as the plugin's config names it."""
+    """The local Nomad agent's HTTP API, as the plugin's config names it.
+
+    Plain http is refused to any address off loopback unless the config opts in (``nomadAllowPlainHTTP``): the
+    token would cross the wire in clear, and whatever answers at that address (any process that takes the port, a
+    task on the host network) would be taken for Nomad. On loopback the operator keeps Nomad's HTTP listener bound
+    there (``addresses.http``), so that no other process can take the port first."""
 
     def __init__(self, cfg: system.Config) -> None:
         self.cfg = cfg
         self.scheme, self.host, self.port = _address(cfg.nomad_addr)
+        if self.scheme == "http" and not loopback(self.host) and not cfg.nomad_plain_http:
+            raise PluginError(E_CONFIG, "nomadAddr %r is plain http to an address off loopback: the Nomad token would "
+                              "cross the network in clear and whatever answers there would be taken for Nomad; use "
+                              "https (nomadCACert, and nomadClientCert/nomadClientKey where Nomad verifies clients) or "
+                              "set nomadAllowPlainHTTP to true to accept the risk" % cfg.nomad_addr)
         self.token = ""
         if cfg.nomad_token_file:
             try:
@@ -103,6 +127,8 @@ class NomadAgent:
                 import socket as socket_module  # ssl wraps socket.socket objects
                 import ssl
                 ctx = ssl.create_default_context(cafile=self.cfg.nomad_ca_file or None)
+                if self.cfg.nomad_cert_file:
+                    ctx.load_cert_chain(self.cfg.nomad_cert_file, self.cfg.nomad_key_file)
                 sock = ctx.wrap_socket(socket_module.socket(fileno=sock.detach()), server_hostname=self.host)
             return sock
         raise last or OSError("no address for %s" % self.host)
@@ -206,7 +232,7 @@ def check_only_live(nomad: NomadAgent, identity: t.Tuple[str, str, str], alloc_i
     """Refuse if the group has another live allocation than ``alloc_id`` (a session's group runs exactly one: more
     come only from ``scale`` or another change outside the collection)."""
     namespace, job_id, group = identity
-    stubs = nomad.get_json("/v1/job/%s/allocations?namespace=%s" % (quote(job_id), quote(namespace)),
+    stubs = nomad.get_json("/v1/job/%s/allocations?all=true&namespace=%s" % (quote(job_id), quote(namespace)),
                            "the allocations of job %r" % job_id)
     if not isinstance(stubs, list):
         raise _refuse("the local Nomad agent lists no allocations of job %r in namespace %r" % (job_id, namespace))

@@ -258,7 +258,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                                "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)])
         # (podman pulls an image it does not have, as Nomad's driver does: where no registry is reachable, only
         # local images run, and the failure names the image)
-        podman(["run", "--detach"] + args, conf, what="podman run of container %s (image %s)" % (
+        podman(["run", "--detach"] + args, conf, cwd=cdir, what="podman run of container %s (image %s)" % (
             host, group["Tasks"][0]["Config"]["image"]))
 
     def check() -> None:

@@ -29,6 +29,10 @@ CONF_ENV = "CONTAINERS_CONF"
 CONF_NAME = "containers.conf"
 #: Where under a state root the containers.conf is kept (``session_names`` skips dot-directories).
 ENGINE_DIR = ".engine"
+#: The file a container's conmon writes into its working directory when the kernel's OOM killer struck in the
+#: container's cgroup (conmon 2.1 as Debian 12 ships it, cgroup v1: observed here; podman 4.3 then reports no
+#: ``OOMKilled``): the local backend runs ``podman run`` in the container's directory and reads it there.
+OOM_MARKER = "oom"
 #: podman's default soft and hard limit of open files and processes for a root container (libpod define.RLimitDefaultValue).
 PODMAN_RLIMIT = 1048576
 
@@ -97,13 +101,14 @@ def write_conf(directory: str) -> str:
 
 
 def podman(args: t.Sequence[str], conf: str, check: bool = True, what: str = "",
-           timeout: t.Optional[float] = 120) -> "subprocess.CompletedProcess[bytes]":
-    """``podman ARGS`` with this collection's containers.conf (``conf``, from :func:`write_conf`); a failure raises
-    naming ``what`` (default: the command) and podman's message, or is returned with ``check=False``."""
+           timeout: t.Optional[float] = 120, cwd: t.Optional[str] = None) -> "subprocess.CompletedProcess[bytes]":
+    """``podman ARGS`` with this collection's containers.conf (``conf``, from :func:`write_conf`), in ``cwd`` (its
+    conmon's too: see :data:`OOM_MARKER`); a failure raises naming ``what`` (default: the command) and podman's
+    message, or is returned with ``check=False``."""
     env = {"PATH": SANE_PATH, CONF_ENV: conf}
     try:
         proc = subprocess.run([PODMAN] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                              check=False, timeout=timeout)
+                              check=False, timeout=timeout, cwd=cwd)
     except subprocess.TimeoutExpired:
         raise LocalRuntimeError("%s: podman did not answer in %ss" % (what or "podman " + " ".join(args[:2]), timeout)) from None
     if check and proc.returncode != 0:

@@ -44,7 +44,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, engine_log_tail, public_info
-from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import podman
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import OOM_MARKER, podman
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import EngineRun, NomadTask, uses_engine
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, from_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
@@ -220,7 +220,7 @@ def _engine_container_status(paths: SessionPaths, c: t.Dict[str, t.Any], conf: s
         status, reason = "failed", "the engine container %s is gone (removed outside the session)" % c["engine"]
     else:
         exit_code = int(code) if code.lstrip("-").isdigit() else None
-        if oom == "true":
+        if oom == "true" or (exit_code == 137 and os.path.exists(os.path.join(paths.container_dir(host), OOM_MARKER))):
             exit_code = 137
             status, reason = "failed", "OOM: the kernel killed the container at its memory limit (%s MB)" % (
                 (c.get("resources") or {}).get("memory", "?"))

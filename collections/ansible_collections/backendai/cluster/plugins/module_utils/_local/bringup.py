@@ -7,6 +7,7 @@ open; when it raises, the runtime replays the journal backwards (``_local.teardo
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ipaddress
 import json
@@ -198,6 +199,10 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engi
     return dict(public_info(info), changed=True, state="RUNNING")
 
 
+#: How many ``podman run`` of a session's containers run at once.
+ENGINE_STARTS = 16
+
+
 def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun,
                      names: t.Dict[str, t.Any], t0: float) -> t.Dict[str, t.Any]:
     """The engine mode: the same namespaces and network as the host-files mode, then one podman container per task
@@ -240,6 +245,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
     images = {g["Name"]: g["Tasks"][0]["Config"]["image"] for g in job["TaskGroups"]}
     journal.record("engine", containers=list(containers.values()), conf=conf)
     t_ready = time.monotonic()
+    runs: t.List[t.Tuple[t.List[str], str, str]] = []
     for group in job["TaskGroups"]:
         host = group["Name"]
         cdir = paths.container_dir(host)
@@ -256,10 +262,15 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                         hosts_file=os.path.join(cdir, "hosts"), host_volumes=host_volumes, core_mhz=core_mhz,
                         extra=["--label", "backendai-cluster.session=" + paths.root,
                                "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)])
-        # (podman pulls an image it does not have, as Nomad's driver does: where no registry is reachable, only
-        # local images run, and the failure names the image)
-        podman(["run", "--detach"] + args, conf, cwd=cdir, what="podman run of container %s (image %s)" % (
-            host, group["Tasks"][0]["Config"]["image"]))
+        runs.append((["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host])))
+    # every container started at once (each podman run waits for its container's start: N in a row took N times as
+    # long); podman pulls an image it does not have, as Nomad's driver does: where no registry is reachable, only
+    # local images run, and the failure names the image
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(runs), ENGINE_STARTS)) as pool:
+        started = [pool.submit(podman, argv, conf, cwd=cdir, what=what) for argv, cdir, what in runs]
+    failed = [f.exception() for f in started if f.exception() is not None]
+    if failed:
+        raise failed[0]
 
     def check() -> None:
         for host, name in containers.items():

@@ -220,3 +220,28 @@ def test_a_login_in_an_engine_container_cannot_write_to_a_host_terminal(state_ro
     assert "FROM-THE-HOST" in got, "the control did not reach the terminal: the test proves nothing (%r)" % got
     assert "FROM-THE-SESSION" not in got, "the session's login wrote into a host terminal: %r" % p.stdout
     assert "ptmx" in p.stdout.split(), p.stdout
+
+
+def test_a_multi_node_image_session_spans_local_agents(state_root: str, helpers: Any, run_dir: str) -> None:
+    """Engine containers behind two local agents, one on each (the session network's VXLAN between them, main1 published by the
+    relay): ssh from here to main1 and on to every container across the agents, as the session user."""
+    import uuid
+    from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
+    before = helpers.host_snapshot()
+    root = os.path.join(run_dir, "agents-" + uuid.uuid4().hex[:8])
+    made = local_agents.create_agents([{"name": "agent%d" % i, "cpu": 2000, "memory": 2048} for i in (1, 2)], root)
+    name = "eng-mn"
+    b = backend(state_root, helpers)
+    try:
+        view = b.present({"name": name, "image": images.image("test-busybox"), "cluster_size": 2,
+                          "cluster_mode": "multi-node", "resources": {"cpu": 1200, "memory": 64}},
+                         agents=made["agents"])["session"]
+        assert view["state"] == "RUNNING", view
+        assert {c["agent"] for c in view["containers"]} == {"agent1", "agent2"}, view["containers"]
+        got = ssh(state_root, name, "main1", "hostname; ssh sub1 'hostname; id -un'")
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.split() == ["main1", "sub1", "work"], got.stdout
+    finally:
+        b.absent(name)
+        local_agents.destroy_agents(root)
+    helpers.assert_clean(before, state_root, [])

@@ -3,9 +3,9 @@
 """The Nomad job's tasks run in a real container engine (podman), in images built here from Debian packages.
 
 No Nomad binary can run here; what Nomad's client and docker driver would give each task is read off the
-rendered job by the local backend's container start (``_local.task_start``) (image, entrypoint and args, the task's user, env with job Meta, the
-templates rendered with the session's keys and peers, the runtime bundle and the other volume mounts, the memory
-limit) and handed to ``podman run``, into network namespaces this test makes (a bridge in a hub namespace, as the
+rendered job by the local backend's container start (``_local.task_start``: image, entrypoint and args, the
+task's user, env with job Meta, the templates rendered with the session's keys and peers, the runtime bundle and
+the other volume mounts, the memory limit) and handed to ``podman run``, into network namespaces this test makes (a bridge in a hub namespace, as the
 CNI plugin would on an agent). The images (``scripts/build-images``): busybox alone, one static binary, Debian
 without OpenSSH, Debian with its own OpenSSH, and an image whose config says ``USER 1000`` with its own account
 of that uid (docker-stacks' ``jovyan``). In each: ``ssh`` between every pair as the session user with no prompt,
@@ -29,7 +29,12 @@ import images
 from repo_helpers import REPO
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import run_args, task_env, task_files
-from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import RUNTIME_MOUNT, RUNTIME_VERSION, RUNTIME_VOLUME, render_job
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import (
+    RUNTIME_MOUNT,
+    RUNTIME_VERSION,
+    RUNTIME_VOLUME,
+    render_job,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import SESSION_VARIABLES
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair

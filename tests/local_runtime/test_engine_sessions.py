@@ -109,7 +109,7 @@ def test_an_image_session_lives_as_the_host_files_one(state_root: str, helpers: 
 
 
 def test_the_memory_limit_oom_kill_is_failed_137_and_present_repairs_it(state_root: str, helpers: Any,
-                                                                      tmp_path: Any) -> None:
+                                                                        tmp_path: Any) -> None:
     image = images.image("example")
     before = helpers.host_snapshot()
     name = "eng-oom"

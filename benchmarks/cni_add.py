@@ -39,6 +39,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
+from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as lnet  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (  # noqa: E402
@@ -175,4 +176,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with machine_lock():  # sessions and namespaces: never beside a test run's leak checks
+        sys.exit(main())

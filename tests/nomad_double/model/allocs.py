@@ -107,14 +107,26 @@ class AllocsModel(ModelState):
         full = self.alloc_stub(alloc)
         full.pop("JobType")
         full.update({
-            "Job": self.job_view(self.jobs[(alloc["Namespace"], alloc["JobID"])]) if (alloc["Namespace"], alloc["JobID"]) in self.jobs
-            else copy.deepcopy(alloc["Job"]),
+            "Job": self._job_view_of_allocs(self.jobs[(alloc["Namespace"], alloc["JobID"])])
+            if (alloc["Namespace"], alloc["JobID"]) in self.jobs else copy.deepcopy(alloc["Job"]),
             "Resources": {"CPU": alloc["Demand"]["cpu"], "MemoryMB": alloc["Demand"]["memory"], "DiskMB": alloc["Demand"]["disk"]},
             "AllocatedResources": self.allocated_resources(alloc),
             "Metrics": {"NodesEvaluated": 1, "NodesFiltered": 0, "AllocationTime": 1000, "CoalescedFailures": 0},
             "DeploymentID": "", "AllocModifyIndex": alloc["ModifyIndex"], "NetworkStatus": None,
         })
         return full
+
+    def _job_view_of_allocs(self, rec: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        """The job every allocation of it embeds, made once per job version and status (a session's view reads each
+        of its allocations: a copy of a 300-group job per read made that quadratic). Handed out unchanged, to be
+        serialised: a new version or status makes a new one."""
+        key = (rec["job"]["Namespace"], rec["job"]["ID"], rec["ModifyIndex"], rec["Version"], self.job_status(rec))
+        cache = self.__dict__.setdefault("_alloc_job_views", {})
+        if key not in cache:
+            if len(cache) > 64:
+                cache.clear()
+            cache[key] = self.job_view(rec)
+        return cache[key]
 
     def allocated_resources(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         tasks = {}

@@ -43,7 +43,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.spec im
 BUNDLER = os.path.join(REPO, "collections/ansible_collections/backendai/cluster/roles/overlay_agent/files/backendai-runtime-bundle")
 SEEDS = ("BACKENDAI_CLUSTER_HOST", "BACKENDAI_CLUSTER_HOSTS", "BACKENDAI_CLUSTER_SIZE", "BACKENDAI_CLUSTER_ROLE")
 
-pytestmark = pytest.mark.skipif(images.engine_missing() is not None, reason=images.engine_missing() or "")
+pytestmark = [pytest.mark.machine,
+              pytest.mark.skipif(images.engine_missing() is not None, reason=images.engine_missing() or "")]
 
 
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -8,6 +8,11 @@ waits until every sshd accepts a TCP connection, then tears down.  Needs root.
 
     sudo python3 benchmarks/local_bringup.py --sizes 16,64 --repeat 3
 
+``--engine IMAGE`` measures sessions of a container image instead (engine containers started as the job's tasks,
+``_local.task_start``), against N ``podman run -d`` of the same image started in parallel into namespaces made and
+attached by the same plain CNI chain (issue 29's target: up <= 1.2x the baseline), e.g.
+``--engine localhost/backendai-cluster/test-busybox:bookworm`` (``scripts/build-images test-busybox``).
+
 ``--against REV`` instead compares this tree's runtime with the one of an older commit REV (checked
 out into a temporary git worktree, removed afterwards): for each size and round, one session with
 each tree's own copy of this benchmark (``--json --no-baseline --repeat 1``), alternately, so that both
@@ -70,16 +75,22 @@ for i in $(seq 1 $N); do
   ( cni ADD bench$i loopback '{"cniVersion":"1.0.0","name":"'$NET'","type":"loopback"}' >/dev/null
     r=$(cni ADD bench$i bridge "$(conf "$BRIDGE")")
     cni ADD bench$i firewall "$(conf "$FW" "$r")" > "$WORK/res$i"
-    ip netns exec bench$i /usr/sbin/sshd -D -e -f "$WORK/sshd_config" 2>/dev/null &
+    if [ -n "${ENGINE_IMAGE:-}" ]; then
+      podman run -d --name bench-$$-$i --network ns:/run/netns/bench$i "$ENGINE_IMAGE" sleep 600 >/dev/null
+    else
+      ip netns exec bench$i /usr/sbin/sshd -D -e -f "$WORK/sshd_config" 2>/dev/null &
+    fi
   ) &
 done
 wait_pids=$(jobs -p); for p in $wait_pids; do wait $p; done
 for i in $(seq 1 $N); do
+  [ -z "${ENGINE_IMAGE:-}" ] || break  # podman run -d returned once the container started
   ip=$(grep -o '"address": "[0-9.]*' "$WORK/res$i" | cut -d'"' -f4)
   until (exec 3<>/dev/tcp/$ip/2200) 2>/dev/null; do :; done
 done
 t1=$(now)
 for i in $(seq 1 $N); do
+  [ -z "${ENGINE_IMAGE:-}" ] || podman rm --force --time 0 bench-$$-$i >/dev/null
   ip netns pids bench$i | xargs -r kill -9
   ( cni DEL bench$i firewall "$(conf "$FW" "$(cat "$WORK/res$i")")"
     cni DEL bench$i bridge "$(conf "$BRIDGE")"
@@ -129,7 +140,32 @@ def bench_runtime(size: int, repeat: int, key: str, state_root: str) -> dict[str
     return out
 
 
-def bench_baseline(size: int, repeat: int, key: str, work: str) -> dict[str, list[float]]:
+def bench_engine(size: int, repeat: int, image: str, state_root: str) -> dict[str, list[float]]:
+    """Sessions of ``image`` through the local backend as the session module runs it (the job's tasks on podman)."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
+    from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job
+    task = NomadTask(nomad_job.render_job, nomad_job.RUNTIME_VOLUME, nomad_job.RUNTIME_DIR,
+                     (nomad_job.PRIVATE_KEY_ITEM, nomad_job.PUBLIC_KEY_ITEM))
+    out: dict[str, list[float]] = {"up": [], "down": [], "network": [], "ready": []}
+    for i in range(repeat):
+        name = "bench-%d-%d" % (size, i)
+        backend = LocalBackend(state_root, task=task)
+        spec = {"name": name, "image": image, "cluster_size": size, "resources": {"cpu": 100, "memory": 64}}
+        t = time.monotonic()
+        backend.present(spec)
+        out["up"].append(time.monotonic() - t)
+        with open(os.path.join(state_root, name, "session.json")) as f:
+            timings = json.load(f)["timings"]
+        out["network"].append(timings["network"])
+        out["ready"].append(timings["containers_ready"])
+        t = time.monotonic()
+        backend.absent(name)
+        out["down"].append(time.monotonic() - t)
+    return out
+
+
+def bench_baseline(size: int, repeat: int, key: str, work: str, image: str = "") -> dict[str, list[float]]:
     script = os.path.join(work, "baseline.sh")
     with open(script, "w") as f:
         f.write(BASELINE)
@@ -140,8 +176,9 @@ def bench_baseline(size: int, repeat: int, key: str, work: str) -> dict[str, lis
         for i in range(repeat):
             run = os.path.join(work, "run%d-%d" % (size, i))
             os.makedirs(run)
+            env = dict(os.environ, ENGINE_IMAGE=image, CONTAINERS_CONF=engine_conf()) if image else None
             proc = subprocess.run(["bash", script, str(size), key, run], stdout=subprocess.PIPE, text=True,
-                                  check=True)
+                                  check=True, env=env)
             fields = dict(kv.split("=") for kv in proc.stdout.split())
             out["up"].append(float(fields["up"]))
             out["down"].append(float(fields["down"]))
@@ -152,6 +189,12 @@ def bench_baseline(size: int, repeat: int, key: str, work: str) -> dict[str, lis
             with open(IP_FORWARD, "w") as f:
                 f.write("0\n")
     return out
+
+
+def engine_conf() -> str:
+    """The containers.conf the local backend runs podman with (``scripts/build-images --conf`` writes it)."""
+    return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "build-images"), "--conf"],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 AGAINST_TARGET = 1.10  # up(this tree) / up(REV), same run
@@ -190,6 +233,7 @@ def main() -> int:
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
     ap.add_argument("--against", metavar="REV", help="compare with the runtime of commit REV (see above)")
+    ap.add_argument("--engine", metavar="IMAGE", help="sessions of this container image, against plain podman runs")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
@@ -201,9 +245,12 @@ def main() -> int:
         key = os.path.join(work, "id")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
         for size in (int(s) for s in args.sizes.split(",")):
-            results["runtime-%d" % size] = bench_runtime(size, args.repeat, key, os.path.join(work, "state"))
+            if args.engine:
+                results["engine-%d" % size] = bench_engine(size, args.repeat, args.engine, os.path.join(work, "state"))
+            else:
+                results["runtime-%d" % size] = bench_runtime(size, args.repeat, key, os.path.join(work, "state"))
             if not args.no_baseline:
-                results["baseline-%d" % size] = bench_baseline(size, args.repeat, key, work)
+                results["baseline-%d" % size] = bench_baseline(size, args.repeat, key, work, args.engine or "")
     if args.json:
         print(json.dumps(results, indent=1))
         return 0

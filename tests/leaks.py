@@ -22,13 +22,15 @@ Two complementary checks, both reported by :func:`leaks`:
   plugin; its installation there — lib, bin, configs, key — stays by design) and
   ``/run/backendai-cluster-mounts``, the containers' cgroups (``backendai-cluster.*`` in every cgroup
   hierarchy mounted, v1 or v2), and new processes (sshd, containers' commands...) living in a network
-  namespace that was not there before or that has no name;
+  namespace that was not there before or that has no name; engine (podman) containers, the storage of containers
+  (``overlay-containers``) and volumes that appeared (images may appear: they stay, as an engine user expects);
 * the **record** (:func:`record`, read from the state directories before destroying): state directories, CNI
   configs, namespaces, bridge/veth/vxlan links, host addresses in the session's subnet, recorded processes
   (pid and start time), the containers' cgroups (recorded, or named after a recorded namespace), processes
   tagged with a state directory (``BACKENDAI_CLUSTER_LOCAL_OWNER``) or a session ID, and iptables rules naming
   the session's bridge, namespaces, addresses, subnet, published port or isolation comment, or in a chain
-  recorded as the session's (portmap's ``CNI-DN-*``). It works without a baseline (Molecule's first destroy)
+  recorded as the session's (portmap's ``CNI-DN-*``), and engine containers labelled with a session's state
+  directory (``backendai-cluster.session``). It works without a baseline (Molecule's first destroy)
   and finds a leftover of something that existed before the baseline.
 
 Take the snapshots under the suite's machine lock (``tests/machine_lock.py``; a ``machine`` test holds it): a
@@ -235,11 +237,27 @@ def _wireguard_go(proc: t.Mapping[str, t.Any]) -> str:
     return argv[-1] if len(argv) >= 2 and os.path.basename(argv[0]) == "wireguard-go" else ""
 
 
+#: The label the local backend puts on its engine containers: the session's state directory.
+ENGINE_LABEL = "backendai-cluster.session"
+#: podman's (root) storage of containers: one directory per container, removed with it.
+ENGINE_STORAGE = "/var/lib/containers/storage/overlay-containers"
+
+
+def engine() -> t.Dict[str, t.List[str]]:
+    """Podman's containers (id and name), their storage directories and volumes ({} without podman)."""
+    if not any(os.access(os.path.join(d, "podman"), os.X_OK) for d in PATH.split(":")):
+        return {}
+    containers = _run("podman", "ps", "--all", "--format", "{{.ID}} {{.Names}}").split("\n")
+    storage = sorted(os.listdir(ENGINE_STORAGE)) if os.path.isdir(ENGINE_STORAGE) else []
+    return {"containers": sorted(c for c in containers if c), "storage": [s for s in storage if len(s) == 64],
+            "volumes": sorted(v for v in _run("podman", "volume", "ls", "--quiet").split() if v)}
+
+
 def snapshot() -> Snapshot:
     """Everything :func:`leaks` compares (JSON-serialisable)."""
     return {"netns": netns(), "links": links(), "iptables": iptables(), "sysctls": sysctls(), "run": run_state(),
             "processes": processes(), "host_netns": _inode("/proc/self/ns/net"), "cgroups": cgroups(),
-            "wireguard": wireguard_sockets()}
+            "wireguard": wireguard_sockets(), "engine": engine()}
 
 
 # ------------------------------------------------------------------ what sessions and agents made
@@ -338,6 +356,9 @@ def _diff(before: Snapshot, after: Snapshot) -> t.List[str]:
              if n not in before.get("wireguard", [])]
     left += ["wireguard-go process %d (%s)" % (proc["pid"], _wireguard_go(proc)) for key, proc in after["processes"].items()
              if _wireguard_go(proc) and key not in before["processes"]]
+    was, now = before.get("engine") or {}, after.get("engine") or {}
+    for kind, what in (("containers", "engine container"), ("storage", "engine container storage"), ("volumes", "engine volume")):
+        left += ["%s %s" % (what, x) for x in now.get(kind, []) if x not in was.get(kind, [])]
     known = {before["host_netns"]} | {i for i in before["netns"].values()} | {
         p["netns"] for p in before["processes"].values()}
     for key, proc in after["processes"].items():
@@ -377,6 +398,10 @@ def _from_record(rec: Record, now: Snapshot) -> t.List[str]:
             left.append("WireGuard UAPI socket %s/%s.sock" % (WIREGUARD_RUN, name))
         left += ["wireguard-go process %d (%s)" % (proc["pid"], name) for proc in now["processes"].values()
                  if _wireguard_go(proc) == name]
+    if now.get("engine"):
+        for d in rec["dirs"]:
+            labelled = _run("podman", "ps", "--all", "--filter", "label=%s=%s" % (ENGINE_LABEL, d), "--format", "{{.Names}}")
+            left += ["engine container %s of %s" % (n, d) for n in labelled.split() if n]
     for pid, start in rec["pids"]:
         if start is not None and _proc_starttime(pid) == start:
             left.append("process %d (recorded, still running)" % pid)

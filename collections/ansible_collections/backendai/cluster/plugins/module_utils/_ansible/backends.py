@@ -23,8 +23,13 @@ def session_backend(module: ClusterModule, changes: bool = False) -> SessionBack
     p = module.params
     if backend_name(module) == LOCAL:
         from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
+        from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask
+        from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job
 
-        return LocalBackend(p["state_dir"], p.get("mount_roots"))
+        # sessions of container images run as the tasks of their Nomad job (the backends never import each other)
+        task = NomadTask(nomad_job.render_job, nomad_job.RUNTIME_VOLUME, nomad_job.RUNTIME_DIR,
+                         (nomad_job.PRIVATE_KEY_ITEM, nomad_job.PUBLIC_KEY_ITEM))
+        return LocalBackend(p["state_dir"], p.get("mount_roots"), task)
 
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nomad_backend import NomadBackend
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import refuse_all_namespaces

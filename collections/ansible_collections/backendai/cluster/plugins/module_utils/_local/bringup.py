@@ -7,6 +7,7 @@ open; when it raises, the runtime replays the journal backwards (``_local.teardo
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ipaddress
 import json
@@ -32,7 +33,15 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
     sshd_of,
     socket_in_netns,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import ENGINE_DIR, podman, write_conf
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
+from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import (
+    PIDS_LIMIT,
+    EngineRun,
+    run_args,
+    task_env,
+    task_files,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, mount_calls, spawn, wait_started
 from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
     STATE_KEY_FILES,
@@ -46,7 +55,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd impo
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, resource_names
 from ansible_collections.backendai.cluster.plugins.module_utils._files import create_file, write_file
-from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import hosts_text
+from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import hosts_text, peers_text
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     Journal,
     LocalRuntimeError,
@@ -91,13 +100,15 @@ def _missing_dirs(targets: t.List[str], private: t.Tuple[str, ...]) -> t.List[st
     return out
 
 
-def bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+def bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: t.Optional[EngineRun] = None) -> t.Dict[str, t.Any]:
+    """``engine``: the session's containers are engine containers of its images, started as the job's tasks
+    (``_local.task_start``); None: the host-files mode (image ``local``)."""
     write_file(paths.start_gate, "", mode=0o600)
     with flocked(paths.start_gate):  # the batch commands wait for it (see SessionPaths.start_gate)
-        return _bring_up(session, paths, journal)
+        return _bring_up(session, paths, journal, engine)
 
 
-def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t.Dict[str, t.Any]:
+def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: t.Optional[EngineRun]) -> t.Dict[str, t.Any]:
     t0 = time.monotonic()
     names = resource_names(paths, session)
     hosts = session.hostnames
@@ -112,6 +123,8 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t
     if taken:
         raise LocalRuntimeError("network namespace %s already exists (left over by another session?)"
                                 % ", ".join(taken))
+    if engine:
+        return _engine_bring_up(session, paths, journal, engine, names, t0)
     hier = _cgroups.detect()
     cgroup_dirs = {h: hier.dirs(names["netns"][h]) for h in hosts}
     published, starts = _write_files(session, paths, names, cgroup_dirs)
@@ -184,6 +197,135 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t
     write_file(paths.started, "%f\n" % time.time(), mode=0o644)  # the batch commands start now
     journal.record("ready")
     return dict(public_info(info), changed=True, state="RUNNING")
+
+
+#: How many ``podman run`` of a session's containers run at once.
+ENGINE_STARTS = 16
+
+
+def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun,
+                     names: t.Dict[str, t.Any], t0: float) -> t.Dict[str, t.Any]:
+    """The engine mode: the same namespaces and network as the host-files mode, then one podman container per task
+    group of the session's job, started into its namespace (``_local.task_start``)."""
+    hosts = session.hostnames
+    netns = [names["netns"][h] for h in hosts]
+    conf = write_conf(os.path.join(paths.state_root, ENGINE_DIR))
+    for d in (paths.logs_dir, paths.cni_dir, paths.ssh_dir):
+        os.makedirs(d, mode=0o700, exist_ok=True)
+    keys = key_files(session.keys.private_key, session.keys.public_key)
+    for n in STATE_KEY_FILES:
+        create_file(os.path.join(paths.ssh_dir, n), keys[n][0], mode=keys[n][1])
+    published = {c.hostname: ("127.0.0.1", free_local_port()) for c in session.containers if c.publish}
+
+    journal.record("netns", names=netns)
+    add_netns(netns, owner=paths.root)
+    t_net = time.monotonic()
+    mappings = {h: [{"hostPort": addr[1], "containerPort": session.ssh_port, "protocol": "tcp", "hostIP": addr[0]}]
+                for h, addr in published.items()} if not session.agents else {}
+    addresses, network = _local_network.bring_up(session, paths, names, mappings,
+                                                 [] if session.agents else _host_networks(), journal)
+    t_net = time.monotonic() - t_net
+    main = hosts[0]
+    if main in published:
+        write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
+                                                          session.ssh_port, session.user.name), mode=0o644)
+
+    job = engine.job
+    secret = dict(zip(engine.task.key_items, (session.keys.private_key, session.keys.public_key + "\n")))
+    peers = peers_text({h: addresses[h] for h in hosts})  # what nomadService renders once every task registered
+    host_volumes = {engine.task.runtime_volume: engine.task.runtime_dir}
+    for group in job["TaskGroups"]:  # the spec's mounts: each group volume's host path, by its mount target
+        by_target = {m.target: m.source for m in session.mounts}
+        mounts = group["Tasks"][0].get("VolumeMounts") or []
+        for m in mounts:
+            if m["Destination"] in by_target:
+                host_volumes[group["Volumes"][m["Volume"]]["Source"]] = by_target[m["Destination"]]
+    core_mhz = _cgroups.mhz_per_core()
+    containers = {h: "bai-%s-%s" % (names["digest"], h) for h in hosts}
+    images = {g["Name"]: g["Tasks"][0]["Config"]["image"] for g in job["TaskGroups"]}
+    journal.record("engine", containers=list(containers.values()), conf=conf)
+    t_ready = time.monotonic()
+    runs: t.List[t.Tuple[t.List[str], str, str]] = []
+    for group in job["TaskGroups"]:
+        host = group["Name"]
+        cdir = paths.container_dir(host)
+        env = task_env(job, group)
+        for rel, (text, mode) in task_files(group, env, secret, peers).items():
+            path = os.path.join(cdir, "task", rel)
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            create_file(path, text, mode=mode)
+        for sub in ("task/local", "task/secrets", "alloc"):
+            os.makedirs(os.path.join(cdir, sub), mode=0o700, exist_ok=True)
+        create_file(os.path.join(cdir, "hosts"), hosts_text(BASE_HOSTS, {h: addresses[h] for h in hosts}), mode=0o644)
+        args = run_args(job, host, name=containers[host], netns_path=netns_path(names["netns"][host]),
+                        task_dir=os.path.join(cdir, "task"), alloc_dir=os.path.join(cdir, "alloc"),
+                        hosts_file=os.path.join(cdir, "hosts"), host_volumes=host_volumes, core_mhz=core_mhz,
+                        extra=["--label", "backendai-cluster.session=" + paths.root,
+                               "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)])
+        runs.append((["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host])))
+    # every container started at once (each podman run waits for its container's start: N in a row took N times as
+    # long); podman pulls an image it does not have, as Nomad's driver does: where no registry is reachable, only
+    # local images run, and the failure names the image
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(runs), ENGINE_STARTS)) as pool:
+        started = [pool.submit(podman, argv, conf, cwd=cdir, what=what) for argv, cdir, what in runs]
+    failed = [f.exception() for f in started if f.exception() is not None]
+    if failed:
+        raise failed[0]
+
+    def check() -> None:
+        for host, name in containers.items():
+            state = podman(["inspect", "--format", "{{.State.Status}}", name], conf, check=False).stdout.decode().strip()
+            if state not in ("running", "created", "configured"):
+                raise LocalRuntimeError("container %s %s during start-up:\n%s" % (host, state or "vanished", "\n".join(
+                    engine_log_tail(paths.log(host), 15))))
+
+    targets = {h: (addresses[h], session.ssh_port) for h in hosts}
+    make_socket = None
+    if session.agents:
+        make_socket = _overlay_prober(netns_path(names["netns"][hosts[0]]))
+        for host, addr in published.items():
+            journal.record("relay", host=host, published="%s:%d" % addr)
+            start_relay(paths, netns_path(names["netns"][host]), addr, session.ssh_port, paths.system_log(host))
+    targets.update({"%s (published)" % h: addr for h, addr in published.items()})
+    wait_for_ssh(targets, 30.0 + 0.5 * len(hosts), check, make_socket=make_socket)
+    t_ready = time.monotonic() - t_ready
+
+    records = []
+    for c in session.containers:
+        host = c.hostname
+        pid_text = podman(["inspect", "--format", "{{.State.Pid}}", containers[host]], conf).stdout.decode().strip()
+        records.append({
+            "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
+            "address": addresses[host], "pid": int(pid_text) if pid_text.isdigit() else None, "engine": containers[host],
+            "image": images[host], "has_command": bool(c.command), "log": paths.log(host),
+            "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory},
+            "published": "%s:%d" % published[host] if host in published else None,
+        })
+    info = {
+        "name": session.name, "session_id": session.session_id, "state_dir": paths.root,
+        "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
+        "ssh_port": session.ssh_port, "user": session.user.name, "engine": {"name": "podman", "conf": conf},
+        "isolation": {"engine": "podman", "memory_swap": "none", "pids_limit": PIDS_LIMIT, "cpu_mhz_per_core": round(core_mhz, 1)},
+        "ssh_config": paths.user_ssh_config if main in published else None,
+        "published": records[0]["published"], "containers": records,
+        "agents": {a: dict({"netns": v["netns"], "underlay_ip": v["underlay_ip"]}, **(
+            {"wireguard": _local_network.wireguard_interface(v["state_dir"], a)}
+            if network["underlay_encryption"] == "wireguard" else {})) for a, v in session.agents.items()},
+        "vxlan": names["vxlan"] if network["spans"] else None,
+        "underlay_encryption": network["underlay_encryption"],
+        "created_at": time.time(),
+        "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
+                    "total": round(time.monotonic() - t0, 3)},
+    }
+    write_file(paths.session_json, json.dumps(info, indent=1), mode=0o644, durable=True)
+    write_file(paths.started, "%f\n" % time.time(), mode=0o644)
+    journal.record("ready")
+    return dict(public_info(info), changed=True, state="RUNNING")
+
+
+def engine_log_tail(path: str, count: int) -> t.List[str]:
+    """The last lines a container wrote, from podman's k8s-file log (``<time> <stream> <F|P> <text>`` per line)."""
+    return [line.split(" ", 3)[3] if line.count(" ") >= 3 else line for line in tail_lines(path, count)]
 
 
 def _make_cgroups(session: LocalSession, names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,

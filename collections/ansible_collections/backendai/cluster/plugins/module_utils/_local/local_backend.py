@@ -31,6 +31,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._defaults import
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LOCAL_AGENT
+from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import (
     create_planned_session,
     destroy_session,
@@ -181,10 +182,13 @@ def _planned_view(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
 class LocalBackend:
     """The local backend behind the interface of ``_session.protocol.SessionBackend``."""
 
-    def __init__(self, state_root: t.Optional[str] = None, mount_roots: t.Optional[t.Sequence[str]] = None) -> None:
+    def __init__(self, state_root: t.Optional[str] = None, mount_roots: t.Optional[t.Sequence[str]] = None,
+                 task: t.Optional[NomadTask] = None) -> None:
         self.root = _root(state_root or DEFAULT_STATE_ROOT)
         #: the only directories spec mounts may come from (``_local.session.mount_source``)
         self.mount_roots = tuple(DEFAULT_MOUNT_ROOTS if mount_roots is None else mount_roots)
+        #: the Nomad job's renderer, for sessions of container images (run as the job's tasks on the engine)
+        self.task = task
 
     def present(self, spec_raw: t.Any, agents: t.Optional[t.List[t.Dict[str, t.Any]]] = None, check_mode: bool = False,
                 diff: bool = False, wait: bool = True, wait_timeout: float = 300.0,
@@ -224,7 +228,7 @@ class LocalBackend:
                     "plan": summary, "diff": changes}
         if exists:  # a changed spec, or a broken container: recreate the session with the same keys (and ID)
             destroy_session(spec.name, root)
-        create_planned_session(plan, keys, behind, root, self.mount_roots)
+        create_planned_session(plan, keys, behind, root, self.mount_roots, self.task)
         new_record = {"digest": digest, "public_key": keys.public_key, "plan": summary, "spec_text": _spec_text(spec)}
         _write_record(root, spec.name, new_record)
         return {"changed": True, "created": not exists, "session": _view(session_status(spec.name, root), new_record),

@@ -43,7 +43,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.container
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import local_container_status, session_state
-from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, public_info
+from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, engine_log_tail, public_info
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import OOM_MARKER, podman
+from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import EngineRun, NomadTask, uses_engine
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, from_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
@@ -112,12 +114,25 @@ def _check_environment() -> None:
 
 def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: t.Optional[t.Mapping[str, t.Any]],
                            state_root: str = DEFAULT_STATE_ROOT,
-                           mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
-    """Bring up a placed plan (``agents``: name -> local mapping of local agents, None for this machine)."""
-    return _create(from_plan(plan, keys, agents, state_root, mount_roots), state_root)
+                           mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS,
+                           task: t.Optional[NomadTask] = None) -> t.Dict[str, t.Any]:
+    """Bring up a placed plan (``agents``: name -> local mapping of local agents, None for this machine). A plan
+    whose images are container images runs them on the engine as the tasks of its Nomad job (``task``: the job's
+    renderer); image ``local`` runs the host's files (the host-files mode)."""
+    engine = None
+    if uses_engine(c.image for c in plan.containers):
+        if task is None:
+            raise LocalRuntimeError("image %s runs on the container engine as the session's Nomad job does: this caller "
+                                    "gave no job renderer (use the session module)" % plan.containers[0].image)
+        if not os.path.isfile(os.path.join(task.runtime_dir, "VERSION")):
+            raise LocalRuntimeError("the session runtime bundle is not at %s (what every container mounts read-only, as on "
+                                    "a Nomad agent): run scripts/setup, or the overlay_agent role on this machine"
+                                    % task.runtime_dir)
+        engine = EngineRun(task.render(plan), task)
+    return _create(from_plan(plan, keys, agents, state_root, mount_roots), state_root, engine)
 
 
-def _create(session: LocalSession, state_root: str) -> t.Dict[str, t.Any]:
+def _create(session: LocalSession, state_root: str, engine: t.Optional[EngineRun] = None) -> t.Dict[str, t.Any]:
     _check_environment()
     state_root = os.path.abspath(os.path.expanduser(state_root))
     os.makedirs(state_root, mode=0o700, exist_ok=True)
@@ -132,7 +147,7 @@ def _create(session: LocalSession, state_root: str) -> t.Dict[str, t.Any]:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
     journal = Journal(paths.journal)
     try:
-        return bring_up(session, paths, journal)
+        return bring_up(session, paths, journal, engine)
     except BaseException as exc:
         journal.close()
         errors = teardown(paths, Journal.replay(paths.journal), keep_logs=False)
@@ -184,6 +199,42 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
     else:
         result.update(state="missing")
     return result
+
+
+def _engine_container_status(paths: SessionPaths, c: t.Dict[str, t.Any], conf: str, log_lines: int) -> t.Dict[str, t.Any]:
+    """An engine container's status, from podman's record of it, in the job model both backends share: running;
+    complete or failed by the exit code of its first process (the command, or sshd in an interactive container);
+    137 with reason OOM when the kernel's OOM killer ended it at its memory limit."""
+    host = c["hostname"]
+    got = podman(["inspect", "--format", "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}", c["engine"]],
+                 conf, check=False)
+    fields = got.stdout.decode().split()
+    state, code, oom = (fields + ["", "", ""])[:3] if got.returncode == 0 else ("gone", "", "")
+    has_command = bool(c.get("has_command", True))
+    exit_code = None
+    if state == "running":
+        status, reason = "running", ""
+    elif state in ("created", "configured", "initialized"):
+        status, reason = "pending", ""
+    elif state == "gone":
+        status, reason = "failed", "the engine container %s is gone (removed outside the session)" % c["engine"]
+    else:
+        exit_code = int(code) if code.lstrip("-").isdigit() else None
+        if oom == "true" or (exit_code == 137 and os.path.exists(os.path.join(paths.container_dir(host), OOM_MARKER))):
+            exit_code = 137
+            status, reason = "failed", "OOM: the kernel killed the container at its memory limit (%s MB)" % (
+                (c.get("resources") or {}).get("memory", "?"))
+        elif has_command:
+            status, reason = local_container_status(True, False, False, exit_code)
+        else:
+            status, reason = "failed", "sshd is gone (an interactive container lives as long as its sshd; exit code %s)" % code
+    command = "none" if not has_command else ("exited" if exit_code is not None else "running" if status == "running" else "killed")
+    out = {"hostname": host, "state": status, "command": command, "reason": reason, "exit_code": exit_code,
+           "address": c.get("address"), "netns": c.get("netns"), "pid": c.get("pid"), "sshd_pid": None,
+           "published": c.get("published"), "log": paths.log(host), "engine": c["engine"], "image": c.get("image")}
+    if log_lines > 0:
+        out["log_tail"] = engine_log_tail(paths.log(host), log_lines)
+    return out
 
 
 def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int) -> t.Dict[str, t.Any]:
@@ -259,7 +310,9 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
         if state == "DEGRADED":
             result["message"] = "creation did not complete (creator killed?); destroy the session"
         return result
-    containers = [_container_status(paths, c, log_lines) for c in info["containers"]]
+    conf = (info.get("engine") or {}).get("conf")
+    containers = [_engine_container_status(paths, c, conf, log_lines) if c.get("engine") and conf
+                  else _container_status(paths, c, log_lines) for c in info["containers"]]
     _check_wireguard(info, containers)
     state = session_state([c["state"] for c in containers], stopped=not has_journal)
     public = public_info(info)

@@ -13,6 +13,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local import ag
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
     prune_shared_chains,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import podman
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
     delete_netns,
     kill_session_processes,
@@ -36,7 +37,9 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
         return errors
     for entry in reversed(entries):
         op = entry["op"]
-        if op == "network":
+        if op == "engine":
+            errors += remove_containers(entry["containers"], entry["conf"])
+        elif op == "network":
             errors += _local_network.network_down(paths, entry)
         elif op == "slot" and not errors:  # only once the session's network is gone from every agent
             _local_network.release_slots(entry["slots_dir"], entry["owner"])
@@ -62,6 +65,17 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
                     os.unlink(path)
     else:
         shutil.rmtree(paths.root)
+    return []
+
+
+def remove_containers(names: t.List[str], conf: str) -> t.List[str]:
+    """``podman rm --force`` of the session's engine containers and their storage (anonymous volumes too); one that
+    is not there (never made: a create killed before its start) is no error. Images stay."""
+    if not names:
+        return []
+    got = podman(["rm", "--force", "--ignore", "--volumes", "--time", "0"] + names, conf, check=False)
+    if got.returncode != 0:
+        return ["podman rm %s: %s" % (" ".join(names), got.stderr.decode(errors="replace").strip())]
     return []
 
 

@@ -126,6 +126,13 @@ HOSTS_CHANGE_SCRIPT = {"Command": "/%s/hosts" % LOCAL_SUBDIR, "Timeout": 10 * SE
 #: missing from the mount fails it at exec, naming this path: Nomad places no group where the host volume is not
 #: declared, see :data:`RUNTIME_VOLUME`).
 ENTRYPOINT_ARGV = (RUNTIME_MOUNT + "/bin/sh", "/%s/entrypoint.sh" % LOCAL_SUBDIR)
+#: The task's ``user``: root in the image (uid 0, numeric: an image without /etc/passwd has no name to look up), over
+#: the image's own ``USER`` (docker-stacks' images say ``USER 1000``), which the docker and podman drivers apply when
+#: the task sets none (drivers/docker/driver.go ``createContainerConfig``: ``User: task.User``). The entrypoint needs
+#: root to add the session user and start sshd; logins and the command then run as the session user. Nomad's client
+#: checks a task's user against ``user.denylist`` (root) only for ``user.checked_drivers`` (exec, qemu, java by
+#: default: client/config/config.go), so docker and podman tasks may set it.
+TASK_USER = "0"
 
 # The entrypoint every container runs, as root in the image, with the bundle's busybox sh (standalone: its
 # applets, grep, cut, id, su, ..., run whatever the image has, so only the image's own account tools, setpriv
@@ -159,7 +166,9 @@ elif [ -z "$SSHD" ]; then
   fail 78 "sshd not found in the image and the session runtime bundle at $B is version $BN, this job needs $BV (run the overlay_agent role on this agent)"
 fi
 echo "backendai: sshd $SSHD" >&2
-[ "$(id -u)" = 0 ] || fail 77 "the entrypoint must start as root (it adds $U and starts sshd); do not set the task's user"
+[ "$(id -u)" = 0 ] || fail 77 "the entrypoint runs as uid $(id -u), not root: it must start as root in the image (it adds $U \
+and starts sshd, then runs logins and the command as $U). The job's task sets user 0 over the image's USER; a driver or \
+client setting that overrides it (docker's userns-remap, a forced user) keeps sessions from starting"
 X=/bin/sh; [ -x $X ] || X=$B/bin/sh  # the hosts script's shell and the user's (bash if the image has it)
 SH=$X; [ ! -x /bin/bash ] || SH=/bin/bash
 if [ "$U" = root ]; then H=/root RUN=
@@ -179,13 +188,17 @@ done
 $L/hosts
 mkdir -p /etc; [ -e /etc/passwd ] || echo "root:x:0:0:root:/root:$X" > /etc/passwd  # an image with no accounts
 [ -e /etc/group ] || echo "root:x:0:" > /etc/group
+# glibc before 2.35 without nsswitch.conf asks DNS before /etc/hosts: peers must not wait on a resolver
+[ -e /etc/nsswitch.conf ] || printf 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n' > /etc/nsswitch.conf
 if [ "$U" != root ] && ! grep -q "^$U:[^:]*:$UI:$GI:" /etc/passwd; then
   if command -v useradd >/dev/null 2>&1 && ! grep -q -e "^$U:" -e "^[^:]*:[^:]*:$UI:" /etc/passwd \
       && ! grep "^$U:" /etc/group | grep -v -q "^$U:[^:]*:$GI:"; then
     grep -q "^[^:]*:[^:]*:$GI:" /etc/group || groupadd -g "$GI" "$U"
     useradd -M -d "$H" -s "$SH" -u "$UI" -g "$GI" "$U"
-  else  # no useradd, or the name or uid is another account's (ubuntu's is 1000): the account files themselves
-    { grep -v -e "^$U:" -e "^[^:]*:[^:]*:$UI:" /etc/passwd || true; echo "$U:x:$UI:$GI::$H:$SH"; } > /etc/passwd.bai
+  else  # no useradd, or the name or uid is another account's (ubuntu's, jovyan's are 1000): the account files
+    # themselves; an account with the user's uid is adopted (renamed to $U, keeping its home if the image has it)
+    OH=$(grep "^[^:]*:[^:]*:$UI:" /etc/passwd | head -n 1 | cut -d: -f6); [ "$OH" != / ] && [ -d "$OH" ] || OH=$H
+    { grep -v -e "^$U:" -e "^[^:]*:[^:]*:$UI:" /etc/passwd || true; echo "$U:x:$UI:$GI::$OH:$SH"; } > /etc/passwd.bai
     grep -v "^$U:" /etc/group > /etc/group.bai || true
     grep -q "^[^:]*:[^:]*:$GI:" /etc/group.bai || echo "$U:x:$GI:" >> /etc/group.bai
     cat /etc/passwd.bai > /etc/passwd; cat /etc/group.bai > /etc/group; rm -f /etc/passwd.bai /etc/group.bai
@@ -361,6 +374,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
     task: t.Dict[str, t.Any] = {
         "Name": TASK_NAME,
         "Driver": spec.driver,
+        "User": TASK_USER,
         "Config": _driver_config(container),
         "Env": _env(container),
         "Resources": resources,

@@ -130,7 +130,7 @@ INVERSE: t.Dict[str, t.Dict[str, t.Tuple[str, str, str]]] = {
                 "delay": ("Delay", "duration", ""), "mode": ("Mode", "value", "")},
     "reschedule": {"attempts": ("Attempts", "value", ""), "unlimited": ("Unlimited", "value", ""),
                    "interval": ("Interval", "duration", ""), "delay": ("Delay", "duration", "")},
-    "task": {"driver": ("Driver", "value", ""), "config": ("Config", "config", ""),
+    "task": {"driver": ("Driver", "value", ""), "user": ("User", "value", ""), "config": ("Config", "config", ""),
              "env": ("Env", "map", ""), "meta": ("Meta", "map", ""),
              "resources": ("Resources", "block", "resources"),
              "volume_mount": ("VolumeMounts", "blocks", "volume_mount"),

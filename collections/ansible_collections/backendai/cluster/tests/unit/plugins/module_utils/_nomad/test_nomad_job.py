@@ -25,6 +25,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job impor
     RUNTIME_PURPOSE,
     RUNTIME_VERSION,
     RUNTIME_VOLUME,
+    TASK_USER,
     dumps,
     host_volume_name,
     host_volumes_needed,
@@ -214,8 +215,9 @@ def test_the_user_is_in_job_meta_and_the_task_asks_for_no_privileges() -> None:
     assert render_job(make_plan())["Meta"]["BACKENDAI_USER"] == "work"
     for group in job["TaskGroups"]:
         task = group["Tasks"][0]
-        # the entrypoint starts as the image's root with the driver's default capabilities, nothing more
-        assert "User" not in task and not {"privileged", "cap_add", "devices", "security_opt", "userns_mode",
+        # the entrypoint starts as the image's root (uid 0 over the image's USER) with the driver's default
+        # capabilities, nothing more
+        assert task["User"] == TASK_USER == "0" and not {"privileged", "cap_add", "devices", "security_opt", "userns_mode",
                                            "pid_mode", "ipc_mode", "network_mode"} & set(task["Config"])
 
 

@@ -1,0 +1,117 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The local backend's container engine: podman, run with a containers.conf this collection owns.
+
+Podman reads the file named by ``CONTAINERS_CONF`` instead of the machine's ``/etc/containers`` files (podman 4.x:
+with the variable set, no other containers.conf is read), so the machine's configuration is never edited: the
+backend writes its own under its state root (``<state_dir>/.engine/containers.conf``, :func:`write_conf`) and runs
+every podman command with it (:func:`podman`). What goes in it is detected on this machine, never assumed:
+
+* ``[engine] runtime = "runc"`` where the cgroups are *hybrid* (v1 controllers, an empty cgroup2 at
+  ``/sys/fs/cgroup/unified``): crun (podman's default where installed) refuses them ("cgroups in hybrid mode not
+  supported"), runc accepts; elsewhere podman's own choice stands;
+* ``[containers] default_ulimits = []`` where root cannot raise ``RLIMIT_NOFILE``/``RLIMIT_NPROC`` to podman's
+  default of 1048576 (no ``CAP_SYS_RESOURCE``, as in some VMs): the container start would fail with
+  "setrlimit ... Operation not permitted"; containers then keep the limits podman itself has.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SANE_PATH, LocalRuntimeError
+
+PODMAN = "podman"
+CONF_ENV = "CONTAINERS_CONF"
+CONF_NAME = "containers.conf"
+#: Where under a state root the containers.conf is kept (``session_names`` skips dot-directories).
+ENGINE_DIR = ".engine"
+#: The file a container's conmon writes into its working directory when the kernel's OOM killer struck in the
+#: container's cgroup (conmon 2.1 as Debian 12 ships it, cgroup v1: observed here; podman 4.3 then reports no
+#: ``OOMKilled``): the local backend runs ``podman run`` in the container's directory and reads it there.
+OOM_MARKER = "oom"
+#: podman's default soft and hard limit of open files and processes for a root container (libpod define.RLimitDefaultValue).
+PODMAN_RLIMIT = 1048576
+
+
+def _mount_types() -> t.Dict[str, str]:
+    """Mount point -> file system type, from /proc/self/mounts."""
+    out = {}
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 3:
+                    out[fields[1]] = fields[2]
+    except OSError:
+        pass
+    return out
+
+
+def hybrid_cgroups(mounts: t.Optional[t.Mapping[str, str]] = None) -> bool:
+    """v1 controllers at /sys/fs/cgroup with a cgroup2 beside them (systemd's "hybrid" layout)."""
+    mounts = _mount_types() if mounts is None else mounts
+    return mounts.get("/sys/fs/cgroup") != "cgroup2" and mounts.get("/sys/fs/cgroup/unified") == "cgroup2"
+
+
+def can_raise_rlimits() -> bool:
+    """Whether a root process here may set podman's default open-files and processes limits (dash's ``ulimit``
+    sets the soft and the hard limit: raising the hard one above its current value needs CAP_SYS_RESOURCE)."""
+    proc = subprocess.run(["sh", "-c", "ulimit -n %d && ulimit -u %d" % (PODMAN_RLIMIT, PODMAN_RLIMIT)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": SANE_PATH}, check=False)
+    return proc.returncode == 0
+
+
+def conf_text(hybrid: bool, rlimits: bool, runc: bool) -> str:
+    """The containers.conf this machine needs (see the module's docstring)."""
+    lines = ["# Written by backendai.cluster's local backend, which runs podman with CONTAINERS_CONF set to this file",
+             "# (the machine's /etc/containers is not read then). Detected on this machine; rewritten when that changes."]
+    lines.append("[containers]")
+    if not rlimits:
+        lines.append("# root cannot raise RLIMIT_NOFILE/RLIMIT_NPROC to podman's default (no CAP_SYS_RESOURCE)")
+        lines.append("default_ulimits = []")
+    lines.append("[engine]")
+    if hybrid:
+        if not runc:
+            raise LocalRuntimeError("this machine's cgroups are hybrid (v1 controllers, cgroup2 at /sys/fs/cgroup/unified), "
+                                    "which crun refuses: install runc (apt-get install runc; scripts/setup does)")
+        lines.append("# hybrid cgroups (v1 controllers, cgroup2 at /sys/fs/cgroup/unified): crun refuses them, runc accepts")
+        lines.append('runtime = "runc"')
+    return "\n".join(lines) + "\n"
+
+
+def write_conf(directory: str) -> str:
+    """Detect what this machine needs, write it to ``<directory>/containers.conf`` when it differs, return the path."""
+    if shutil.which(PODMAN, path=SANE_PATH) is None:
+        raise LocalRuntimeError("podman is not installed: install it with apt-get install podman runc (scripts/setup does)")
+    text = conf_text(hybrid_cgroups(), can_raise_rlimits(), shutil.which("runc", path=SANE_PATH) is not None)
+    path = os.path.join(directory, CONF_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return path
+    except OSError:
+        pass
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    write_file(path, text, mode=0o644)
+    return path
+
+
+def podman(args: t.Sequence[str], conf: str, check: bool = True, what: str = "",
+           timeout: t.Optional[float] = 120, cwd: t.Optional[str] = None) -> "subprocess.CompletedProcess[bytes]":
+    """``podman ARGS`` with this collection's containers.conf (``conf``, from :func:`write_conf`), in ``cwd`` (its
+    conmon's too: see :data:`OOM_MARKER`); a failure raises naming ``what`` (default: the command) and podman's
+    message, or is returned with ``check=False``."""
+    env = {"PATH": SANE_PATH, CONF_ENV: conf}
+    try:
+        proc = subprocess.run([PODMAN] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                              check=False, timeout=timeout, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        raise LocalRuntimeError("%s: podman did not answer in %ss" % (what or "podman " + " ".join(args[:2]), timeout)) from None
+    if check and proc.returncode != 0:
+        raise LocalRuntimeError("%s failed: %s" % (what or "podman " + " ".join(args[:2]),
+                                                   proc.stderr.decode(errors="replace").strip()))
+    return proc

@@ -1,0 +1,247 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Local sessions of container images: engine (podman) containers started as the tasks of the session's Nomad job.
+
+The images are built here from Debian packages (``scripts/build-images``). The lifecycle of the host-files mode
+holds on the engine: ssh from this machine to main1 and on to every container as the session user, the image's
+files and not the host's, the runtime bundle read-only; a killed command makes the session DEGRADED and
+``present`` repairs it with the same keys; finished commands make it TERMINATED with the log tails; the memory
+limit's OOM kill is ``failed`` 137 with reason OOM; a creator killed after its containers started leaves nothing
+that destroy does not remove; and nothing is left after destroy (containers, their storage, namespaces, rules).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+import images
+
+from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
+from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job
+
+pytestmark = pytest.mark.skipif(images.engine_missing() is not None or not os.path.isfile(
+    os.path.join(nomad_job.RUNTIME_DIR, "VERSION")), reason="needs podman, mmdebstrap, busybox-static and the session "
+                                                            "runtime bundle (scripts/setup installs and builds them)")
+
+#: What the _ansible layer hands the local backend (``_ansible.backends.session_backend``).
+TASK = NomadTask(nomad_job.render_job, nomad_job.RUNTIME_VOLUME, nomad_job.RUNTIME_DIR,
+                 (nomad_job.PRIVATE_KEY_ITEM, nomad_job.PUBLIC_KEY_ITEM))
+FINISH = "finish"
+COMMAND = ["sh", "-c", 'while [ ! -e "$HOME/%s" ]; do sleep 0.1; done; echo "$BACKENDAI_CLUSTER_HOST done"' % FINISH]
+
+
+def backend(state_root: str, helpers: Any) -> LocalBackend:
+    return LocalBackend(state_root, helpers.MOUNT_ROOTS, TASK)
+
+
+def ssh(state_root: str, name: str, *cmd: str) -> subprocess.CompletedProcess:
+    config = os.path.join(state_root, name, "ssh_config")
+    return subprocess.run(["ssh", "-F", config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *cmd],
+                          capture_output=True, text=True, timeout=60)
+
+
+def view_until(b: LocalBackend, name: str, wanted: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        (view,) = b.info(name=name, log_lines=2)
+        if view["state"] == wanted or time.monotonic() > deadline:
+            return view
+        time.sleep(0.1)
+
+
+def records(state_root: str, name: str) -> dict[str, dict[str, Any]]:
+    with open(SessionPaths(os.path.abspath(state_root), name).session_json, encoding="utf-8") as f:
+        return {c["hostname"]: c for c in json.load(f)["containers"]}
+
+
+def test_an_image_session_lives_as_the_host_files_one(state_root: str, helpers: Any) -> None:
+    image = images.image("example")
+    before = helpers.host_snapshot()
+    name = "eng-life"
+    spec = {"name": name, "image": image, "cluster_size": 3, "resources": {"cpu": 200, "memory": 128}, "command": COMMAND}
+    b = backend(state_root, helpers)
+    marker = "/var/tmp/%s-host-only" % name
+    try:
+        first = b.present(spec)["session"]
+        assert first["state"] == "RUNNING", first
+        got = ssh(state_root, name, "main1", "hostname; ssh sub2 'hostname; id -un; cat /etc/debian_version'")
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.split()[:3] == ["main1", "sub2", "work"], got.stdout
+        with open(marker, "w", encoding="utf-8") as f:
+            f.write("host\n")
+        got = ssh(state_root, name, "main1", "test -e %s; echo $?; touch %s/x 2>/dev/null; echo $?; command -v python3"
+                  % (marker, nomad_job.RUNTIME_MOUNT))
+        assert got.stdout.split() == ["1", "1", "/usr/bin/python3"], got.stdout + got.stderr
+        # kill -9 of sub1's command (the container's first process, seen from here): failed 137, DEGRADED
+        os.kill(records(state_root, name)["sub1"]["pid"], signal.SIGKILL)
+        view = view_until(b, name, "DEGRADED", 10)
+        statuses = {c["hostname"]: (c["status"], c["exit_code"]) for c in view["containers"]}
+        assert statuses == {"main1": ("running", None), "sub1": ("failed", 137), "sub2": ("running", None)}, view
+        # present brings it back with the same keys and ID
+        again = b.present(spec)
+        assert again["changed"] is True and again["session"]["state"] == "RUNNING"
+        assert again["session"]["session_id"] == first["session_id"]
+        # (main1 last: its container ends with its command, and this login with it)
+        got = ssh(state_root, name, "main1", "for h in sub1 sub2; do ssh $h touch ~/%s || exit 9; done; touch ~/%s"
+                  % (FINISH, FINISH))
+        assert got.returncode in (0, 255) and "closed" in got.stderr + "closed", got.stderr
+        view = view_until(b, name, "TERMINATED", 10)
+        assert view["state"] == "TERMINATED", view
+        assert {(c["status"], c["exit_code"]) for c in view["containers"]} == {("complete", 0)}
+        assert view["containers"][1]["log_tail"][-1] == "sub1 done", view["containers"][1]["log_tail"]
+        assert b.present(spec)["changed"] is False
+    finally:
+        if os.path.exists(marker):
+            os.unlink(marker)
+        b.absent(name)
+    helpers.assert_clean(before, state_root, [])
+    assert not os.path.exists(os.path.join(state_root, name))
+
+
+def test_the_memory_limit_oom_kill_is_failed_137_and_present_repairs_it(state_root: str, helpers: Any,
+                                                                        tmp_path: Any) -> None:
+    image = images.image("example")
+    before = helpers.host_snapshot()
+    name = "eng-oom"
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(data, 0o777)
+    hog = ('while [ ! -e /data/oom-$BACKENDAI_CLUSTER_HOST ]; do sleep 0.1; done; '
+           'exec python3 -c "b = bytearray(512 << 20); import time; time.sleep(60)"')
+    spec = {"name": name, "image": image, "cluster_size": 2, "resources": {"cpu": 200, "memory": 96},
+            "command": ["sh", "-c", hog], "mounts": [{"source": str(data), "target": "/data"}]}
+    b = backend(state_root, helpers)
+    try:
+        assert b.present(spec)["session"]["state"] == "RUNNING"
+        (data / "oom-sub1").write_text("")
+        view = view_until(b, name, "DEGRADED", 20)
+        sub1 = [c for c in view["containers"] if c["hostname"] == "sub1"][0]
+        assert (sub1["status"], sub1["exit_code"]) == ("failed", 137), view
+        assert sub1["reason"].startswith("OOM: the kernel killed the container at its memory limit (96 MB)"), sub1
+        assert view["reason"].startswith("sub1 failed on local, exit code 137: OOM"), view["reason"]
+        (data / "oom-sub1").unlink()
+        assert b.present(spec)["session"]["state"] == "RUNNING"
+    finally:
+        b.absent(name)
+    helpers.assert_clean(before, state_root, [])
+
+
+_CREATOR = r"""
+import json, sys
+sys.path[:0] = [%r, %r, %r]
+import faults
+from test_engine_sessions import backend
+import types
+faults.inject("kill", %d)
+backend(%r, types.SimpleNamespace(MOUNT_ROOTS=%r)).present(json.loads(sys.stdin.read()))
+"""
+
+
+@pytest.mark.parametrize("kill_before", ["engine", "ready"])
+def test_a_creator_killed_before_or_after_its_containers_started_leaves_nothing_destroy_misses(
+        state_root: str, helpers: Any, kill_before: str) -> None:
+    """The creator is SIGKILLed as it is about to journal ``engine`` (nothing started yet) or ``ready`` (every
+    container up): destroy removes all of it."""
+    image = images.image("test-busybox")
+    before = helpers.host_snapshot()
+    name = "eng-kill"
+    spec = {"name": name, "image": image, "cluster_size": 2, "resources": {"cpu": 100, "memory": 64}}
+    here = os.path.dirname(os.path.abspath(__file__))
+    # the journal's records up to the one named (a run without a fault tells their order)
+    b = backend(state_root, helpers)
+    b.present(spec)
+    ops = [e["op"] for e in _journal(state_root, name)]
+    b.absent(name)
+    script = _CREATOR % (helpers.collections, here, os.path.dirname(here), ops.index(kill_before), state_root,
+                         helpers.MOUNT_ROOTS)
+    proc = subprocess.run([sys.executable, "-c", script], input=json.dumps(spec), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    (view,) = b.info(name=name)
+    if kill_before == "engine":  # nothing started: the record of a create that did not complete
+        assert view["state"] == "DEGRADED", view
+    else:  # (the session record was written just before: its containers run, the journal lacks "ready")
+        names = images.podman("ps", "--all", "--filter", "label=backendai-cluster.session=%s" % os.path.join(
+            os.path.abspath(state_root), name), "--format", "{{.Names}}").stdout.split()
+        assert len(names) == 2, names  # the containers the killed creator started
+    b.absent(name)
+    helpers.assert_clean(before, state_root, [])
+
+
+def _journal(state_root: str, name: str) -> list[dict[str, Any]]:
+    with open(SessionPaths(os.path.abspath(state_root), name).journal, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_a_session_mixing_local_with_images_is_refused(state_root: str, helpers: Any) -> None:
+    spec = {"name": "eng-mixed", "image": "local", "resources": {"cpu": 100, "memory": 64},
+            "roles": [{"name": "main", "replicas": 1}, {"name": "worker", "replicas": 1, "image": images.image("test-busybox")}]}
+    with pytest.raises(LocalRuntimeError, match="cannot be mixed"):
+        backend(state_root, helpers).present(spec)
+    assert not os.path.exists(os.path.join(state_root, "eng-mixed"))
+
+
+def test_a_login_in_an_engine_container_cannot_write_to_a_host_terminal(state_root: str, helpers: Any) -> None:
+    """As ``test_container_isolation``'s devpts attack, on the engine: a host process of uid 1000 holds a terminal;
+    the session's login as ``work`` (uid 1000 too) writes to that path and nothing arrives (podman gives each
+    container a private /dev with its own devpts instance). Control: the same write from the host arrives."""
+    from test_container_isolation import HOST_PTY
+    name = "eng-ptys"
+    b = backend(state_root, helpers)
+    b.present({"name": name, "image": images.image("test-debian"), "cluster_size": 1,
+               "resources": {"cpu": 100, "memory": 64}})
+    holder = subprocess.Popen(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", sys.executable,
+                               "-c", HOST_PTY, "12"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        path = holder.stdout.readline().strip()
+        assert path.startswith("/dev/pts/") and os.stat(path).st_uid == 1000, path
+        p = ssh(state_root, name, "main1", "id -u; echo FROM-THE-SESSION > %s; echo rc=$?; ls /dev/pts" % path)
+        assert p.stdout.splitlines()[0] == "1000", (p.stdout, p.stderr)
+        subprocess.run(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "sh", "-c",
+                        "echo FROM-THE-HOST > %s" % path], check=True)
+        got = json.loads(holder.communicate(timeout=30)[0].strip().splitlines()[-1])
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        b.absent(name)
+    assert "FROM-THE-HOST" in got, "the control did not reach the terminal: the test proves nothing (%r)" % got
+    assert "FROM-THE-SESSION" not in got, "the session's login wrote into a host terminal: %r" % p.stdout
+    assert "ptmx" in p.stdout.split(), p.stdout
+
+
+def test_a_multi_node_image_session_spans_local_agents(state_root: str, helpers: Any, run_dir: str) -> None:
+    """Engine containers behind two local agents, one on each (the session network's VXLAN between them, main1 published by the
+    relay): ssh from here to main1 and on to every container across the agents, as the session user."""
+    import uuid
+    from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
+    before = helpers.host_snapshot()
+    root = os.path.join(run_dir, "agents-" + uuid.uuid4().hex[:8])
+    made = local_agents.create_agents([{"name": "agent%d" % i, "cpu": 2000, "memory": 2048} for i in (1, 2)], root)
+    name = "eng-mn"
+    b = backend(state_root, helpers)
+    try:
+        view = b.present({"name": name, "image": images.image("test-busybox"), "cluster_size": 2,
+                          "cluster_mode": "multi-node", "resources": {"cpu": 1200, "memory": 64}},
+                         agents=made["agents"])["session"]
+        assert view["state"] == "RUNNING", view
+        assert {c["agent"] for c in view["containers"]} == {"agent1", "agent2"}, view["containers"]
+        got = ssh(state_root, name, "main1", "hostname; ssh sub1 'hostname; id -un'")
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.split() == ["main1", "sub1", "work"], got.stdout
+    finally:
+        b.absent(name)
+        local_agents.destroy_agents(root)
+    helpers.assert_clean(before, state_root, [])

@@ -62,9 +62,12 @@ def test_the_look_up_reads_nomads_identity_of_the_allocation(double: NomadAPIDou
     identity, api = lookup.confirmed_identity(cfg, cni_args, allocs["main1"])
     assert identity == ("default", "train;42", "main1")  # the job ID as Nomad has it, ';' and all
     lookup.check_only_live(api, identity, allocs["main1"])
-    seen = [r.path for r in double.requests if r.path.startswith("/v1/allocation/")]
-    assert seen == ["/v1/allocation/" + allocs["main1"]]
-    assert double.find("GET", "^/v1/job/train(%3B|;)42/allocations$")  # the job ID escaped in the path
+    # list stubs only, never /v1/allocation/:id (Nomad's Allocation embeds the whole job)
+    assert [r.path for r in double.requests] == ["/v1/allocations", "/v1/allocations"]
+    by_id, group = double.requests
+    assert (by_id.query["prefix"], by_id.query["namespace"], by_id.query["task_states"]) == (
+        [allocs["main1"]], ["*"], ["false"])
+    assert group.query["filter"] == ['JobID == "train;42" and TaskGroup == "main1"']  # the job ID quoted in the filter
     with pytest.raises(system.PluginError, match="runs on node 'n2', not on this agent"):
         lookup.confirmed_identity(cfg, {"NOMAD_ALLOC_ID": allocs["sub1"]}, allocs["sub1"])
 
@@ -105,7 +108,7 @@ def test_each_failure_of_the_look_up_is_a_cni_error_with_its_reason(double: Noma
     with pytest.raises(system.PluginError, match="cannot be asked") as err:
         lookup.confirmed_identity(config(closed, tmp_path), {"NOMAD_ALLOC_ID": alloc}, alloc)
     assert err.value.code == system.E_TRY_LATER
-    double.fail_next("GET", "/v1/allocation/.*", status=500, body="rpc error: no leader")
+    double.fail_next("GET", "/v1/allocations", status=500, body="rpc error: no leader")
     with pytest.raises(system.PluginError, match="answered 500 .*no leader") as err:
         lookup.confirmed_identity(config(double.url, tmp_path), {"NOMAD_ALLOC_ID": alloc}, alloc)
     assert err.value.code == system.E_TRY_LATER

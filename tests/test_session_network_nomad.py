@@ -31,7 +31,7 @@ from module_helpers import ENV_VARS, NOMAD_TOKEN, ModuleRun, spec
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
-from repo_helpers import admitted_groups, group_key, lint_job_files, read_var_spec, run_playbook
+from repo_helpers import admitted_groups, group_key, lint_job_files, read_var_spec, run_playbook, with_table
 
 PREFIX = "backendai-cluster/network/slots/"
 
@@ -157,7 +157,7 @@ def test_the_submitted_job_is_admitted_for_itself_only_and_passes_the_lint(nomad
     job = nomad.stored_job("mn")
     for group in job["TaskGroups"]:
         mine = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "mn", group["Name"], "a"))
-        assert admit(group_key(job, group["Name"], key), mine).params.agents == ("192.168.60.1", "10.9.0.2")
+        assert with_table(nomad, admit(group_key(job, group["Name"], key), mine)).params.agents == ("192.168.60.1", "10.9.0.2")
         with pytest.raises(AdmissionError):
             other = nomad_cni_args(client_args(job, group["Name"]), "global", "default", "other", group["Name"], "b")
             admit(group_key(job, group["Name"], key), parse_cni_args(other))
@@ -179,7 +179,8 @@ def test_a_session_of_an_earlier_release_keeps_its_args_version(nomad: NomadAPID
     for group in job["TaskGroups"]:  # what the earlier release registered: the same parameters, version 1
         cni = group["Networks"][0]["CNI"]
         mine = group_key(job, group["Name"], key)
-        params = admit(mine, parse_cni_args(nomad_cni_args(cni["Args"], "global", "default", name, group["Name"], "a"))).params
+        params = with_table(nomad, admit(mine, parse_cni_args(nomad_cni_args(cni["Args"], "global", "default", name,
+                                                                             group["Name"], "a")))).params
         plain = params._replace(encryption="none", wg_keys=(), tunnel_prefix="", mtu=1450)  # (before WireGuard)
         cni["Args"] = signed_args(mine, "default", name, group["Name"], plain.args("1"))
     client = NomadClient(NomadConnection(nomad_addr=nomad.url, token=NOMAD_TOKEN))
@@ -193,7 +194,7 @@ def test_a_session_of_an_earlier_release_keeps_its_args_version(nomad: NomadAPID
     assert {a.params.agents for a in admitted_groups(kept, key)} == {("192.168.60.1", "10.9.0.2")}
     fresh = run(session_module, args(nomad, "new", spec=spec("new", 2, cluster_mode="multi-node")))
     assert not fresh.get("failed"), fresh.get("msg")
-    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in nomad.stored_job("new")["TaskGroups"]} == {"3"}
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in nomad.stored_job("new")["TaskGroups"]} == {"4"}
 
 
 def test_a_missing_key_fails_before_anything_is_written(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:

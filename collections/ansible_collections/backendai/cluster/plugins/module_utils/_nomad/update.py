@@ -167,6 +167,8 @@ class Updater:
         before, after = diff_texts(found)
         self._warn_unplaceable(planned.plan)
         try:
+            # the agent table the new args sign (version 4), before they can be read; an old one stays until removal
+            self.network.claims(self.nomad).write_table(rendered.table)
             answer = self.nomad.register_job(register_request(job))
         except NomadError as err:
             if new_claim is not None:

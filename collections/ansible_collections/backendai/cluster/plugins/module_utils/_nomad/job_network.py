@@ -54,7 +54,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     NetworkError,
     NetworkParams,
     check_params,
+    derive_agent_key,
     ip4_text,
+    network_mac_key,
     net4,
     signed_args,
     signing_key,
@@ -147,6 +149,9 @@ class RenderedNetwork:
     #: ``params.args(version)``, made once: every group shares the text, only its MAC differs.
     args: t.Mapping[str, str] = field(compare=False, repr=False)
     slots: int = 1  # how many slots the block has
+    #: agent -> the key its groups are signed with (secret: never in a result or repr), derived once per render
+    #: with the WireGuard keys from the same agent keys; {} when unsigned.
+    signing: t.Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def table(self) -> t.List[t.Tuple[str, t.Dict[str, str]]]:
         """(variable path, items) of the session's agent table, in ``params.table_namespace``: what must be written
@@ -193,14 +198,16 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
     try:
         vni, subnet = block_network(slot, slots)
         prefix, wg_keys = "", ()  # type: t.Tuple[str, t.Tuple[bytes, ...]]
+        agent_keys = {a: derive_agent_key(network.key, a) for a in agents} if network.key is not None else {}
         if encryption == "wireguard":
-            prefix, wg_keys = (wireguard_peers(network.key, agents) if network.key is not None
+            prefix, wg_keys = (wireguard_peers(network.key, agents, agent_keys) if network.key is not None
                                else (PLACEHOLDER_TUNNEL_PREFIX, tuple(placeholder_wg_key(i) for i in range(len(agents)))))
         params = check_params(NetworkParams(str(session_id), vni, subnet, tuple(ips),
                                             overlay_mtu(network.underlay_mtu, encryption), encryption, wg_keys, prefix,
                                             network.table_namespace))
         return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders),
-                               params.args(network.args_version), slots)
+                               params.args(network.args_version), slots,
+                               {a: network_mac_key(k) for a, k in agent_keys.items()})
     except NetworkError as err:
         raise PlanError("session %s: the session network cannot be laid out: %s" % (job_id, err)) from None
 

@@ -366,6 +366,7 @@ def test_the_cli_path_teardown_commands_remove_everything(nomad: NomadAPIDouble,
     for command in rendered["teardown"]:
         nomad_cli(double, command)
     assert claims(double) == {} and double.stored_job("big") is None and double.stored_variable("nomad/jobs/big") is None
+    assert not [path for _ns, path in double.model.variables if path.startswith("backendai-cluster/network/agents/")]
 
 
 def test_a_render_that_cannot_sign_as_asked_fails_clearly_writing_nothing(run: ModuleRun, tmp_path: t.Any) -> None:

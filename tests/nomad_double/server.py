@@ -299,10 +299,7 @@ class NomadAPIDouble(HTTPDouble):
         except ValueError:
             return text_response(400, 'failed to parse value of "per_page"')
         token = req.q("next_token") or ""
-        stubs = self.model.alloc_stubs(ns, task_states is not False, resources)
-        prefix = req.q("prefix") or ""
-        if prefix:
-            stubs = [(key, stub) for key, stub in stubs if stub["ID"].startswith(prefix)]
+        stubs = self.model.alloc_stubs(ns, task_states is not False, resources, req.q("prefix") or "")
         if token:
             stubs = stubs[bisect.bisect_left([key for key, _ in stubs], token_key(token)):]
         out: t.List[t.Dict[str, t.Any]] = []

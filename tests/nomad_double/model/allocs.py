@@ -183,10 +183,12 @@ class AllocsModel(ModelState):
             raise CodedError(404, "alloc not found")
         return self.alloc_full(alloc)
 
-    def alloc_stubs(self, namespace: str, task_states: bool, resources: bool
+    def alloc_stubs(self, namespace: str, task_states: bool, resources: bool, prefix: str = ""
                     ) -> t.List[t.Tuple[t.Tuple[int, str], t.Dict[str, t.Any]]]:
-        """Every allocation of ``namespace`` (``*``: all) as ((CreateIndex, ID), stub), in that order."""
-        allocs = sorted((a for a in self.allocs.values() if namespace == "*" or a["Namespace"] == namespace),
+        """Every allocation of ``namespace`` (``*``: all) whose ID starts with ``prefix`` as ((CreateIndex, ID), stub),
+        in that order."""
+        allocs = sorted((a for a in self.allocs.values() if (namespace == "*" or a["Namespace"] == namespace)
+                         and a["ID"].startswith(prefix)),
                         key=lambda a: (a["CreateIndex"], a["ID"]))
         out = []
         for alloc in allocs:

@@ -181,7 +181,7 @@ def test_mounts_private_tmp_and_hostname(sessions: Any, tmp_path: Any, helpers: 
     data, ro = tmp_path / "data", tmp_path / "ro"
     data.mkdir()
     ro.mkdir()
-    os.chown(data, 1000, 1000)  # the session user (work, 1000:1000) owns the data it writes to (see the README)
+    os.chown(data, 1000, 1000)  # the session user (work, 1000:1000) owns the data it writes to (see docs/session-user.md)
     (data / "hello").write_text("hi\n")
     (ro / "ro-file").write_text("ro\n")
     missing_top = "/srv/bai-test-%s" % uuid.uuid4().hex[:8]

@@ -130,7 +130,7 @@ options:
     choices: [hcl, json]
     default: hcl
 notes:
-  - Placement follows Backend.AI's rules; see the README section on placement.
+  - Placement follows Backend.AI's rules; see the user guide's Placement section.
   - O(namespace) and O(region) go into the rendered job.
   - The Vault options are accepted so that one C(module_defaults) group serves every module; this module does not
     contact Vault. It reads the network key only to sign (see O(sign)) and never claims a slot itself.

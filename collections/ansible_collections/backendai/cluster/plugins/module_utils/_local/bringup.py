@@ -189,7 +189,7 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal) -> t
 def _make_cgroups(session: LocalSession, names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
                   cgroup_dirs: t.Dict[str, t.List[str]], journal: Journal) -> t.Dict[str, t.Any]:
     """Every container's cgroups with its limits (journaled first); returns what the session's containers
-    are confined by and the warnings of what is missing (the README's isolation table says what that means)."""
+    are confined by and the warnings of what is missing (the isolation table of docs/local-runtime.md says what that means)."""
     warnings = ["no %s cgroup controller on this machine: the containers run without %s" % (
         c, {"memory": "a memory limit", "cpu": "a CPU quota", "pids": "a pids limit"}[c]) for c in hier.missing]
     core_mhz = _cgroups.mhz_per_core()

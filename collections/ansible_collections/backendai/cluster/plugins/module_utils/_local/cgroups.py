@@ -13,7 +13,7 @@ entity of the CPU scheduler's top level, as its own session's autogroup made it 
 machine: bring-up on a busy machine took 1.4 times as long). The container's supervisor writes ``0`` (itself) into each
 ``cgroup.procs`` as its first act, so everything of the container, sshd and the user's command included,
 runs inside. A controller that no hierarchy offers is left out with a warning (the session still runs,
-without that limit: see the README's isolation table).
+without that limit: see the isolation table of docs/local-runtime.md).
 
 Limits: memory = the container's memory (MB), swap included (v1 ``memory.memsw.limit_in_bytes``, v2
 ``memory.swap.max`` 0) so the limit is not swapped around; CPU quota = cpu MHz / the machine's MHz per core

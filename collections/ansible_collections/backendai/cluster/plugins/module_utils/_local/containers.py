@@ -195,7 +195,7 @@ def render_container(paths: SessionPaths, setup: ContainerSetup) -> t.Dict[str, 
         # A batch container: its command starts once the whole session is up (the creator holds the start gate's
         # lock until then: a shared lock waits without polling; no `started` after it means the create failed),
         # and the container ends with it (sshd goes too): complete on exit 0, failed otherwise; no restart (see
-        # the README).
+        # docs/local-runtime.md).
         started = q(paths.in_container(paths.started))
         lines += [
             "flock -s %s true" % q(paths.in_container(paths.start_gate)),

@@ -289,7 +289,7 @@ def test_the_plugin_modules_import_nothing_slow():
     """The plugin starts for every container: typing, dataclasses, subprocess, json, re or collections at import
     would cost more than its ADD (benchmarks/cni_add.py); so would http.client (~30 ms with email and socket) for
     the allocation look-up (``_cni_nomad`` speaks HTTP over ``_socket``). (OpenSSL, through the stdlib ``hmac``,
-    is the one slow import kept: ~3 ms, see the README.)"""
+    is the one slow import kept: ~3 ms, see docs/benchmarks.md.)"""
     here = os.path.dirname(net.__file__)
     code = ("import sys; sys.path.insert(0, %r); import _cni_plugin; bad = {'typing', 'dataclasses', 'subprocess', "
             "'uuid', 'contextlib', 'ipaddress', 'json', 're', 'collections', 'socket', 'ssl', 'http', "

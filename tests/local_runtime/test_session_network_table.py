@@ -128,3 +128,22 @@ def test_a_record_of_another_table_is_not_taken_for_the_signed_one(cluster: Clus
     assert interfaces(second) == ["lo"]
     assert c.plugin("agent1", "DEL", allocs["main1"], first, "")["rc"] == 0
     assert c.w.agent_state("agent1") == before
+
+
+def test_a_session_on_one_agent_reads_no_table_and_is_that_agents_alone(cluster: Cluster, netns: t.Any) -> None:
+    """A session on one agent has no table to write or read: the plugin makes the one-agent table of its own underlay
+    address and checks the signed digest against it, so args signed for a one-agent session elsewhere are refused."""
+    c = cluster
+    here = net.make_params(str(uuid.uuid4()), SLOT + 1, [c.w.agents["agent1"]["underlay_ip"]])
+    elsewhere = here._replace(agents=(c.w.agents["agent2"]["underlay_ip"],))
+    alloc = c.register("train-42", [group("main1", "agent1")])["main1"]
+    before, ns = c.w.agent_state("agent1"), netns()
+    c.double.clear_requests()
+    refused(c.plugin("agent1", "ADD", alloc, ns, args4(c, elsewhere, "main1", "agent1", alloc)),
+            "is not the one its job signed")
+    assert c.w.agent_state("agent1") == before and interfaces(ns) == ["lo"]
+    ok = c.plugin("agent1", "ADD", alloc, ns, args4(c, here, "main1", "agent1", alloc))
+    assert ok["rc"] == 0, ok
+    assert not c.double.find("GET", "^/v1/var/")  # no table in Nomad for a session on one agent
+    assert c.plugin("agent1", "DEL", alloc, ns, "")["rc"] == 0
+    assert c.w.agent_state("agent1") == before

@@ -155,8 +155,9 @@ class RenderedNetwork:
 
     def table(self) -> t.List[t.Tuple[str, t.Dict[str, str]]]:
         """(variable path, items) of the session's agent table, in ``params.table_namespace``: what must be written
-        before the job is registered; [] for args versions 1 to 3 (the agents are in the args)."""
-        if self.args.get("BAI_V") != TABLE_ARGS_VERSION:
+        before the job is registered; [] for args versions 1 to 3 (the agents are in the args) and for a session on
+        one agent (its plugin makes the one-agent table of its own address and checks that digest: nothing to read)."""
+        if self.args.get("BAI_V") != TABLE_ARGS_VERSION or len(self.params.agents) < 2:
             return []
         return table_items(self.params)
 

@@ -58,6 +58,13 @@ def test_the_table_is_written_once_beside_the_claim_and_removed_with_it(nomad: N
     assert {a.table.namespace for a in admitted} == {"infra"} and {a.params.encryption for a in admitted} == {"wireguard"}
     again = run(session_module, multi(nomad))
     assert again["changed"] is False and len(tables(nomad)) == 1  # nothing rewritten
+    nomad.model.delete_variable(*where, None, None)  # lost: the containers' restarts could not be admitted
+    checked = run(session_module, multi(nomad), check=True)
+    assert checked["changed"] is True and tables(nomad) == {}
+    repaired = run(session_module, multi(nomad))
+    assert repaired["changed"] is True and repaired["changes"] == ["network slot %d: lost claim or agent table made "
+                                                                   "again" % slot]
+    assert tables(nomad) == {where: items} and nomad.stored_job("mn") == job  # the job itself unchanged
     gone = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN, "name": "mn", "state": "absent",
                                 "network_claims_namespace": "infra"})
     assert not gone.get("failed"), gone.get("msg")

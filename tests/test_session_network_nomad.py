@@ -103,7 +103,7 @@ def test_a_rerun_keeps_the_slot_and_remakes_a_lost_claim(nomad: NomadAPIDouble, 
     checked = run(session_module, args(nomad), check=True)
     assert checked["changed"] is True and slot not in claims(nomad)  # would make it again; check mode writes nothing
     third = run(session_module, args(nomad))
-    assert third["changed"] is True and third["changes"] == ["network slot %d: lost claim made again" % slot]
+    assert third["changed"] is True and third["changes"] == ["network slot %d: lost claim or agent table made again" % slot]
     assert claims(nomad)[slot]["job"] == "s1"
     assert run(session_module, args(nomad))["changed"] is False
 
@@ -324,7 +324,9 @@ def test_the_cli_path_claims_what_the_session_module_claims_runs_admitted_and_is
     assert net["slot"] == preferred_slot("team-a", "cli") and claims(nomad, "infra") == {}  # nothing claimed yet
     assert rendered["claim_files"] == [os.path.join(out, "cli.slot-%d.var.%s" % (net["slot"], fmt))]
     assert rendered["commands"][0].startswith("nomad var put -namespace=infra -check-index=0 @")
-    assert rendered["commands"][1].startswith("nomad var put -namespace=team-a @")
+    assert rendered["table_files"] == [os.path.join(out, "cli.agents-0.var.%s" % fmt)]
+    assert rendered["commands"][1] == "nomad var put -namespace=infra @" + rendered["table_files"][0]
+    assert rendered["commands"][2].startswith("nomad var put -namespace=team-a @")
     for command in rendered["commands"]:
         nomad_cli(nomad, command)
     # what _network_claims writes for this session, on a cluster of its own
@@ -336,7 +338,8 @@ def test_the_cli_path_claims_what_the_session_module_claims_runs_admitted_and_is
         "namespace": "team-a", "job": "cli", "session_id": sid, "first": str(net["slot"]), "slots": "1"}}
     job = nomad.stored_job("cli", "team-a")
     assert job is not None and nomad.stored_variable("nomad/jobs/cli", "team-a") is not None
-    assert len(admitted_groups(job, read_key(network_key_file), "team-a")) == 4
+    admitted = admitted_groups(job, read_key(network_key_file), "team-a", double=nomad)  # with the table put
+    assert len(admitted) == 4 and {a.params.agents for a in admitted} == {("192.168.60.1", "10.9.0.2")}
     with pytest.raises(_network_claims.CASConflict):  # the slot is taken now: the claim command fails
         nomad_cli(nomad, rendered["commands"][0])
     # the session module sees the CLI-made session as its own and removes all of it, the claim included
@@ -346,6 +349,7 @@ def test_the_cli_path_claims_what_the_session_module_claims_runs_admitted_and_is
     assert gone["removed"]["network_slot"] == net["slot"] and gone["removed"]["job"] is True
     assert claims(nomad, "infra") == {} and nomad.stored_variable("nomad/jobs/cli", "team-a") is None
     assert nomad.stored_job("cli", "team-a") is None
+    assert not [path for _ns, path in nomad.model.variables if path.startswith("backendai-cluster/network/agents/")]
 
 
 def test_the_cli_path_teardown_commands_remove_everything(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:

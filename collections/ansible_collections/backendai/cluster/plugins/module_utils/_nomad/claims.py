@@ -193,15 +193,17 @@ class NetworkClaims:
                     return self.ensure(claim, check_mode)
         return wrote
 
-    def write_table(self, table: t.Sequence[t.Tuple[str, t.Mapping[str, str]]]) -> int:
+    def write_table(self, table: t.Sequence[t.Tuple[str, t.Mapping[str, str]]], check_mode: bool = False) -> int:
         """Write a session's agent table (``RenderedNetwork.table()``; its claims held). Its paths name its digest: a
-        table already there is the same table, left as it is. The number of variables written."""
+        table already there is the same table, left as it is. The number of variables written (in ``check_mode``:
+        that would be)."""
         wrote = 0
         for path, items in table:
             found = self.nomad.get_variable(path)
             if found is not None and dict(found.get("Items") or {}) == dict(items):
                 continue
-            self.nomad.put_variable(path, items)
+            if not check_mode:
+                self.nomad.put_variable(path, items)
             wrote += 1
         return wrote
 

@@ -23,9 +23,10 @@ from nomad_double.server import NomadAPIDouble
 TOKEN = "5f0e6d1c-2b3a-4c5d-8e9f-read-job"
 
 
-def config(addr: str, tmp_path: t.Any, token: t.Optional[str] = TOKEN, ca: str = "") -> system.Config:
+def config(addr: str, tmp_path: t.Any, token: t.Optional[str] = TOKEN, ca: str = "",
+           **more: t.Any) -> system.Config:
     conf = {"underlayIP": "10.0.0.1", "stateDir": str(tmp_path / "state"), "keyFile": str(tmp_path / "agent.key"),
-            "agentName": "n1", "nomadAddr": addr}
+            "agentName": "n1", "nomadAddr": addr, **more}
     if token is not None:
         (tmp_path / "token").write_text(token + "\n")
         conf["nomadTokenFile"] = str(tmp_path / "token")
@@ -42,6 +43,8 @@ def register(double: NomadAPIDouble, job_id: str, groups: t.Mapping[str, str], c
     req = urllib.request.Request(double.url + "/v1/jobs", data=json.dumps({"Job": job}).encode(), method="PUT",
                                  headers={"X-Nomad-Token": TOKEN})
     ctx = ssl.create_default_context(cafile=double.pki.ca_cert) if double.pki else None
+    if ctx is not None and double.require_client_cert:
+        ctx.load_cert_chain(double.pki.client_cert, double.pki.client_key)
     urllib.request.urlopen(req, timeout=10, context=ctx).close()
     return {a["TaskGroup"]: a["ID"] for a in double.allocations_of(job_id)}
 
@@ -85,6 +88,49 @@ def test_https_with_the_ca_of_the_config(nomad_double_factory: t.Any, tmp_path: 
     assert err.value.code == system.E_TRY_LATER and "CERTIFICATE_VERIFY_FAILED" in err.value.msg
 
 
+def test_https_with_a_client_certificate_where_nomad_verifies_clients(nomad_double_factory: t.Any,
+                                                                      tmp_path: t.Any) -> None:
+    """Nomad with ``tls.verify_https_client``: the look-up presents the config's client certificate; without one the
+    handshake fails (a CNI error to try later, naming the cause), and a certificate without its key is a config
+    error."""
+    double = nomad_double_factory(tls=True, require_client_cert=True, token=TOKEN)
+    double.add_node("n1")
+    alloc = register(double, "train", {"main1": "n1"})["main1"]
+    pki = double.pki
+    cfg = config(double.url, tmp_path, ca=pki.ca_cert, nomadClientCert=pki.client_cert, nomadClientKey=pki.client_key)
+    identity, _api = lookup.confirmed_identity(cfg, {"NOMAD_ALLOC_ID": alloc}, alloc)
+    assert identity == ("default", "train", "main1")
+    with pytest.raises(system.PluginError) as err:
+        lookup.confirmed_identity(config(double.url, tmp_path, ca=pki.ca_cert), {"NOMAD_ALLOC_ID": alloc}, alloc)
+    assert err.value.code == system.E_TRY_LATER and "cannot be asked" in err.value.msg
+    with pytest.raises(system.PluginError, match="go together") as err:
+        config(double.url, tmp_path, ca=pki.ca_cert, nomadClientCert=pki.client_cert)
+    assert err.value.code == system.E_CONFIG
+
+
+@pytest.mark.parametrize("addr, allowed", [
+    ("http://127.0.0.1:4646", True), ("http://127.3.0.1:4646", True), ("http://localhost:4646", True),
+    ("http://[::1]:4646", True), ("https://10.0.0.5:4646", True), ("https://nomad.example:4646", True),
+    ("http://10.0.0.5:4646", False), ("http://nomad.example:4646", False), ("http://[fd00::1]:4646", False),
+    ("http://0.0.0.0:4646", False),
+])
+def test_plain_http_only_on_loopback_unless_the_operator_opts_in(addr: str, allowed: bool, tmp_path: t.Any) -> None:
+    """The token is sent in clear and whatever answers is taken for Nomad: plain http goes only to loopback, unless
+    ``nomadAllowPlainHTTP`` is true (no connection is made here: refused when the look-up is set up)."""
+    if allowed:
+        lookup.NomadAgent(config(addr, tmp_path))
+    else:
+        with pytest.raises(system.PluginError, match="plain http to an address off loopback") as err:
+            lookup.NomadAgent(config(addr, tmp_path))
+        assert err.value.code == system.E_CONFIG
+        assert TOKEN not in err.value.msg
+        lookup.NomadAgent(config(addr, tmp_path, nomadAllowPlainHTTP=True))
+    with pytest.raises(system.PluginError):  # only the JSON true opts in
+        if allowed:
+            raise system.PluginError(system.E_CONFIG, "(allowed anyway)")
+        lookup.NomadAgent(config(addr, tmp_path, nomadAllowPlainHTTP="yes"))
+
+
 def test_each_failure_of_the_look_up_is_a_cni_error_with_its_reason(double: NomadAPIDouble, tmp_path: t.Any) -> None:
     allocs = register(double, "train", {"main1": "n1"})
     alloc = allocs["main1"]
@@ -125,6 +171,23 @@ def test_a_scaled_group_has_another_live_allocation(double: NomadAPIDouble, tmp_
         lookup.check_only_live(api, identity, second)
     double.set_alloc_status(first, "failed")
     lookup.check_only_live(api, identity, second)
+
+
+def test_an_allocation_of_an_earlier_registration_of_the_job_id_is_counted(double: NomadAPIDouble,
+                                                                           tmp_path: t.Any) -> None:
+    """The job is purged and registered again while its first allocation still runs: Nomad's job endpoint lists that
+    allocation only with ``all=true`` (``AllocsByJob``); the look-up's ``Alloc.List`` of the group reads the namespace's
+    allocations, every incarnation, and counts it."""
+    first = register(double, "train", {"main1": "n1"})["main1"]
+    double.new_incarnation_keeping_allocations("train")
+    register(double, "train", {"main1": "n1"}, count=2)
+    second, = [a["ID"] for a in double.allocations_of("train") if a["ID"] != first]
+    identity, api = lookup.confirmed_identity(config(double.url, tmp_path), {"NOMAD_ALLOC_ID": second}, second)
+    with pytest.raises(system.PluginError, match="another live allocation \\(%s\\)" % first):
+        lookup.check_only_live(api, identity, second)
+    assert double.find("GET", "^/v1/allocations$") and not double.find("GET", "^/v1/job/")
+    status, body = lookup.NomadAgent(config(double.url, tmp_path)).get("/v1/job/train/allocations")
+    assert status == 200 and first not in body.decode()  # the control: without all=true it is not listed
 
 
 @pytest.mark.parametrize("text", ["train-42", "evil;x", "a b/c?d=e&f", "ünï", "%41", ""])

@@ -204,6 +204,17 @@ def test_data_roots_become_nomad_host_volumes_and_key_paths_are_refused(tmp_path
         assert "overlay_agent_data_roots: %s must be an absolute path of plain names" % bad in refused.stdout, refused.stdout[-3000:]
         assert host_volume_name(str(data)) in declared.read_text()  # the earlier declaration is left as it was
 
+    # through links: the system's own (/var/run -> /run, /lib -> usr/lib) and one of the operator's, a link to the
+    # plugin's state; /var (above the Nomad client's data) and the Nomad data dir itself
+    (tmp_path / "srv" / "state-link").symlink_to(tmp_path / "state")
+    for bad in ("/var/run/backendai-cluster", "/lib/cni", str(tmp_path / "srv" / "state-link"), "/var",
+                "/opt/nomad/data"):
+        refused = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e",
+                                                json.dumps(dict(params, overlay_agent_data_roots=[{"path": bad}]))])
+        assert refused.returncode != 0, bad
+        assert "overlay_agent_data_roots: %s " % bad in refused.stdout, refused.stdout[-3000:]
+        assert host_volume_name(str(data)) in declared.read_text()
+
     none = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e", json.dumps(params)])
     assert none.returncode == 0 and not declared.exists()
 
@@ -224,3 +235,18 @@ def test_a_nomad_client_older_than_1_10_is_refused_before_anything_is_written(
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "lib").exists() and not (tmp_path / "control").exists()
     assert os.listdir(tmp_path / "etc") == [] and not (tmp_path / "cni").exists()
+
+
+def test_plain_http_to_nomad_off_loopback_is_refused_before_anything_is_written(tmp_path: t.Any) -> None:
+    """The plugin would send its token in clear to whatever answers there: refused unless the operator opts in."""
+    playbook = tmp_path / "prepare.yml"
+    playbook.write_text(PLAYBOOK)
+    params = dict(role_params(tmp_path), overlay_agent_nomad_addr="http://192.0.2.7:4646")
+    proc = run_playbook(str(playbook), "-i", "inventories/localhost.yml", "-e", json.dumps(params), check=True)
+    assert proc.returncode != 0
+    assert "is plain http to an address off loopback" in proc.stdout, proc.stdout[-3000:]
+    assert NOMAD_TOKEN not in proc.stdout + proc.stderr
+    assert not (tmp_path / "lib").exists() and os.listdir(tmp_path / "etc") == []
+    opted = run_playbook(str(playbook), "-i", "inventories/localhost.yml", "-e",
+                         json.dumps(dict(params, overlay_agent_nomad_allow_plain_http=True)), check=True)
+    assert opted.returncode == 0, opted.stdout[-3000:]

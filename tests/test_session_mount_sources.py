@@ -22,7 +22,10 @@ from nomad_double.server import NomadAPIDouble
 from repo_helpers import lint_job_files
 
 REFUSED = ["/etc/backendai-cluster", "/etc/backendai-cluster/network.key", "/etc", "/",
-           "/run/backendai-cluster/cni", "/root/.config/backendai-cluster", "/root/.local/state/backendai-cluster/sessions"]
+           "/run/backendai-cluster/cni", "/root/.config/backendai-cluster", "/root/.local/state/backendai-cluster/sessions",
+           # through the links every distribution has (/var/run -> /run, /lib -> usr/lib): the plugin's state, the CNI
+           # plugins Nomad runs as root; the Nomad client's data dir (every allocation's secrets/), and /var above it
+           "/var/run/backendai-cluster", "/var/run", "/lib/cni", "/opt/nomad/data", "/var/lib/nomad/alloc", "/var"]
 
 
 @pytest.fixture
@@ -117,3 +120,29 @@ def test_nomad_agents_without_the_runtime_bundle_are_named(nomad_double_factory:
     double.add_node("a3")
     placed = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "spec": spec()})
     assert placed.get("changed") and {c["agent"] for c in placed["session"]["containers"]} == {"a3"}, placed
+
+
+HIDING_TARGETS = {"/": "/proc", "/etc": "/etc/hosts", "/etc/hosts": "/etc/hosts", "/etc/passwd": "/etc/passwd",
+                  RUNTIME_MOUNT: RUNTIME_MOUNT, "/home/work/.ssh": "/home/work/.ssh", "/home/work": "/home/work/.ssh",
+                  "/secrets": "/secrets", "/run": "/run/backendai"}
+
+
+@pytest.mark.parametrize("target", sorted(HIDING_TARGETS))
+def test_targets_that_hide_what_the_container_start_provides_are_refused_on_nomad(
+        nomad: NomadAPIDouble, run: ModuleRun, target: str) -> None:
+    result = run(session_module, {"nomad_addr": nomad.url, "token": NOMAD_TOKEN,
+                                  "spec": spec(mounts=[{"source": "/srv/datasets", "target": target}])})
+    assert result["failed"] and "session.mounts[0].target: " in result["msg"], result
+    assert "%s, which the container start provides" % HIDING_TARGETS[target] in result["msg"], result["msg"]
+    assert writes(nomad, admission=True) == [] and nomad.model.jobs == {}
+
+
+@pytest.mark.parametrize("target", sorted(HIDING_TARGETS))
+def test_targets_that_hide_what_the_container_start_provides_are_refused_on_the_local_backend(
+        run: ModuleRun, tmp_path: t.Any, target: str) -> None:
+    state = tmp_path / "state"
+    result = run(session_module, {"backend": "local", "state_dir": str(state), "mount_roots": [str(tmp_path)],
+                                  "spec": spec(mounts=[{"source": str(tmp_path), "target": target}])})
+    assert result["failed"] and "session.mounts[0].target: " in result["msg"], result
+    assert "%s, which the container start provides" % HIDING_TARGETS[target] in result["msg"], result["msg"]
+    assert not state.exists() or os.listdir(state) == []

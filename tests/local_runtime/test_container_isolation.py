@@ -199,3 +199,44 @@ def test_killing_a_containers_init_ends_everything_in_it(sessions: Any, state_ro
     assert not is_alive(sub1["sshd_pid"])
     st = rt.session_status("initkill", state_root)
     assert [c["state"] for c in st["containers"]] == ["running", "failed"] and st["state"] == "DEGRADED"
+
+
+#: A host terminal opened by uid 1000 (on these machines a real account; every session's ``work`` has it too): prints
+#: its slave's path, then for ``argv[1]`` seconds what arrives on it, as JSON.
+HOST_PTY = """
+import json, os, select, sys, time
+master, slave = os.openpty()
+print(os.ttyname(slave), flush=True)
+got, end = b"", time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    if select.select([master], [], [], 0.1)[0]:
+        got += os.read(master, 4096)
+print(json.dumps(got.decode(errors="replace")), flush=True)
+"""
+
+
+def test_a_login_cannot_write_to_a_host_terminal_of_its_own_uid(sessions: Any, helpers: Any) -> None:
+    """A host process of uid 1000 holds a terminal (/dev/pts/N, its own: mode 0620); the session's login as ``work``
+    (uid 1000 too) writes to that path: nothing arrives, the container has terminals of its own only. Control: a
+    host process of uid 1000 writing to the same path does reach it (the write itself is allowed to that uid)."""
+    import json
+    import sys
+    a = sessions("ptys", size=1)
+    holder = subprocess.Popen(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", sys.executable,
+                               "-c", HOST_PTY, "12"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        path = holder.stdout.readline().strip()
+        assert path.startswith("/dev/pts/") and os.stat(path).st_uid == 1000, path
+        p = helpers.ssh(a, "main1", "id -u; echo FROM-THE-SESSION > %s; echo rc=$?; ls /dev/pts" % path)
+        assert p.stdout.splitlines()[0] == "1000", (p.stdout, p.stderr)  # the login is uid 1000
+        subprocess.run(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "sh", "-c",
+                        "echo FROM-THE-HOST > %s" % path], check=True)
+        got = json.loads(holder.communicate(timeout=30)[0].strip().splitlines()[-1])
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert "FROM-THE-HOST" in got, "the control did not reach the terminal: the test proves nothing (%r)" % got
+    assert "FROM-THE-SESSION" not in got, "the session's login wrote into a host terminal: %r" % p.stdout
+    assert "ptmx" in p.stdout.split(), p.stdout  # the container's own devpts instance

@@ -117,6 +117,14 @@ class NomadAPIDouble(HTTPDouble):
         """Freeze an allocation in ``client_status`` (pending/running/complete/failed/lost)."""
         self.model.set_alloc_status(alloc_id, client_status, **kwargs)
 
+    def new_incarnation_keeping_allocations(self, job_id: str, namespace: str = "default") -> None:
+        """The job ID's record gets a new CreateIndex while its allocations stay as they are: what a purge and a
+        registration of the same ID leave until the scheduler has stopped the earlier job's allocations (Nomad's
+        ``Job.Deregister`` with purge deletes the job at once; its allocations are stopped later, by the evaluation it
+        makes). The allocations then belong to a job of an older CreateIndex (``AllocsByJob``)."""
+        with self.model.lock:
+            self.model.jobs[(namespace, job_id)]["CreateIndex"] = self.model.next_index()
+
     def set_node_status(self, name: str, status: str) -> None:
         """A node's status changes; going ``down``, its live allocations become lost."""
         self.model.set_node_status(name, status)
@@ -261,13 +269,14 @@ class NomadAPIDouble(HTTPDouble):
     def _job_allocations(self, req: Request, job_id: str) -> Response:
         """``GET /v1/job/:id/allocations`` (``command/agent/job_endpoint.go`` ``jobAllocations`` -> ``nomad/
         job_endpoint.go`` ``Job.Allocations``; ``api/jobs.go`` ``Jobs.Allocations``): the job's allocation stubs in the
-        request's namespace. Not modelled: ACL policies (Nomad needs ``read-job``; any valid token passes here),
-        ``all`` (allocations of an earlier job that had the same ID), blocking queries."""
+        request's namespace; with ``all`` true also those of an earlier job that had the same ID (``nomad/state/
+        state_store.go`` ``AllocsByJob``: without it, allocations whose job's CreateIndex is not the current job's
+        are skipped). Not modelled: ACL policies (Nomad needs ``read-job``; any valid token passes here), blocking
+        queries."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
         ns = self._namespace(req)
-        go_parse_bool("all", req.q("all"))
-        return self._ok(self.model.job_allocations(ns, job_id))
+        return self._ok(self.model.job_allocations(ns, job_id, bool(go_parse_bool("all", req.q("all")))))
 
     # Allocations, logs, evaluations (alloc_endpoint.go, fs_endpoint.go, eval_endpoint.go) ----
     def _allocation(self, req: Request, alloc_id: str) -> Response:

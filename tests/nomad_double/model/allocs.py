@@ -46,6 +46,7 @@ class AllocsModel(ModelState):
             "ID": alloc_id, "Namespace": job["Namespace"], "EvalID": eval_id,
             "Name": "%s.%s[%d]" % (job["ID"], group["Name"], alloc_index), "Index": alloc_index,
             "NodeID": node["ID"], "NodeName": node["Name"], "JobID": job["ID"], "Job": job, "JobVersion": rec["Version"],
+            "JobCreateIndex": rec["CreateIndex"],
             "TaskGroup": group["Name"], "Tasks": [task["Name"] for task in group.get("Tasks") or []],
             "TaskResources": {task["Name"]: task.get("Resources") or {} for task in group.get("Tasks") or []},
             "Demand": self.group_demand(group), "Devices": devices,
@@ -172,8 +173,14 @@ class AllocsModel(ModelState):
 
 
     # Views the endpoints serve ------------------------------------------------------------------
-    def job_allocations(self, namespace: str, job_id: str) -> t.List[t.Dict[str, t.Any]]:
-        allocs = sorted(self.job_allocs(namespace, job_id), key=lambda a: (a["CreateIndex"], a["Name"]))
+    def job_allocations(self, namespace: str, job_id: str, all_allocs: bool = False) -> t.List[t.Dict[str, t.Any]]:
+        """Without ``all_allocs``, only the allocations of the job registered under the ID now: Nomad's
+        ``StateStore.AllocsByJob`` skips those whose job's CreateIndex is not the current job's (an earlier
+        registration of the same ID, purged), unless asked for all (``anyCreateIndex``)."""
+        rec = self.jobs.get((namespace, job_id))
+        allocs = sorted((a for a in self.job_allocs(namespace, job_id) if all_allocs or rec is None
+                         or a.get("JobCreateIndex", rec["CreateIndex"]) == rec["CreateIndex"]),
+                        key=lambda a: (a["CreateIndex"], a["Name"]))
         return [self.alloc_stub(a) for a in allocs]
 
     def allocation(self, alloc_id: str) -> t.Dict[str, t.Any]:

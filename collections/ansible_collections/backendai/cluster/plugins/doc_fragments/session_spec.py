@@ -85,16 +85,24 @@ options:
           source:
             description:
               - Absolute host path, without C(..).
-              - Never the session network's key, code or state, below them or a directory above them
-                (C(/etc/backendai-cluster), C(/usr/lib/backendai-cluster), C(/run/backendai-cluster),
-                C(/run/backendai-cluster-mounts), C(~/.config/backendai-cluster), C(~/.local/state/backendai-cluster)
-                in any home; so neither C(/), C(/etc), C(/run), C(/home) nor a home).
+              - Never the session network's key, code or state, the CNI plugins, or the Nomad client's data, below
+                them or a directory above them (C(/etc/backendai-cluster), C(/usr/lib/backendai-cluster),
+                C(/run/backendai-cluster), C(/run/backendai-cluster-mounts), C(/opt/cni), C(/usr/lib/cni), C(/etc/cni),
+                C(/opt/nomad), C(/var/lib/nomad), C(~/.config/backendai-cluster), C(~/.local/state/backendai-cluster) in
+                any home; so neither C(/), C(/etc), C(/run), C(/var), C(/home) nor a home). A path through
+                C(/var/run), C(/lib) and the like is checked as the path it leads to; each backend checks the real
+                path again where it is (the local backend, the C(overlay_agent) role for its data roots).
             type: str
             required: true
           target:
             description:
               - Absolute path in the container, without C(..); each target at most once.
-              - Not C(/proc), C(/sys) or C(/dev) or below them (the container runtime provides them).
+              - Never a path that is, holds or lies inside what the container start provides, which a mount would
+                hide - C(/proc), C(/sys), C(/dev), C(/etc/hosts), C(/etc/passwd), C(/etc/group), C(/etc/shadow),
+                C(/etc/nsswitch.conf), C(/etc/resolv.conf), C(/etc/hostname), the runtime bundle
+                C(/opt/backendai-runtime), C(/run/backendai), C(/run/sshd), Nomad's C(/local), C(/secrets) and
+                C(/alloc), and the session user's C(~/.ssh) (so neither C(/), C(/etc), C(/opt), C(/run), C(/home) nor
+                the user's home itself; C(/home/work/data) is fine).
             type: str
             required: true
           read_only:

@@ -5,8 +5,8 @@
 A container is a process tree in its own network namespace (a named ``ip netns``), UTS
 namespace (its hostname), IPC namespace, PID namespace (with its own /proc: ``ps`` shows the container
 only) and mount namespace (private /run and /tmp, the session user's account and its own home, /etc/hosts
-and ssh client config, the session's mounts: ``_local.account``; a private /dev/shm, a read-only /sys of its
-own), in its cgroups (``_local.cgroups``).  ``_local.spawn`` makes the cgroups, namespaces, hostname and
+and ssh client config, the session's mounts: ``_local.account``; a private minimal /dev with its own devpts
+instance and /dev/shm, a read-only /sys of its own), in its cgroups (``_local.cgroups``).  ``_local.spawn`` makes the cgroups, namespaces, hostname and
 mounts in one fork of the runtime and execs the container's first process, the PID namespace's init: a small
 ``sh`` supervisor (``init.sh``, with the container's own /proc and no_new_privs, inherited by all it starts) that
 starts sshd (as root), runs the user command as the session user with exactly its environment, no
@@ -31,7 +31,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.run impor
 from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import (
     CLONE_NEWNET,
     INIT_SHELL,
+    LINK_TYPE,
     MOVE_OPTION,
+    NODE_TYPE,
     Container,
     MountCall,
     libc,
@@ -54,6 +56,12 @@ MOUNTS_STAGE = "/run/backendai-cluster-mounts"
 PRIVATE_DIRS = ("/tmp", "/run")
 # Login records sshd would otherwise append to on the host.
 LOGIN_RECORDS = ("/var/log/wtmp", "/var/log/btmp", "/var/log/lastlog")
+#: The devices of a container's own /dev: those an OCI runtime gives every container (runc's
+#: ``libcontainer/specconv`` AllowedDevices: null, zero, full, random, urandom, tty), as (name, major, minor).
+DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0))
+#: ... and its links: ptmx to its own devpts instance's (runc's setupPtmx), the standard streams.
+DEV_LINKS = (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))
 # The user's command: no_new_privs and no capabilities at all (none it holds, none it could inherit or get
 # back by exec'ing anything: the bounding set is empty), whichever user it runs as. setpriv options: the one
 # setpriv that runs the command also switches the user (after the switch it could no longer drop the bounding
@@ -156,9 +164,10 @@ def mount_entries(paths: SessionPaths, setup: ContainerSetup) -> t.List[t.Tuple[
     final += account.user_mounts(setup.user, paths.in_container(paths.home_dir(setup.hostname)),
                                  paths.in_container(paths.passwd), paths.in_container(paths.group))
     final += [("/dev/null", f, "none", "bind") for f in LOGIN_RECORDS if os.path.isfile(f)]
+    final += dev_entries()
     # Its own IPC namespace's shared memory; and its own sysfs, read-only (its network namespace's links;
     # the machine's cgroup tree is not in it: a process cannot move itself out of its cgroups).
-    final.append(("container-shm", "/dev/shm", "tmpfs", "nosuid,nodev,mode=1777,size=%dm" % setup.shm_mb))
+    final.append(("container-shm", "/dev/shm", "tmpfs", "nosuid,nodev,mode=1777,size=%dm,X-mount.mkdir" % setup.shm_mb))
     final.append(("container-sysfs", "/sys", "sysfs", "ro,nosuid,nodev,noexec"))
     for i, mount in enumerate(setup.mounts):
         # Sources are bound before /tmp is covered, targets after: both may live under /tmp.
@@ -168,6 +177,18 @@ def mount_entries(paths: SessionPaths, setup: ContainerSetup) -> t.List[t.Tuple[
         # X-mount.mkdir: targets under the private /tmp or /run exist only in here.
         final.append(("%s/%d" % (MOUNTS_STAGE, i), mount.target, "none", "bind%s,X-mount.mkdir" % ro))
     return stage + [(staging, "/run", "none", MOVE_OPTION)] + final
+
+
+def dev_entries() -> t.List[t.Tuple[str, str, str, str]]:
+    """The container's own minimal /dev (a tmpfs with DEVICES and DEV_LINKS) and its own devpts instance, with
+    ``/dev/ptmx`` leading to that instance's ptmx: its terminals are its own, and the machine's (and every other
+    session's) are not in it, so nobody in it can write to them whatever their owner (``ptmxmode=0666``: the
+    instance's ptmx is usable; ``gid=5``: the tty group, as the machine's devpts gives terminals)."""
+    out = [("container-dev", "/dev", "tmpfs", "mode=0755,nosuid,noexec,size=64k")]
+    out += [("%d:%d" % (major, minor), "/dev/" + name, NODE_TYPE, "") for name, major, minor in DEVICES]
+    out.append(("container-devpts", "/dev/pts", "devpts",
+                "newinstance,ptmxmode=0666,mode=0620,gid=5,nosuid,noexec,X-mount.mkdir"))
+    return out + [(target, "/dev/" + name, LINK_TYPE, "") for name, target in DEV_LINKS]
 
 
 def proc_entries() -> t.List[t.Tuple[str, str, str, str]]:

@@ -39,6 +39,7 @@ import ctypes
 import os
 import signal
 import socket
+import stat
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_all
@@ -67,6 +68,10 @@ FLAG_OPTIONS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec
 MKDIR_OPTION = "X-mount.mkdir"
 #: an entry (source, target, "none", MOVE_OPTION) moves the mount at source to target (``mount --move``)
 MOVE_OPTION = "move"
+#: entries that make a file instead of mounting: (``major:minor``, target, NODE_TYPE, "") a character device of mode
+#: 0666 (``mknod``), (link text, target, LINK_TYPE, "") a symbolic link; both in a directory mounted before
+NODE_TYPE = "X-mknod"
+LINK_TYPE = "X-symlink"
 INIT_SHELL = "/bin/sh"
 #: closerange's end: no descriptor is at or above the open-files limit (os.closerange uses close_range(2)
 #: where the kernel has it, else closes one by one)
@@ -114,7 +119,9 @@ def mount_calls(entries: t.Iterable[t.Tuple[str, str, str, str]]) -> t.List[Moun
                 data.append(o)
         src, dst = source.encode(), target.encode()
         mkdir = MKDIR_OPTION in opts
-        if MOVE_OPTION in opts:
+        if fstype in (NODE_TYPE, LINK_TYPE):
+            calls.append(MountCall(src, dst, fstype.encode(), 0, None, False))
+        elif MOVE_OPTION in opts:
             calls.append(MountCall(src, dst, None, MS_MOVE, None, mkdir))
         elif "bind" in opts:
             calls.append(MountCall(src, dst, None, MS_BIND, None, mkdir))
@@ -135,6 +142,14 @@ def mount_all(calls: t.Iterable[MountCall]) -> None:
     """Make the mounts (in this process's mount namespace); raises OSError naming the one that failed."""
     mount = libc().mount
     for c in calls:
+        if c.fstype == NODE_TYPE.encode():
+            major, minor = (int(x) for x in (c.source or b"").split(b":"))
+            os.mknod(c.target, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+            os.chmod(c.target, 0o666)  # (mknod's mode is masked by the umask)
+            continue
+        if c.fstype == LINK_TYPE.encode():
+            os.symlink(c.source or b"", c.target)
+            continue
         if c.mkdir and not os.path.lexists(c.target):
             os.makedirs(c.target, 0o755)
         _check(mount(c.source, c.target, c.fstype, c.flags, c.data),
@@ -284,4 +299,5 @@ def wait_started(starting: Starting) -> int:
     return pids[0]
 
 
-__all__ = ["Container", "MountCall", "Starting", "mount_all", "mount_calls", "spawn", "wait_started"]
+__all__ = ["LINK_TYPE", "NODE_TYPE", "Container", "MountCall", "Starting", "mount_all", "mount_calls", "spawn",
+           "wait_started"]

@@ -4,7 +4,8 @@
 
 Installed next to ``_cni_plugin.py``. At every ADD and CHECK on a Nomad client the plugin takes only
 ``NOMAD_ALLOC_ID`` from CNI_ARGS as Nomad's word and asks the local Nomad agent (the conflist's
-``nomadAddr``, the ACL token in ``nomadTokenFile``, the CA in ``nomadCACert`` for https):
+``nomadAddr``, the ACL token in ``nomadTokenFile``; for https the CA in ``nomadCACert`` and, where Nomad verifies
+its clients (``tls.verify_https_client``), the certificate and key in ``nomadClientCert``/``nomadClientKey``):
 
 * ``GET /v1/allocations?prefix=<alloc_id>&namespace=*&task_states=false`` (``command/agent/alloc_endpoint.go``
   ``AllocsRequest`` -> ``nomad/alloc_endpoint.go`` ``Alloc.List``: ``AllocsByIDPrefix``, then ``Allocation.Stub``
@@ -91,12 +92,32 @@ def _address(addr: str) -> t.Tuple[str, str, int]:
     return scheme, name, int(port or (443 if scheme == "https" else 80))
 
 
+def loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback: ``localhost``, ``::1`` or an address in 127.0.0.0/8."""
+    if host in ("localhost", "::1"):
+        return True
+    try:
+        return net.ip4(host) >> 24 == 127
+    except ValueError:
+        return False
+
+
 class NomadAgent:
-    """The local Nomad agent's HTTP API, as the plugin's config names it."""
+    """The local Nomad agent's HTTP API, as the plugin's config names it.
+
+    Plain http is refused to any address off loopback unless the config opts in (``nomadAllowPlainHTTP``): the
+    token would cross the wire in clear, and whatever answers at that address (any process that takes the port, a
+    task on the host network) would be taken for Nomad. On loopback the operator keeps Nomad's HTTP listener bound
+    there (``addresses.http``), so that no other process can take the port first."""
 
     def __init__(self, cfg: system.Config) -> None:
         self.cfg = cfg
         self.scheme, self.host, self.port = _address(cfg.nomad_addr)
+        if self.scheme == "http" and not loopback(self.host) and not cfg.nomad_plain_http:
+            raise PluginError(E_CONFIG, "nomadAddr %r is plain http to an address off loopback: the Nomad token would "
+                              "cross the network in clear and whatever answers there would be taken for Nomad; use "
+                              "https (nomadCACert, and nomadClientCert/nomadClientKey where Nomad verifies clients) or "
+                              "set nomadAllowPlainHTTP to true to accept the risk" % cfg.nomad_addr)
         self.token = ""
         if cfg.nomad_token_file:
             try:
@@ -121,6 +142,8 @@ class NomadAgent:
                 import socket as socket_module  # ssl wraps socket.socket objects
                 import ssl
                 ctx = ssl.create_default_context(cafile=self.cfg.nomad_ca_file or None)
+                if self.cfg.nomad_cert_file:
+                    ctx.load_cert_chain(self.cfg.nomad_cert_file, self.cfg.nomad_key_file)
                 sock = ctx.wrap_socket(socket_module.socket(fileno=sock.detach()), server_hostname=self.host)
             return sock
         raise last or OSError("no address for %s" % self.host)

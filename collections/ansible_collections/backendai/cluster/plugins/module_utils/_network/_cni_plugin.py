@@ -76,6 +76,7 @@ ABOUT = "CNI backendai plugin v%s" % PLUGIN_VERSION
 _ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _ID_CHARS = _ALNUM | frozenset("_.:-")
 _IFNAME_CHARS = _ALNUM | frozenset("_.-")
+_NAME_CHARS = _ALNUM | frozenset("_.-")
 
 
 class _locked:
@@ -101,13 +102,51 @@ def _container_file(cfg: Config, container_id: str) -> str:
     return cfg.path("containers", container_id + ".json")
 
 
+def plain_name(value: t.Any, what: str) -> str:
+    """``value`` if it is a plain file name (what CNI_PATH is searched for, a link name): PluginError otherwise. Every
+    name the plugin reads back from its state and hands on goes through here: a ``../x`` or ``/x`` would make
+    ``os.path.join`` leave the CNI path, and the plugin runs as root."""
+    if not (isinstance(value, str) and 0 < len(value) <= 64 and value[0] in _ALNUM and _NAME_CHARS.issuperset(value)):
+        raise PluginError(E_CONFIG, "%s %r is not a plain name: refused" % (what, value))
+    return value
+
+
+def _trusted(cfg: Config, sid: str, st: t.Any) -> t.Dict[str, t.Any]:
+    """The session record ``st`` of ``sid``, if it is what ``_session_state`` writes in everything the plugin acts on
+    by it (the session ID, its link names, the delegated plugins and their data directory); PluginError otherwise.
+    The state directory is root's, but a record is read back to delete links and files and to run plugins as root:
+    a record planted through a mount that reached the state directory must not choose what."""
+    delegate = st.get("delegate") if isinstance(st, dict) else None
+    ipam = delegate.get("ipam") if isinstance(delegate, dict) else None
+    problem = ""
+    if not (isinstance(sid, str) and net._is_uuid(sid) and st.get("sid") == sid):
+        problem = "its session ID"
+    elif (st.get("bridge"), st.get("vxlan")) != net.link_names(sid):
+        problem = "its link names"
+    elif not isinstance(ipam, dict) or delegate.get("bridge") != st["bridge"] \
+            or ipam.get("dataDir") != cfg.path("ipam", sid):
+        problem = "its delegated plugin configuration"
+    if problem:
+        raise PluginError(E_SYSTEM, "the state record of session %r on this agent is not the plugin's (%s): refused "
+                          "to act on it (was the state directory %s reachable by anything else?)"
+                          % (sid, problem, cfg.path()))
+    plain_name(delegate.get("type"), "the delegated plugin type")
+    plain_name(ipam.get("type"), "the delegated IPAM plugin type")
+    return st
+
+
+def _session_record(cfg: Config, sid: str) -> t.Optional[t.Dict[str, t.Any]]:
+    st = system.read_json(cfg.path("sessions", plain_name(sid, "the session ID") + ".json"))
+    return _trusted(cfg, sid, st) if isinstance(st, dict) else None
+
+
 def _sessions(cfg: Config) -> t.Dict[str, t.Dict[str, t.Any]]:
     out = {}
     for name in system.listdir(cfg.path("sessions")):
         if name.endswith(".json"):
             st = system.read_json(cfg.path("sessions", name))
             if isinstance(st, dict):
-                out[name[:-5]] = st
+                out[name[:-5]] = _trusted(cfg, name[:-5], st)
     return out
 
 
@@ -152,8 +191,8 @@ def _with_table(cfg: Config, adm: "net.Admission") -> t.Tuple["net.Admission", t
     if ref is None:
         return adm, None
     p = adm.params
-    have = system.read_json(cfg.path("sessions", p.session_id + ".json"))
-    if isinstance(have, dict) and have.get("table") == ref.digest and (
+    have = _session_record(cfg, p.session_id)  # checked as every record the plugin acts on (_trusted)
+    if have is not None and have.get("table") == ref.digest and (
             have.get("vni"), have.get("subnet"), have.get("mtu"), have.get("namespace"), have.get("job")) == (
             p.vni, p.subnet, p.mtu, adm.namespace, adm.job_id):
         return adm, have
@@ -201,8 +240,8 @@ def _remove_session(cfg: Config, sid: str) -> None:
     except FileNotFoundError:
         pass
     record = cfg.path("sessions", sid + ".json")
-    st = system.read_json(record)
-    if isinstance(st, dict):  # else an ADD killed before the session was recorded made nothing but the record
+    st = _session_record(cfg, sid)
+    if st is not None:  # else an ADD killed before the session was recorded made nothing but the record
         system.links_down(st)
         others = {k: v for k, v in _sessions(cfg).items() if k != sid}
         system.rules_down(sid, last_session=not others, encrypted=st.get("encryption") == "wireguard")
@@ -227,6 +266,7 @@ def _delegate(command: str, conf: t.Mapping[str, t.Any], env: t.Mapping[str, str
     if prev is not None:
         conf["prevResult"] = prev
     plugin = None
+    plain_name(conf.get("type"), "the delegated plugin type")
     for d in (env.get("CNI_PATH") or "").split(os.pathsep):
         if d and os.access(os.path.join(d, conf["type"]), os.X_OK):
             plugin = os.path.join(d, conf["type"])
@@ -337,8 +377,11 @@ def cmd_del(cfg: Config, env: t.Mapping[str, str]) -> None:
             with _locked(cfg):
                 system.remove_file(cfile)
         return  # DEL is idempotent
-    st = system.read_json(cfg.path("sessions", member["sid"] + ".json"))
-    if isinstance(st, dict):
+    if not net._is_uuid(str(member.get("sid"))):
+        raise PluginError(E_SYSTEM, "the state record of container %s on this agent names no session ID (%r): refused "
+                          "to act on it" % (cid, member.get("sid")))
+    st = _session_record(cfg, member["sid"])
+    if st is not None:
         denv = dict(env)
         if not denv.get("CNI_IFNAME"):
             denv["CNI_IFNAME"] = member.get("ifname", "eth0")
@@ -353,8 +396,8 @@ def cmd_check(cfg: Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[
     if not isinstance(member, dict) or member.get("sid") != adm.params.session_id:
         raise PluginError(E_CONFLICT, "container %s is not attached to session %s on this agent"
                           % (env.get("CNI_CONTAINERID"), adm.params.session_id))
-    st = system.read_json(cfg.path("sessions", adm.params.session_id + ".json"))
-    if not isinstance(st, dict):
+    st = _session_record(cfg, adm.params.session_id)
+    if st is None:
         raise PluginError(E_SYSTEM, "session %s has no network on this agent" % adm.params.session_id)
     if adm.table is not None and st.get("table") != adm.table.digest:
         raise PluginError(E_CONFLICT, "session %s is on this agent with another agent table than its args sign"

@@ -244,6 +244,13 @@ class Config:
         self.nomad_addr = str(conf.get("nomadAddr") or net.DEFAULT_NOMAD_ADDR)
         self.nomad_token_file = str(conf.get("nomadTokenFile") or "")
         self.nomad_ca_file = str(conf.get("nomadCACert") or "")
+        # https with a client certificate (Nomad's tls.verify_https_client), and the explicit opt-in to plain http
+        # to an address off loopback (_cni_nomad.NomadAgent refuses it otherwise)
+        self.nomad_cert_file = str(conf.get("nomadClientCert") or "")
+        self.nomad_key_file = str(conf.get("nomadClientKey") or "")
+        self.nomad_plain_http = conf.get("nomadAllowPlainHTTP", False) is True
+        if bool(self.nomad_cert_file) != bool(self.nomad_key_file):
+            raise PluginError(E_CONFIG, "nomadClientCert and nomadClientKey go together: set both or neither")
         if self.identity not in net.IDENTITY_SOURCES:
             raise PluginError(E_CONFIG, "identity must be one of %s, got %r"
                               % (", ".join(net.IDENTITY_SOURCES), self.identity))
@@ -330,28 +337,40 @@ TABLES = {"mangle": (FORWARD_CHAIN, VXLAN_CHAIN), "filter": (FORWARD_CHAIN,), "n
 TABLES6 = {"mangle": (FORWARD_CHAIN, VXLAN_CHAIN)}
 
 
+#: Where a session's IPv6 RETURN goes in the IPv6 VXLAN chain: after the agent-wide DROPs of what comes from
+#: elsewhere than WireGuard and of what carries an extension header (base_rules6), before its final DROP.
+SESSION_RULE6_AT = 3
+
+
 def base_rules6(cfg: Config) -> t.Dict[str, t.List[str]]:
-    """The agent-wide IPv6 rules (made with the first encrypted session, removed with the last session): VXLAN over
-    IPv6 to this agent is accepted only from its WireGuard interface (whose peers WireGuard has authenticated, each
-    only with its own tunnel address as source), never from the underlay or any other interface, whatever its
-    headers; and never forwarded."""
+    """The agent-wide IPv6 rules (made with the first encrypted session, removed with the last session).
+
+    The VXLAN chain is default-deny: VXLAN over IPv6 to this agent passes only by an encrypted session's own RETURN
+    (its VNI from one of its peers' tunnel addresses, through WireGuard: ``session_rules6``); everything else is
+    dropped, whatever its headers. Before any RETURN it drops what does not come from the WireGuard interface (whose
+    peers WireGuard has authenticated, each only with its own tunnel address as source) and any packet with an
+    extension header or a fragment header (``ipv6header`` in exact mode: anything but a bare upper-layer header):
+    the VNI match reads a fixed offset that such a packet moves, and nothing of ours ever sends one (the overlay MTU
+    leaves room for the headers, so VXLAN is never fragmented). Session VXLAN is never forwarded."""
     port, wg = str(cfg.vxlan_port), cfg.wg_interface
     return {"mangle": [
         ":%s - [0:0]" % FORWARD_CHAIN, ":%s - [0:0]" % VXLAN_CHAIN,
         "-A %s -p udp -m udp --dport %s -m comment --comment \"backendai: forwarded VXLAN of session networks\" -j DROP"
         % (FORWARD_CHAIN, port),
         "-A %s ! -i %s -m comment --comment \"backendai: session VXLAN only from WireGuard\" -j DROP" % (VXLAN_CHAIN, wg),
-        "-A %s -m u32 --u32 \"%s\" -m comment --comment \"backendai: VXLAN of a session from elsewhere\" -j DROP"
-        % (VXLAN_CHAIN, net.VNI_RANGE_MATCH6),
+        "-A %s -m ipv6header ! --header prot -m comment --comment \"backendai: session VXLAN has no extension header "
+        "nor fragment\" -j DROP" % VXLAN_CHAIN,
+        "-A %s -m comment --comment \"backendai: VXLAN of no session of this agent's peers\" -j DROP" % VXLAN_CHAIN,
         "-I FORWARD 1 -j %s" % FORWARD_CHAIN,
         "-I INPUT 1 -p udp -m udp --dport %s -j %s" % (port, VXLAN_CHAIN)]}
 
 
 def session_rules6(cfg: Config, st: t.Mapping[str, t.Any]) -> t.Dict[str, t.List[str]]:
-    """An encrypted session's IPv6 rules: its VNI only from its peers' tunnel addresses, through WireGuard."""
+    """An encrypted session's IPv6 rules: its VNI only from its peers' tunnel addresses, through WireGuard, in a packet
+    with no extension header (``-I`` at SESSION_RULE6_AT: after the chain's first DROPs, before its last)."""
     comment = "--comment \"%s\"" % (COMMENT % st["sid"])
-    return {"mangle": ["-I %s 1 -i %s -s %s/128 -m u32 --u32 \"%s\" -m comment %s -j RETURN"
-                       % (VXLAN_CHAIN, cfg.wg_interface, tun, net.vni_match6(st["vni"]), comment)
+    return {"mangle": ["-I %s %d -i %s -s %s/128 -m u32 --u32 \"%s\" -m comment %s -j RETURN"
+                       % (VXLAN_CHAIN, SESSION_RULE6_AT, cfg.wg_interface, tun, net.vni_match6(st["vni"]), comment)
                        for _key, tun, _ul in st.get("wg_peers") or []]}
 
 

@@ -856,12 +856,10 @@ VNI_RANGE_MATCH = "0>>22&0x3C@12>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
 
 
 def vni_match6(vni: int) -> str:
-    """The ``u32`` VNI match over IPv6 (a 40-byte header: the VNI word is at 40 + 12). A packet with extension
-    headers does not match; it is still dropped unless it came through WireGuard (``_cni_system.base_rules6``)."""
-    return "52>>8=%s" % vni
-
-
-VNI_RANGE_MATCH6 = "52>>8=0x%X:0x%X" % (VNI_BASE, VNI_MAX)
+    """The ``u32`` VNI match over IPv6, for a packet whose next header is UDP itself (``4>>8&0xFF=17``: the byte
+    after the payload length): only then is the VNI word at 40 + 12. A packet with extension headers never matches
+    (an attacker could otherwise place any VNI at offset 52); the chain drops it first (``_cni_system.base_rules6``)."""
+    return "4>>8&0xFF=17&&52>>8=%s" % vni
 
 
 # ---------------------------------------------------------------------------- the static config
@@ -870,14 +868,17 @@ def static_conflist(underlay_ip: str, key_file: str, state_dir: str, egress: boo
                     uplinks: t.Sequence[str] = (), underlay_mtu: int = DEFAULT_UNDERLAY_MTU, vxlan_port: int = VXLAN_PORT,
                     portmap: bool = True, agent_name: str = "", identity: str = "nomad",
                     nomad_addr: str = DEFAULT_NOMAD_ADDR, nomad_token_file: str = "",
-                    nomad_ca_file: str = "", wireguard_interface: str = WIREGUARD_INTERFACE,
+                    nomad_ca_file: str = "", nomad_client_cert: str = "", nomad_client_key: str = "",
+                    nomad_allow_plain_http: bool = False, wireguard_interface: str = WIREGUARD_INTERFACE,
                     wireguard_port: int = WIREGUARD_PORT, wireguard_mode: str = "auto") -> t.Dict[str, t.Any]:
     """The one network config of an agent (``<cni_config_dir>/backendai.conflist``).
 
     ``key_file``: the agent's own key (:func:`derive_agent_key`). ``uplinks``: interfaces egress may leave by
     (default: those of the agent's default routes). ``identity``: ``nomad`` (every allocation is looked up in the
     local Nomad agent at ``nomad_addr``, with the ACL token in ``nomad_token_file`` and the CA of
-    ``nomad_ca_file`` for https; ``agent_name`` is the agent's Nomad node name) or ``local`` (the local runtime's
+    ``nomad_ca_file`` for https, ``nomad_client_cert``/``nomad_client_key`` where Nomad verifies its clients;
+    plain http off loopback only with ``nomad_allow_plain_http``; ``agent_name`` is the agent's Nomad node name) or
+    ``local`` (the local runtime's
     agents: the CNI_ARGS are the runtime's own). ``wireguard_*``: the agent's one WireGuard interface, its UDP
     port, and ``kernel``, ``userspace`` (wireguard-go) or ``auto`` (the kernel module where it loads).
     """
@@ -895,6 +896,12 @@ def static_conflist(underlay_ip: str, key_file: str, state_dir: str, egress: boo
             plugin["nomadTokenFile"] = nomad_token_file
         if nomad_ca_file:
             plugin["nomadCACert"] = nomad_ca_file
+        if nomad_client_cert:
+            plugin["nomadClientCert"] = nomad_client_cert
+        if nomad_client_key:
+            plugin["nomadClientKey"] = nomad_client_key
+        if nomad_allow_plain_http:
+            plugin["nomadAllowPlainHTTP"] = True
     if uplinks:
         plugin["uplinks"] = list(uplinks)
     plugins: t.List[t.Dict[str, t.Any]] = [{"type": "loopback"}, plugin]

@@ -228,17 +228,43 @@ class SessionSpec:
     underlay_encryption: str = field(default="wireguard")
 
 
-#: Mount targets the container runtime owns (and everything below them).
-RESERVED_TARGETS = ("/proc", "/sys", "/dev")
+#: Where the session's runtime bundle is mounted read-only in every container (``_nomad.job.RUNTIME_MOUNT``; the
+#: local backend mounts it there too): its sshd and tools run as root.
+RUNTIME_BUNDLE_TARGET = "/opt/backendai-runtime"
+#: What the container start provides in every container, on both backends, and what a mount there would hide: the
+#: runtime's kernel filesystems, the files the entrypoint writes (as root) into the image, the runtime bundle, the
+#: sshd's own directories and the Nomad task's directories. The session user's ``~/.ssh`` is added per spec
+#: (:func:`provided_target`). A mount target may not be one, hold one (``/``, ``/etc``, ``/run``, ``/opt``) or lie
+#: inside one.
+PROVIDED_TARGETS = (
+    ("/proc", "the kernel's process filesystem (ps and the like fail without it; Docker refuses the mount)"),
+    ("/sys", "the kernel's sysfs"),
+    ("/dev", "the container's devices and its own terminals"),
+    ("/etc/hosts", "the session's peer names (main1, sub1, ...), which the entrypoint writes"),
+    ("/etc/passwd", "the session user's account, which the entrypoint writes"),
+    ("/etc/group", "the session user's group, which the entrypoint writes"),
+    ("/etc/shadow", "the accounts' passwords, which the entrypoint writes"),
+    ("/etc/nsswitch.conf", "how names are looked up (files first, which ssh sub1 relies on)"),
+    ("/etc/resolv.conf", "the resolver the container runtime sets"),
+    ("/etc/hostname", "the container's hostname"),
+    (RUNTIME_BUNDLE_TARGET, "the runtime bundle (the sshd and tools the entrypoint runs as root)"),
+    ("/run/backendai", "the sshd's host key and configuration"),
+    ("/run/sshd", "the sshd's privilege separation directory"),
+    ("/local", "the task's local/ directory (Nomad's templates: the peers, the hosts script)"),
+    ("/secrets", "the task's secrets/ directory (the session keypair)"),
+    ("/alloc", "the allocation's shared directory (Nomad)"),
+)
 
 
-def kernel_fs(target: str) -> str:
-    """The reserved directory ``target`` is or lies below ('' if none)."""
+def provided_target(target: str, home: str) -> t.Tuple[str, str]:
+    """(path, what it is) of what the container start provides that a mount at ``target`` would hide (``target`` is
+    it, holds it or lies inside it), or ('', '') if none; ``home`` is the session user's home (its ``.ssh``)."""
     norm = posixpath.normpath("/" + target.lstrip("/"))
-    for top in RESERVED_TARGETS:
-        if norm == top or norm.startswith(top + "/"):
-            return top
-    return ""
+    ssh = (posixpath.join(home, ".ssh"), "the session user's SSH keys and configuration, which the entrypoint writes")
+    for path, what in PROVIDED_TARGETS + (ssh,):
+        if path_within(norm, path) or path_within(path, norm):
+            return path, what
+    return "", ""
 
 
 #: Host paths no mount may reach, on either backend: what an agent holds for the session network (the
@@ -250,7 +276,16 @@ PROTECTED_SOURCES = (
     "/usr/lib/backendai-cluster",     # the plugin's code (overlay_agent_plugin_dir), run as root by Nomad
     "/run/backendai-cluster",         # the plugin's state, the local runtime's container view
     "/run/backendai-cluster-mounts",  # the local runtime's staged mounts of every session
+    "/opt/cni", "/usr/lib/cni", "/etc/cni",  # the CNI plugins and configs the Nomad client runs as root
+    # the Nomad client's data directory (the Linux packages' data_dir, and a common other one): its allocations'
+    # secrets/ dirs hold every session's keypair (client alloc_dir = <data_dir>/alloc, command/agent/agent.go)
+    "/opt/nomad", "/var/lib/nomad",
 )
+#: Symbolic links every Linux distribution has (``/var/run -> /run``; merged ``/usr``): a path through one is
+#: checked as the path it leads to. The rest needs the machine: each backend resolves real paths where they are
+#: (``_local.session.mount_source``; the ``overlay_agent`` role on each agent for its data roots).
+WELL_KNOWN_LINKS = (("/var/run", "/run"), ("/var/lock", "/run/lock"), ("/lib", "/usr/lib"), ("/lib64", "/usr/lib64"),
+                    ("/lib32", "/usr/lib32"), ("/bin", "/usr/bin"), ("/sbin", "/usr/sbin"))
 PROTECTED_HOME_SOURCES = (
     ".config/backendai-cluster",      # the control node's cluster key (network_key_file)
     ".local/state/backendai-cluster",  # the local backend's sessions and local agents (state_dir)
@@ -278,10 +313,15 @@ def protected_source(source: str) -> str:
     """The protected path (see :data:`PROTECTED_SOURCES`) that a mount of ``source`` would expose, or ''.
 
     A mount exposes what lies below its source, so a source is refused when it is a protected path, lies
-    below one, or is a directory above one (``/``, ``/etc``, ``/home``, a home, ``~/.config``). Textual
-    (pure): a backend that can resolve symlinks checks the real path again (``_local.session``).
+    below one, or is a directory above one (``/``, ``/etc``, ``/var``, ``/home``, a home, ``~/.config``). Pure:
+    only the links of :data:`WELL_KNOWN_LINKS` are followed; a backend that can resolve the real path checks it
+    again (``_local.session``, the ``overlay_agent`` role).
     """
     norm = posixpath.normpath("/" + source.lstrip("/"))
+    for link, real in WELL_KNOWN_LINKS:
+        if path_within(norm, link):
+            norm = real + norm[len(link):]
+            break
     for top in PROTECTED_SOURCES:
         if path_within(norm, top) or path_within(top, norm):
             return top

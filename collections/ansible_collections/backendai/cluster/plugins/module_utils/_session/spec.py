@@ -9,6 +9,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import typing as t
 
@@ -36,7 +37,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.schema 
     UserSpec,
     _choices,
     _default,
-    kernel_fs,
+    path_within,
+    provided_target,
     protected_source,
     _keys,
 )
@@ -223,6 +225,7 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
     mpi = c.mapping(top.get("mpi"), path + ".mpi", _keys("mpi"))
     mpi_slots = c.integer(mpi, "slots", path + ".mpi", _default("mpi", "slots"), 1, 4096, unit="OpenMPI slots per container")
     user = _parse_user(c, top.get("user"), path + ".user")
+    _check_mount_targets(c, mounts, path + ".mounts", user)
 
     size_given = top.get("cluster_size") is not None
     cluster_size = c.integer(top, "cluster_size", path, _default("cluster_size"), 1, MAX_CLUSTER_SIZE,
@@ -278,15 +281,24 @@ def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:
             c.bad(where + ".source", "must not be %s, below it or a directory above it: it holds the session network's "
                   "key, code or state (a container that reads the key can join any session); mount a data directory "
                   "instead" % guarded, src)
-        if dst and dst.startswith("/") and kernel_fs(dst):
-            c.bad(where + ".target", "must not be %s or below it: the container runtime provides /proc, /sys and /dev "
-                  "(a mount there replaces them: ps and the like fail inside, and Docker refuses it when the task "
-                  "starts); choose another target" % kernel_fs(dst), dst)
         if dst in targets:
             c.bad(where + ".target", "is mounted twice", dst)
         targets.add(dst)
         out.append(Mount(src, dst, c.boolean(m, "read_only", where, _default("mounts", "read_only"))))
     return tuple(out)
+
+
+def _check_mount_targets(c: _Checker, mounts: t.Sequence[Mount], path: str, user: UserSpec) -> None:
+    """No mount may hide what the container start provides (``schema.PROVIDED_TARGETS``, the user's ``~/.ssh``)."""
+    for i, m in enumerate(mounts):
+        if not m.target.startswith("/"):
+            continue
+        hidden, what = provided_target(m.target, user.home)
+        if hidden:
+            norm = posixpath.normpath("/" + m.target.lstrip("/"))
+            relation = "is" if norm == hidden else "holds" if path_within(hidden, norm) else "lies inside"
+            c.bad("%s[%d].target" % (path, i), "%s %s, which the container start provides: %s. A mount there would "
+                  "hide it; choose another target" % (relation, hidden, what), m.target)
 
 
 def _digits_as_int(value: t.Any) -> t.Any:

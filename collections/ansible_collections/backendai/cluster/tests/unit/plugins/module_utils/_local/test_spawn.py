@@ -40,8 +40,21 @@ def test_a_container_s_mounts_stage_its_run_then_move_it() -> None:
     # mount's source is bound before /tmp is covered, its target after
     assert targets[:move] == [staging, staging + "/sshd", staging + "/backendai-cluster", staging + "/backendai-cluster-mounts/0"]
     assert targets.index("/tmp") < targets.index("/tmp/ro")
-    assert ("container-shm", "/dev/shm", "tmpfs", "nosuid,nodev,mode=1777,size=512m") in entries
+    assert ("container-shm", "/dev/shm", "tmpfs", "nosuid,nodev,mode=1777,size=512m,X-mount.mkdir") in entries
+    # its own /dev (made before its devices, its devpts and its /dev/shm), ptmx leading to its own devpts
+    dev = targets.index("/dev")
+    assert dev < targets.index("/dev/null") < targets.index("/dev/pts") < targets.index("/dev/ptmx") \
+        < targets.index("/dev/shm")
+    assert ("pts/ptmx", "/dev/ptmx", sp.LINK_TYPE, "") in entries
+    assert any(e[1] == "/dev/pts" and e[2] == "devpts" and "ptmxmode=0666" in e[3] for e in entries)
+    assert max(i for i, e in enumerate(entries) if e[0] == "/dev/null") < dev  # (login records: the machine's null)
     calls = sp.mount_calls(entries)
     assert sp.MountCall(staging.encode(), b"/run", None, sp.MS_MOVE, None, False) in calls
     # the session's read-only mount stays read-only where the container sees it
     assert sp.MountCall(None, b"/tmp/ro", None, sp.MS_REMOUNT | sp.MS_BIND | sp.MS_RDONLY, None, False) in calls
+
+
+def test_device_nodes_and_links_are_files_not_mounts() -> None:
+    node, link = sp.mount_calls([("1:3", "/dev/null", sp.NODE_TYPE, ""), ("pts/ptmx", "/dev/ptmx", sp.LINK_TYPE, "")])
+    assert node == sp.MountCall(b"1:3", b"/dev/null", sp.NODE_TYPE.encode(), 0, None, False)
+    assert link == sp.MountCall(b"pts/ptmx", b"/dev/ptmx", sp.LINK_TYPE.encode(), 0, None, False)

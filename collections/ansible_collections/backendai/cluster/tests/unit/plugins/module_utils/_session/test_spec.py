@@ -140,16 +140,47 @@ def test_command_must_be_argv() -> None:
         'session.command: must be a list of strings (argv, e.g. [python, train.py]) (got "python train.py")']
 
 
-@pytest.mark.parametrize("target", ["/proc", "/proc/sys", "/sys", "/sys/fs/cgroup", "/dev", "/dev/shm/x", "//proc/", "/proc/."])
-def test_mount_targets_of_the_runtime_are_refused(target: str) -> None:
+@pytest.mark.parametrize("target, hidden, relation", [
+    ("/proc", "/proc", "is"), ("/proc/sys", "/proc", "lies inside"), ("/sys", "/sys", "is"),
+    ("/sys/fs/cgroup", "/sys", "lies inside"), ("/dev", "/dev", "is"), ("/dev/shm/x", "/dev", "lies inside"),
+    ("//proc/", "/proc", "is"), ("/proc/.", "/proc", "is"),
+    ("/", "/proc", "holds"), ("/etc", "/etc/hosts", "holds"), ("/etc/hosts", "/etc/hosts", "is"),
+    ("/etc/passwd", "/etc/passwd", "is"), ("/etc/group", "/etc/group", "is"), ("/etc/shadow", "/etc/shadow", "is"),
+    ("/etc/nsswitch.conf", "/etc/nsswitch.conf", "is"), ("/etc/resolv.conf", "/etc/resolv.conf", "is"),
+    ("/etc/hostname", "/etc/hostname", "is"),
+    ("/opt", "/opt/backendai-runtime", "holds"), ("/opt/backendai-runtime", "/opt/backendai-runtime", "is"),
+    ("/opt/backendai-runtime/bin", "/opt/backendai-runtime", "lies inside"),
+    ("/run", "/run/backendai", "holds"), ("/run/backendai", "/run/backendai", "is"), ("/run/sshd", "/run/sshd", "is"),
+    ("/local", "/local", "is"), ("/local/backendai", "/local", "lies inside"), ("/secrets", "/secrets", "is"),
+    ("/alloc/data", "/alloc", "lies inside"),
+    ("/home", "/home/work/.ssh", "holds"), ("/home/work", "/home/work/.ssh", "holds"),
+    ("/home/work/.ssh", "/home/work/.ssh", "is"), ("/home/work/.ssh/authorized_keys", "/home/work/.ssh", "lies inside"),
+])
+def test_mount_targets_that_would_hide_what_the_container_start_provides_are_refused(
+        target: str, hidden: str, relation: str) -> None:
     raw = {"name": "s", "image": "img", "mounts": [{"source": "/data", "target": "/data"}, {"source": "/data", "target": target}]}
     (problem,) = problems(raw)
-    top = "/" + target.strip("/").split("/")[0]
-    assert problem.startswith("session.mounts[1].target: must not be %s or below it" % top), problem
-    assert target in problem
+    assert problem.startswith("session.mounts[1].target: %s %s, which the container start provides: " % (relation, hidden)), \
+        problem
+    assert "A mount there would hide it" in problem and target in problem
 
 
-@pytest.mark.parametrize("target", ["/procs", "/device", "/home/work/proc", "/system"])
+def test_the_session_users_own_ssh_dir_is_refused_where_the_user_is() -> None:
+    raw = {"name": "s", "image": "img", "user": {"name": "alice", "uid": 2000, "gid": 2000},
+           "mounts": [{"source": "/data", "target": "/home/alice/.ssh"}, {"source": "/data", "target": "/home/work/.ssh"}]}
+    (problem,) = problems(raw)
+    assert problem.startswith("session.mounts[0].target: is /home/alice/.ssh, which the container start provides: "
+                              "the session user's SSH keys"), problem
+
+
+def test_the_runtime_bundle_target_is_where_the_nomad_job_mounts_the_bundle() -> None:
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import RUNTIME_MOUNT
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import RUNTIME_BUNDLE_TARGET
+    assert RUNTIME_BUNDLE_TARGET == RUNTIME_MOUNT
+
+
+@pytest.mark.parametrize("target", ["/procs", "/device", "/home/work/proc", "/system", "/home/work/data", "/etc/myapp",
+                                    "/opt/data", "/run/data", "/localdata", "/etc/hosts.d", "/home/workspace"])
 def test_mount_targets_that_only_look_alike_are_fine(target: str) -> None:
     parse_spec({"name": "s", "image": "img", "mounts": [{"source": "/data", "target": target}]})
 
@@ -179,7 +210,7 @@ def test_key_and_state_paths_are_refused_as_mount_sources(source: str, protected
 
 
 @pytest.mark.parametrize("source", ["/etc/backendai", "/srv/backendai-cluster", "/run/backendai", "/home/alice/data",
-                                    "/root/.config/other", "/home/alice/.local/share", "/usr/lib/cni", "/data/.config"])
+                                    "/root/.config/other", "/home/alice/.local/share", "/usr/lib/cnix", "/data/.config"])
 def test_sources_that_only_look_alike_are_fine(source: str) -> None:
     parse_spec({"name": "s", "image": "img", "mounts": [{"source": source, "target": "/data"}]})
 

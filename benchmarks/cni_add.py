@@ -50,6 +50,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
+from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as lnet  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (  # noqa: E402
@@ -287,13 +288,14 @@ def scale(sizes: t.List[int], rounds: int) -> int:
 
 
 if __name__ == "__main__":
-    if "--scale" in sys.argv:
-        scale_ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-        scale_ap.add_argument("--scale", required=True, help="session sizes, e.g. 2,1024")
-        scale_ap.add_argument("--rounds", type=int, default=7)
-        scale_args = scale_ap.parse_args()
-        if os.geteuid() != 0:
-            print("needs root", file=sys.stderr)
-            sys.exit(2)
-        sys.exit(scale([int(x) for x in scale_args.scale.split(",")], scale_args.rounds))
-    sys.exit(main())
+    with machine_lock():  # sessions and namespaces: never beside a test run's leak checks
+        if "--scale" in sys.argv:
+            scale_ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+            scale_ap.add_argument("--scale", required=True, help="session sizes, e.g. 2,1024")
+            scale_ap.add_argument("--rounds", type=int, default=7)
+            scale_args = scale_ap.parse_args()
+            if os.geteuid() != 0:
+                print("needs root", file=sys.stderr)
+                sys.exit(2)
+            sys.exit(scale([int(x) for x in scale_args.scale.split(",")], scale_args.rounds))
+        sys.exit(main())

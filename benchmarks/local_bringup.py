@@ -32,6 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
+from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
 
 import local_session_dict  # noqa: E402  (tests/: a session given as a dict)
@@ -215,4 +216,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with machine_lock():  # sessions and namespaces: never beside a test run's leak checks
+        sys.exit(main())

@@ -54,6 +54,9 @@ import time
 import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 VENV_BIN = os.path.dirname(os.path.abspath(sys.executable))
 TARGET = 1.0  # seconds over the empty run, for create and for destroy alike
 
@@ -243,4 +246,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with machine_lock():  # sessions and namespaces: never beside a test run's leak checks
+        sys.exit(main())

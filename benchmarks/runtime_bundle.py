@@ -7,8 +7,8 @@ in an image of nothing but its command (no shell, no libc: everything from the b
 that has OpenSSH (the image's sshd is used; the bundle is mounted too, and its shell runs the entrypoint). The time is
 from starting the container (its rootfs already made) until its sshd accepts a TCP connection on the ssh port (the same harness as
 tests/test_nomad_entrypoint.py: namespaces, chroot, the job's entrypoint). Prints the medians and the ratios
-bundle/own. Needs root, OpenSSH and busybox-static; where other namespace tests may run, run it under their
-lock (``flock /work/.netns-tests.lock``).
+bundle/own. Needs root, OpenSSH and busybox-static; it holds the test suite's machine lock while it runs
+(tests/machine_lock.py), so it never runs beside a test run's namespace tests.
 
     python3 benchmarks/runtime_bundle.py --repeat 5
 """
@@ -25,6 +25,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(REPO, "collections"), os.path.join(REPO, "tests")]
 
+from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from test_nomad_entrypoint import BUNDLER, Namespaces, Session, _command, sh  # noqa: E402  (the entrypoint test's harness)
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import RUNTIME_VERSION  # noqa: E402
 
@@ -59,4 +60,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with machine_lock():  # sessions and namespaces: never beside a test run's leak checks
+        sys.exit(main())

@@ -36,6 +36,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
+from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
 
@@ -144,4 +145,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with machine_lock():  # sessions and namespaces: never beside a test run's leak checks
+        raise SystemExit(main())

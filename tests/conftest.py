@@ -10,11 +10,24 @@ import typing as t
 import pytest
 
 import leaks
+from machine_lock import machine_lock
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import NETWORK_ENV
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import generate_key
 
 NETWORK_KEY_ENV = NETWORK_ENV["network_key_file"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: t.Optional[pytest.Item]) -> t.Iterator[None]:
+    """A ``machine`` test holds the suite's machine lock (tests/machine_lock.py) from its setup to its teardown, so
+    that another run on this machine never changes namespaces, links or rules between its leak check's snapshots.
+    Without root no such test runs (they skip), so nothing is locked."""
+    if item.get_closest_marker("machine") is None or os.geteuid() != 0:
+        yield
+        return
+    with machine_lock():
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,7 +52,7 @@ def network_key_file(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[str
 def host_leaks() -> t.Iterator[leaks.LeakCheck]:
     """A snapshot of this machine before the test (tests/leaks.py); after it, nothing may be left or changed.
     ``host_leaks.record(state_dir, [name])`` before destroying a session adds what its state directory says
-    it made. Needs root; run under ``flock /work/.netns-tests.lock``."""
+    it made. Needs root; a test using it is marked ``machine`` (it then holds the suite's machine lock)."""
     check = leaks.LeakCheck()
     yield check
     check.assert_clean()

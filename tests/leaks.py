@@ -31,8 +31,8 @@ Two complementary checks, both reported by :func:`leaks`:
   recorded as the session's (portmap's ``CNI-DN-*``). It works without a baseline (Molecule's first destroy)
   and finds a leftover of something that existed before the baseline.
 
-Run the snapshots under ``flock /work/.netns-tests.lock`` like everything that makes namespaces: a change
-another developer's test makes at the same time is reported as a leak.
+Take the snapshots under the suite's machine lock (``tests/machine_lock.py``; a ``machine`` test holds it): a
+change another run makes on this machine at the same time is reported as a leak.
 """
 
 from __future__ import annotations
@@ -435,7 +435,7 @@ class LeakCheck:
 
     def assert_clean(self) -> None:
         left = self.left()
-        assert not left, ("left behind (or changed by a test running without flock /work/.netns-tests.lock):\n  "
+        assert not left, ("left behind (or changed by a process not holding the machine lock, tests/machine_lock.py):\n  "
                           + "\n  ".join(left))
 
 

@@ -18,6 +18,8 @@ import yaml
 
 from repo_helpers import REPO, VENV_BIN
 
+pytestmark = pytest.mark.slow  # ansible-galaxy, ansible-doc, ansible-builder and ansible-playbook runs (not in scripts/run-tests --quick)
+
 COLLECTION = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster")
 
 
@@ -110,7 +112,10 @@ def test_execution_environment_build_context_gets_the_requirements(installed: In
     with open(os.path.join(build, "requirements.yml"), encoding="utf-8") as f:
         assert yaml.safe_load(f)["collections"][0]["name"] == "collections/" + tarball
     assert os.path.isfile(os.path.join(build, "collections", tarball))
-    with open(os.path.join(ee_dir, "context", "Dockerfile"), encoding="utf-8") as f:
+    # ansible-builder names it for the container runtime it finds: Containerfile where podman is installed
+    names = [n for n in ("Containerfile", "Dockerfile") if os.path.isfile(os.path.join(ee_dir, "context", n))]
+    assert len(names) == 1, os.listdir(os.path.join(ee_dir, "context"))
+    with open(os.path.join(ee_dir, "context", names[0]), encoding="utf-8") as f:
         dockerfile = f.read()
     assert "introspect.py introspect" in dockerfile and "collection install" in dockerfile
     # What the builder stage does after installing the tarball, run on the same install here.
@@ -136,6 +141,7 @@ def _local_reason() -> t.Optional[str]:
     return None
 
 
+@pytest.mark.machine
 @pytest.mark.skipif(_local_reason() is not None, reason=str(_local_reason()))
 def test_the_walk_through_runs_from_the_install_outside_the_repository(installed: Installed) -> None:
     """ansible-playbook backendai.cluster.create_session with an example from the installed collection,

@@ -20,6 +20,8 @@ from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 -
 from nomad_double.server import NomadAPIDouble
 from repo_helpers import run_playbook
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs, waiting on polls (not in scripts/run-tests --quick)
+
 
 @pytest.fixture
 def nomad(nomad_double_factory: t.Any) -> NomadAPIDouble:

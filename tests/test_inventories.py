@@ -13,6 +13,8 @@ from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 -
 from nomad_double.server import NomadAPIDouble
 from repo_helpers import play_stats, run_playbook, task_results
 
+pytestmark = pytest.mark.slow  # ansible-inventory and ansible-playbook runs (not in scripts/run-tests --quick)
+
 RENDER_TASK = "Place the session and render its Nomad job"
 
 

@@ -21,8 +21,9 @@ import pytest
 import leaks
 from repo_helpers import play_stats, run_playbook, task_results
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
                                 reason="the local backend needs root and the CNI plugins (scripts/setup)")
+pytestmark = [pytest.mark.machine, needs_root]
 
 CREATE_TASK = "Submit the session (the next task waits for its containers and shows what is pending)"
 

@@ -20,8 +20,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.local_bac
 
 from rendezvous import RENDEZVOUS
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge"),
                                 reason="the local backend needs root and the CNI plugins (scripts/setup)")
+pytestmark = [pytest.mark.machine, needs_root]
 
 
 def test_env_rendezvous_finds_main1(tmp_path: t.Any) -> None:

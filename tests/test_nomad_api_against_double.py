@@ -125,6 +125,7 @@ def test_http_errors_map_to_nomad_error_with_status_and_body(nomad: NomadAPIDoub
     assert err.value.method == "POST" and err.value.path == "/v1/jobs"
 
 
+@pytest.mark.slow  # waits out a client timeout three times
 def test_timeout_maps_to_nomad_timeout(nomad: NomadAPIDouble) -> None:
     nomad.timeout_next("GET", "^/v1/jobs$", seconds=3, times=3)  # a read is tried 3 times (issue 24)
     with pytest.raises(na.NomadTimeout) as err:

@@ -63,9 +63,10 @@ TOOLS = ("ip", "unshare", "nsenter", "ssh", "chroot", "ldd")
 BUSYBOX = "/bin/busybox"  # Debian's busybox-static (scripts/setup installs it)
 BUNDLER = os.path.join(REPO, "collections/ansible_collections/backendai/cluster/roles/overlay_agent/files/backendai-runtime-bundle")
 
-pytestmark = pytest.mark.skipif(
+needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/usr/sbin/sshd") or not all(shutil.which(x) for x in TOOLS),
     reason="needs root, iproute2, util-linux and OpenSSH (scripts/setup installs them)")
+pytestmark = [pytest.mark.machine, needs_root]
 
 
 def sh(*cmd: str, check: bool = True, **kw: t.Any) -> subprocess.CompletedProcess:

@@ -18,6 +18,8 @@ from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 -
 from nomad_double.server import NomadAPIDouble
 from repo_helpers import REPO, VENV_BIN
 
+pytestmark = pytest.mark.slow  # ansible-inventory runs (not in scripts/run-tests --quick)
+
 CONFIG = """
 plugin: backendai.cluster.nomad_nodes
 keyed_groups:

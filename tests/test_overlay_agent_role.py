@@ -33,8 +33,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     static_conflist,
 )
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/portmap"),
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/portmap"),
                                 reason="needs root and the CNI plugins (scripts/setup)")
+pytestmark = [pytest.mark.machine, needs_root]
 
 PLAYBOOK = """
 - name: Prepare this machine as an agent

@@ -29,6 +29,8 @@ from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 -
 from nomad_double.server import NomadAPIDouble
 from repo_helpers import group_key, run_playbook, task_results, with_table
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs (not in scripts/run-tests --quick)
+
 AGENTS = {"agent1": "192.0.2.11", "agent2": "192.0.2.12", "agent3": "192.0.2.13"}
 
 

@@ -25,6 +25,7 @@ def ansible_doc(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # ansible-doc runs as a process, once per plugin
 def test_every_plugin_renders_as_text_and_json() -> None:
     for kind, name in PLUGINS:
         text = ansible_doc("-t", kind, name)

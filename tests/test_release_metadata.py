@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 
+import pytest
 import yaml
 
 from repo_helpers import VENV_BIN
@@ -42,6 +43,7 @@ def test_the_cni_plugin_carries_the_collection_version() -> None:
     assert PLUGIN_VERSION == load("galaxy.yml")["version"]
 
 
+@pytest.mark.slow  # antsibull-changelog runs as a process
 def test_changelog_rst_is_what_antsibull_changelog_generates(tmp_path: object) -> None:
     copy = os.path.join(str(tmp_path), "cluster")
     os.makedirs(copy)

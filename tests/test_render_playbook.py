@@ -11,6 +11,8 @@ import pytest
 
 from repo_helpers import admitted_groups, lint_job_files, play_stats, read_var_spec, run_playbook, task_results
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs (not in scripts/run-tests --quick)
+
 EXAMPLES = ["single-node", "multi-node", "heterogeneous"]
 
 

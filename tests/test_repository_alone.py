@@ -29,6 +29,7 @@ def test_the_schema_copy_is_the_shared_one() -> None:
     assert proc.returncode == 0 and "is %s's" % SHARED in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_clone_with_nothing_beside_it_renders_lints_and_runs_the_double(tmp_path: str) -> None:
     """Clone HEAD into an empty directory, then run what needs the schema there: every example rendered and linted
     (the CI ``jobs`` step) and the Nomad API double's contract tests (it checks every body against the schema); and
@@ -81,10 +82,11 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "CI (`.ci/run`) runs exactly `%s`" % command.group(1) in readme
 
 
+@pytest.mark.slow
 def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> None:
     """``.ci/run`` (run from a checkout with a ``shared`` folder beside it) runs the test command in a clone made in
-    an empty directory outside /tmp (local containers have a private /tmp), passes its arguments on, and removes the
-    clone afterwards. The test command is a stand-in here, committed (with this work tree's ``.ci/run``) in a throwaway
+    an empty directory of the home, 0700 as a user's would be (nothing of the suite relies on containers seeing the
+    clone), passes its arguments on, and removes the clone afterwards. The test command is a stand-in here, committed (with this work tree's ``.ci/run``) in a throwaway
     clone: it reports where it ran."""
     top = os.path.join(str(tmp_path), "work")
     checkout = os.path.join(top, "repo")
@@ -97,14 +99,36 @@ def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> N
         f.write('#!/bin/sh\necho "ran in $PWD"\necho "beside: $(ls -A ..)"\necho "args: $*"\necho "mode: $(stat -c %a ..)"\n')
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git + ["commit", "--quiet", "-am", "stand-in test command"], cwd=checkout, check=True, capture_output=True)
-    env = dict(os.environ, SHARED_DIR=os.path.join(REPO, "tests", "nomad_api_schema"))
+    home = os.path.join(top, "home")
+    os.makedirs(home, mode=0o700)
+    env = dict(os.environ, SHARED_DIR=os.path.join(REPO, "tests", "nomad_api_schema"), HOME=home)
     proc = subprocess.run(["bash", ".ci/run", "--only", "pytest"], cwd=checkout, env=env, capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if line.startswith(("beside:", "args:", "mode:")))
     where = re.search(r"^ran in (\S+)$", proc.stdout, re.M)
     assert where is not None, proc.stdout
-    assert where.group(1) != checkout and not where.group(1).startswith("/tmp/"), proc.stdout
-    # mode: other users (the session user in a local container) reach the clone's files
-    assert ran == {"beside": "repo", "args": "--only pytest", "mode": "755"}, ran
+    assert where.group(1) != checkout and where.group(1).startswith(home + "/"), proc.stdout
+    assert ran == {"beside": "repo", "args": "--only pytest", "mode": "700"}, ran
     assert not os.path.exists(os.path.dirname(where.group(1))), "the clone is left behind"
+
+
+#: A path of the machines this was developed on (their team folder, worktrees, lock files: a top-level ``work``
+#: folder), not ``/home/work`` (the session user's home) nor a relative ``work/``.
+MACHINE_PATH = re.compile(r"(?<![\w.~/-])/" + "work/")
+
+
+def test_no_path_of_a_development_machine() -> None:
+    """Nothing in the repository points at a path of the machine it was written on (a lock file a reader is told to
+    take, a folder beside the checkout): the suite serialises its own namespace tests (tests/machine_lock.py)."""
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in files:
+        path = os.path.join(REPO, name)
+        if not os.path.isfile(path) or os.path.islink(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            found += ["%s:%d" % (name, n) for n, line in enumerate(f, 1) if MACHINE_PATH.search(line)]
+    assert not found, "paths of a development machine: %s" % found
+    assert MACHINE_PATH.search("run under flock /%s/.netns-tests.lock" % "work")
+    assert not MACHINE_PATH.search("/home/work/data")

@@ -148,6 +148,7 @@ def _local_reason() -> t.Optional[str]:
     return None
 
 
+@pytest.mark.machine
 @pytest.mark.skipif(_local_reason() is not None, reason=str(_local_reason()))
 def test_local_backend_results_match_return(run: ModuleRun, tmp_path: t.Any) -> None:
     sessions, infos = Results(session_module), Results(session_info)

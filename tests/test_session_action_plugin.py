@@ -26,6 +26,8 @@ from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 -
 from nomad_double.server import NomadAPIDouble
 from repo_helpers import VENV_BIN, run_playbook, task_results
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs (not in scripts/run-tests --quick)
+
 MODULE_RAN = re.compile(r"Using module file \S*/plugins/modules/session\.py")
 # the same Python as ansible-playbook's (its shebang) under another name: the plugin leaves it to the module
 OTHER_INTERPRETER = os.path.join(VENV_BIN, "python" if os.path.basename(sys.executable) == "python3" else "python3")

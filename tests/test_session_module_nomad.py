@@ -139,6 +139,7 @@ def test_changed_spec_takes_the_lock_before_registering(nomad: NomadAPIDouble, r
     assert nomad.stored_variable("backendai-cluster/admission") is None
 
 
+@pytest.mark.slow
 def test_changed_spec_waits_for_a_held_lock(nomad: NomadAPIDouble, run: ModuleRun) -> None:
     run(session_module, args(nomad))
     held = hold_admission_lock(nomad)
@@ -292,9 +293,10 @@ def _fail_an_allocation(double: NomadAPIDouble) -> None:
 
 @pytest.mark.parametrize("inject, step, fragment", [
     (_fail_register_500, "register job", "HTTP 500"),
-    (_timeout_register, "register job", "timeout"),
+    pytest.param(_timeout_register, "register job", "timeout", marks=pytest.mark.slow),  # waits out the client's timeout
     (_deny_variable_write, "write keypair secret", "HTTP 403"),
-    (_never_start, "wait for containers", "containers not all running after 1s"),
+    pytest.param(_never_start, "wait for containers", "containers not all running after 1s",
+                 marks=pytest.mark.slow),  # waits out its 1 s
     (_fail_an_allocation, "wait for containers", "sub1 failed (Exceeded allowed attempts"),
 ], ids=["register-500", "register-timeout", "variable-403", "wait-timeout", "alloc-failed"])
 def test_failed_creation_is_rolled_back(nomad: NomadAPIDouble, run: ModuleRun, inject: t.Any, step: str,
@@ -341,6 +343,7 @@ def test_pending_fails_with_the_reason_and_writes_nothing(nomad_double_factory: 
     assert writes(double) == []
 
 
+@pytest.mark.slow
 def test_wait_for_resources_succeeds_when_a_node_joins(nomad_double_factory: t.Any, run: ModuleRun) -> None:
     double = nomad_double_factory(token=NOMAD_TOKEN)
     double.add_node("tiny", cpu=1500, memory=4096)
@@ -356,6 +359,7 @@ def test_wait_for_resources_succeeds_when_a_node_joins(nomad_double_factory: t.A
     assert len(double.find("GET", "^/v1/nodes$")) >= 2
 
 
+@pytest.mark.slow
 def test_wait_for_resources_gives_up_with_the_reason(nomad_double_factory: t.Any, run: ModuleRun) -> None:
     double = nomad_double_factory(token=NOMAD_TOKEN)
     double.add_node("tiny", cpu=1500, memory=4096)

@@ -212,6 +212,7 @@ def test_render_is_unsigned_and_needs_no_key(run: ModuleRun, tmp_path: t.Any) ->
     assert {g["Networks"][0]["CNI"]["Args"]["BAI_MAC"] for g in rendered["job"]["Job"]["TaskGroups"]} == {"UNSIGNED-RENDER-ONLY"}
 
 
+@pytest.mark.slow
 def test_the_key_is_in_no_output_job_or_variable(nomad: NomadAPIDouble, network_key_file: str, tmp_path: t.Any) -> None:
     """create_session.yml and destroy_session.yml at -vvv, and render_session.yml: the key's text appears nowhere."""
     with open(network_key_file, encoding="ascii") as f:
@@ -239,6 +240,7 @@ def test_the_key_is_in_no_output_job_or_variable(nomad: NomadAPIDouble, network_
     assert nomad.find("POST", "^/v1/jobs$") and claims(nomad) == {}
 
 
+@pytest.mark.slow
 def test_a_session_larger_than_a_slot_claims_an_aligned_block(nomad_double_factory: t.Any, run: ModuleRun) -> None:
     """300 containers do not fit a /24: the session takes a block of two slots (a /23), claims both, gives both back."""
     double = nomad_double_factory(token=NOMAD_TOKEN)

@@ -17,6 +17,8 @@ from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 -
 from nomad_double.server import NomadAPIDouble
 from repo_helpers import play_stats, run_playbook, task_results
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs (not in scripts/run-tests --quick)
+
 PLAYBOOK = """
 - name: A cluster session on Nomad
   hosts: localhost

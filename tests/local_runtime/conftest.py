@@ -43,15 +43,14 @@ def _skip_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test here but the ``no_root`` ones changes this machine: marked ``machine`` (it holds the suite's
+    machine lock, tests/machine_lock.py), and skipped without root and the runtime's prerequisites."""
     reason = _skip_reason()
-    if reason:
-        for item in items:
-            if "local_runtime" in str(item.fspath) and "no_root" not in item.keywords:
+    for item in items:
+        if "local_runtime" in str(item.fspath) and "no_root" not in item.keywords:
+            item.add_marker(pytest.mark.machine)
+            if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "no_root: runs without root (no session is brought up)")
 
 
 @pytest.fixture(scope="session")

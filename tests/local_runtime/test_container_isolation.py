@@ -3,8 +3,7 @@ from inside A (logged in through A's ssh_config, and as A's batch command) nothi
 entered or signalled; a container cannot take more memory or processes than its cgroup gives it.
 
 Each probe comes with a positive control on A's own process (the same read of /proc/<pid>/environ, kill,
-/proc/<pid>) so that a probe that could never succeed does not pass for a defence. Run under
-``flock /work/.netns-tests.lock``.
+/proc/<pid>) so that a probe that could never succeed does not pass for a defence.
 """
 from __future__ import annotations
 

@@ -3,12 +3,14 @@ backend and ``init_method="env://"``, one rank per container, started over ``ssh
 user. It reads only what the session injects (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK), resolves main1
 and the ranks' own names inside the session network, and all_reduce must add every rank's value.
 
-torch runs from a venv of the machine's ``/usr/bin/python3`` under the repository's ``.cache/`` (kept
-between runs, ignored by git): the containers see the machine's files but not /root (where the test
-runner's pyenv python lives) nor /tmp. It is made with ``pip install torch==2.13.0`` (a CPU build, 0.2 GB,
+torch runs from a venv of the machine's ``/usr/bin/python3`` kept under the repository's ``.cache/`` (between
+runs, ignored by git), which the session mounts read-only at ``~/torch-venv`` of the session user as a user's job would mount its
+environment: a spec mount, from a mount root (``mount_roots``) that is the venv's folder. So the containers reach
+it wherever the repository is cloned (under a 0700 home, under /tmp, which containers have private), by the
+product's own means, not by where the clone happens to be. It is made with ``pip install torch==2.13.0`` (a CPU build, 0.2 GB,
 which pip on this project's machines finds on their disk; elsewhere point pip at PyTorch's CPU index,
 e.g. ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``). If it cannot be made the test is
-skipped, except under CI (``CI`` set), where it fails. Run under ``flock /work/.netns-tests.lock``.
+skipped, except under CI (``CI`` set), where it fails.
 """
 from __future__ import annotations
 
@@ -25,8 +27,12 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local import lo
 from conftest import REPO
 
 TORCH = "torch==2.13.0"
-VENV = os.path.join(REPO, ".cache", "torch-venv")
+CACHE = os.path.join(REPO, ".cache")
+VENV = os.path.join(CACHE, "torch-venv")
 PYTHON = os.path.join(VENV, "bin", "python")
+#: where the session mounts the venv: in the session user's home (each container's own, so nothing is made on the
+#: machine); a venv runs from where its python is called (pyvenv.cfg sits beside bin/)
+VENV_IN_CONTAINER = "/home/work/torch-venv"
 
 ALL_REDUCE = r"""
 import os, warnings
@@ -67,8 +73,10 @@ def test_gloo_all_reduce_across_containers_as_the_session_user(torch_python: str
     root = os.path.join(run_dir, uuid.uuid4().hex[:8])
     hosts = ["main1", "sub1", "sub2"]
     spec = {"name": "gloo", "image": "local", "cluster_size": len(hosts), "cluster_mode": "single-node",
-            "resources": {"cpu": 1500, "memory": 1536}, "master_port": 29500}
-    result = local_backend.LocalBackend(root).present(spec)
+            "resources": {"cpu": 1500, "memory": 1536}, "master_port": 29500,
+            "mounts": [{"source": VENV, "target": VENV_IN_CONTAINER, "read_only": True}]}
+    backend = local_backend.LocalBackend(root, mount_roots=[CACHE])
+    result = backend.present(spec)
     before.record(root, ["gloo"])
     try:
         script = base64.b64encode(ALL_REDUCE.encode()).decode()
@@ -77,7 +85,7 @@ def test_gloo_all_reduce_across_containers_as_the_session_user(torch_python: str
             ["ssh", "-F", os.path.join(result["session"]["state_dir"], "ssh_config"), "main1",
              "for h in %s; do ssh $h 'echo %s | base64 -d | %s -' > ~/gloo.$h 2>&1 & done; wait; "
              "for h in %s; do echo $h: $(grep '^rank' ~/gloo.$h || cat ~/gloo.$h); rm ~/gloo.$h; done"
-             % (" ".join(hosts), script, torch_python, " ".join(hosts))],
+             % (" ".join(hosts), script, VENV_IN_CONTAINER + "/bin/python", " ".join(hosts))],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False)
         assert p.returncode == 0, p.stderr
         lines = p.stdout.splitlines()
@@ -86,5 +94,5 @@ def test_gloo_all_reduce_across_containers_as_the_session_user(torch_python: str
         assert lines == ["%s: rank %d of %d sum %d uid %s" % (h, i, len(hosts), total, uid)
                          for i, h in enumerate(hosts)], p.stdout
     finally:
-        local_backend.LocalBackend(root).absent("gloo")
+        backend.absent("gloo")
     before.assert_clean()

@@ -123,11 +123,24 @@ class AllocsModel(ModelState):
         rec = self.jobs.get((alloc["Namespace"], alloc["JobID"]))
         if rec is None:
             return copy.deepcopy(alloc["Job"])
+        if rec["job"] is alloc["Job"]:  # the current version: one view for all its allocations
+            return self._job_view_of_allocs(rec)
         job = self.job_view(rec)
-        if rec["job"] is not alloc["Job"]:
-            job.update({k: copy.deepcopy(v) for k, v in alloc["Job"].items()})
+        job.update({k: copy.deepcopy(v) for k, v in alloc["Job"].items()})
         job["Version"] = alloc["JobVersion"]
         return job
+
+    def _job_view_of_allocs(self, rec: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        """The job every allocation of it embeds, made once per job version and status (a session's view reads each
+        of its allocations: a copy of a 300-group job per read made that quadratic). Handed out unchanged, to be
+        serialised: a new version or status makes a new one."""
+        key = (rec["job"]["Namespace"], rec["job"]["ID"], rec["ModifyIndex"], rec["Version"], self.job_status(rec))
+        cache = self.__dict__.setdefault("_alloc_job_views", {})
+        if key not in cache:
+            if len(cache) > 64:
+                cache.clear()
+            cache[key] = self.job_view(rec)
+        return cache[key]
 
     def allocated_resources(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         tasks = {}

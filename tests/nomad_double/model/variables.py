@@ -103,6 +103,10 @@ class VariablesModel(ModelState):
 
     #: the model's clock for lock timers (a test may set a fake one on the model)
     clock: t.Callable[[], float] = staticmethod(time.monotonic)
+    #: with a fake :attr:`clock`, how many of its seconds pass per real second: a test's faster clock (its clients
+    #: then ask for blocking reads of ``wait`` clock seconds, served in ``wait / clock_rate`` real ones, and a blocked
+    #: read wakes when a lock lapses on it); None: a clock the test steps by hand (no timer of its own)
+    clock_rate: t.Optional[float] = None
     #: the variables table's index (``tableIndex`` of ``state.TableVariables``): the last index a variable changed at
     variables_index = 0
     _variables_changed: t.Optional[threading.Condition] = None
@@ -140,14 +144,15 @@ class VariablesModel(ModelState):
         if index <= 0 or at > index:
             return answer, at
         wait = wait if 0 < wait <= 300.0 else 300.0
-        deadline = time.monotonic() + wait + random.uniform(0, wait / 16)
+        rate = 1.0 if self.clock is VariablesModel.clock else self.clock_rate  # clock seconds per real second
+        deadline = time.monotonic() + (wait + random.uniform(0, wait / 16)) / (rate or 1.0)
         while at <= index and not stopping():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             due = self.lock_invalidation_due()  # a lock removed by its timer is a write nobody makes
-            if due is not None and self.clock is VariablesModel.clock:
-                remaining = min(remaining, max(0.005, due - self.clock()))
+            if due is not None and rate:
+                remaining = min(remaining, max(0.005, (due - self.clock()) / rate))
             self._changed().wait(remaining)
             answer, at = read()
         return answer, at

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Documentation of the session spec: the suboptions of the modules' option ``spec``.
 
-Keys, types, defaults and choices must equal ``SCHEMA`` in plugins/module_utils/_session/spec.py, the schema
+Keys, types, defaults and choices must equal ``SCHEMA`` in plugins/module_utils/_session/schema.py, the schema
 the validator reads; tests/unit/plugins/doc_fragments/test_session_spec_doc.py fails when they drift.
 """
 

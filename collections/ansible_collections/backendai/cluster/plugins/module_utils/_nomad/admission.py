@@ -156,10 +156,10 @@ def request_digest(request: t.Mapping[str, t.Any]) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
-def _heartbeat_age(items: t.Mapping[str, t.Any]) -> float:
+def _heartbeat_age(items: t.Mapping[str, t.Any], wall: t.Callable[[], float] = time.time) -> float:
     """Seconds since a queue entry's heartbeat (an entry without a readable one: as good as dead)."""
     try:
-        return time.time() - float(items.get(HEARTBEAT_ITEM) or 0)
+        return wall() - float(items.get(HEARTBEAT_ITEM) or 0)
     except (TypeError, ValueError):
         return float("inf")
 
@@ -184,7 +184,7 @@ class AdmissionLock:
     def __init__(self, nomad: NomadClient, owner: str, ttl: float = DEFAULT_TTL, lock_delay: float = DEFAULT_LOCK_DELAY,
                  wait: float = DEFAULT_LOCK_WAIT, sleep: t.Callable[[float], None] = time.sleep,
                  clock: t.Callable[[], float] = time.monotonic,
-                 request: t.Optional[t.Mapping[str, t.Any]] = None) -> None:
+                 request: t.Optional[t.Mapping[str, t.Any]] = None, wall: t.Callable[[], float] = time.time) -> None:
         self.nomad = nomad.in_namespace(LOCK_NAMESPACE)
         self.owner = owner
         self.ttl = max(10.0, float(ttl))
@@ -192,6 +192,8 @@ class AdmissionLock:
         self.wait = float(wait)
         self._sleep = sleep
         self._clock = clock
+        #: the time written into queue entries and grants, which other clients compare with theirs
+        self._wall = wall
         self.lock_id: t.Optional[str] = None
         self._renewed = 0.0
         #: this waiter's queue entry (path, CreateIndex) while it queues or holds after queueing, the
@@ -287,7 +289,7 @@ class AdmissionLock:
                     if changed_to != modify_index:  # its heartbeat (or a mark not for us): alive, block on again
                         modify_index = changed_to
                         continue
-                    if _heartbeat_age(items) >= self.ttl:
+                    if _heartbeat_age(items, self._wall) >= self.ttl:
                         # a slice ended with the entry unwritten and its heartbeat older than a TTL (its waiter writes
                         # it every TTL / 2): dead. Passed over, deleted at our release if still unwritten then
                         self._passed[path] = changed_to
@@ -325,7 +327,7 @@ class AdmissionLock:
             self._grants_index = int((var or {}).get("ModifyIndex") or 0)
         try:
             grants = json.loads(str(items.get(GRANTS_ITEM) or "{}"))
-            age = time.time() - float(items.get(GRANTED_AT_ITEM) or 0)
+            age = self._wall() - float(items.get(GRANTED_AT_ITEM) or 0)
         except ValueError:
             return False
         # a holder clears its grants before it releases; grants older than a TTL may be a dead holder's (its lock
@@ -375,7 +377,7 @@ class AdmissionLock:
         self.waited = self._clock() - start
 
     def _entry_items(self) -> t.Dict[str, str]:
-        items = {"holder": self.owner, HEARTBEAT_ITEM: "%.3f" % time.time()}
+        items = {"holder": self.owner, HEARTBEAT_ITEM: "%.3f" % self._wall()}
         if self.request is not None:
             items[REQUEST_ITEM] = json.dumps(self.request, sort_keys=True)
         return items
@@ -517,7 +519,7 @@ class AdmissionLock:
             if not grants:
                 return 0
             grants = dict(self._grants, **grants)  # (those admitted before still read theirs here)
-            copied = {GRANTS_ITEM: json.dumps(grants, sort_keys=True), GRANTED_AT_ITEM: "%.3f" % time.time()}
+            copied = {GRANTS_ITEM: json.dumps(grants, sort_keys=True), GRANTED_AT_ITEM: "%.3f" % self._wall()}
             written = self.nomad.acquire_lock(LOCK_PATH, self.ttl, self.lock_delay, dict(copied, holder=self.owner),
                                               lock_id=self.lock_id)
             copied[GRANTS_INDEX_ITEM] = str(int((written or {}).get("ModifyIndex") or 0))

@@ -18,6 +18,17 @@ namespaces removed at the end. Needs root.
 Targets: median ADD of the plugin / median ADD of the plain chain <= 1.5; median ADD with the
 allocation look-up / median ADD without it (the local runtime's admission, what every ADD did
 before the look-up) <= 1.5.
+
+``--scale 2,1024 [--rounds 7]`` instead measures the ADD of a container of a dispersed session of N containers on N
+agents (args version 4, the look-up against the double, no underlay encryption): the session's job is the one
+``render_job`` makes (signed), registered in the double with a node per agent; the container is the one the
+plan put on the bench agent, so its ADD is the session's first on the agent: the two list-stub look-ups, the
+agent table (once per session on an agent) and the session's bridge and VXLAN device to its N-1 peers (underlay
+addresses in 127.1.0.0/16: nothing leaves the bench agent's namespace). It is DELeted after each ADD (the session
+leaves the agent), and the sizes alternate, round after round. Reported per N: the median ADD, the bytes the ADD
+read from the double (look-ups and table apart), and what ``GET /v1/allocation/:id``, the look-up before,
+would have read (Nomad's Allocation with its embedded Job). Targets: look-up bytes <= 16 KB at every N; median ADD
+at the largest N / at the smallest <= 1.2.
 """
 from __future__ import annotations
 
@@ -175,6 +186,116 @@ def main() -> int:
     return 0
 
 
+def _register_rendered(double: NomadAPIDouble, job: dict) -> None:
+    req = urllib.request.Request(double.url + "/v1/jobs", data=json.dumps({"Job": job}).encode(), method="PUT",
+                                 headers={"X-Nomad-Token": TOKEN})
+    with urllib.request.urlopen(req, timeout=600):
+        pass
+
+
+def scale(sizes: t.List[int], rounds: int) -> int:
+    """See the module's docstring (``--scale``)."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import JobNetwork
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad.render import plan_session, render_session
+    from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
+
+    tag = uuid.uuid4().hex[:6]
+    agent = "bai-bench-%s" % tag
+    peers = ["peer-%05d" % i for i in range(max(sizes) - 1)]
+    ips = {AGENT_NAME: AGENT_IP}
+    ips.update({p: net.ip4_text(0x7F010000 + i + 1) for i, p in enumerate(peers)})
+    double = NomadAPIDouble(token=TOKEN)
+    for name, ip in ips.items():
+        double.add_node(name, cpu=1000, memory=2048, address=ip)
+    times: dict = {(n, k): [] for n in sizes for k in (0, 1)}
+    read: dict = {}
+    embedded: dict = {}
+    with tempfile.TemporaryDirectory(prefix="bai-cni-scale-") as work:
+        conflist = lnet.install(work, [(AGENT_NAME, AGENT_IP, 1500)], egress=False, uplinks=[])[AGENT_NAME]
+        with open(conflist, encoding="utf-8") as f:
+            conf = json.load(f)
+        with open(os.path.join(work, "nomad.token"), "w", encoding="ascii") as f:
+            f.write(TOKEN + "\n")
+        cluster_key = net.read_key(os.path.join(work, "network.key"))
+        made = [agent] + ["%s-c%d-%d" % (agent, n, k) for n in sizes for k in (0, 1)]
+        atts: dict = {}
+        try:
+            subprocess.run(["ip", "-batch", "-"], input="".join("netns add %s\n" % n for n in made), text=True,
+                           check=True)
+            subprocess.run(["ip", "-n", agent, "link", "set", "lo", "up"], check=True)
+            in_netns(agent, double.start)
+            conf["plugins"][1].update(identity="nomad", nomadAddr=double.url,
+                                      nomadTokenFile=os.path.join(work, "nomad.token"))
+            for i, n in enumerate(sorted(sizes, reverse=True)):
+                spec = {"name": "scale-%d" % n, "image": "python:3.11-slim", "cluster_size": n,
+                        "cluster_mode": "multi-node", "resources": {"cpu": 100, "memory": 128},
+                        "placement": {"strategy": "dispersed"}, "network": {"underlay_encryption": "none"}}
+                # room for one container on every agent but the bench agent's two: the dispersed extreme, and a second
+                # container on the bench agent that joins the session's network there
+                agents = [{"name": a, "cpu": 100, "memory": 128} for a in peers[:n - 2]]
+                agents.insert(0, {"name": AGENT_NAME, "cpu": 200, "memory": 256})
+                plan = plan_session(parse_spec(spec), agents)
+                assert plan.placed and len(plan.agents_used) == n - 1, plan.reason
+                network = JobNetwork(slot=i * 16, slots=16, underlay=ips, key=cluster_key)
+                rendered = render_session(plan, "", "", network, with_hcl=False)
+                for path, items in rendered.table:
+                    double.model.put_variable("default", path, items, None, None)
+                job = t.cast(dict, rendered.job)
+                in_netns(agent, lambda: _register_rendered(double, job))
+                mine = [g for g in job["TaskGroups"] if g["Meta"]["backendai_agent"] == AGENT_NAME]
+                assert len(mine) == 2, [g["Name"] for g in mine]
+                atts[n] = []
+                for k, group in enumerate(mine):
+                    alloc, = [a["ID"] for a in double.allocations_of(job["ID"]) if a["TaskGroup"] == group["Name"]]
+                    embedded[n] = len(json.dumps(double.model.allocation(alloc), separators=(",", ":")))
+                    cni_args = net.nomad_cni_args(group["Networks"][0]["CNI"]["Args"], "global", "default", job["ID"],
+                                                  group["Name"], alloc)
+                    atts[n].append(Attachment(alloc, "/run/netns/%s-c%d-%d" % (agent, n, k), work,
+                                              agent_netns="/run/netns/" + agent, cni_args=cni_args,
+                                              cni_path=os.path.join(work, "bin") + os.pathsep + CNI_PATH))
+            for _ in range(rounds):
+                for n in sizes:
+                    for k, att in enumerate(atts[n]):  # the session's first ADD on the agent, then the second's
+                        double.clear_requests()
+                        t0 = time.perf_counter()
+                        cni_add(conf, att, os.path.join(work, "scale-%d-%d.json" % (n, k)))
+                        times[n, k].append(time.perf_counter() - t0)
+                        reqs = double.requests
+                        read[n, k] = (sum(r.response_bytes for r in reqs if r.path == "/v1/allocations"),
+                                      sum(r.response_bytes for r in reqs if r.path.startswith("/v1/var/")))
+                    for k, att in reversed(list(enumerate(atts[n]))):
+                        cni_del(conf, att, os.path.join(work, "scale-%d-%d.json" % (n, k)))
+        finally:
+            for n, pair in atts.items():
+                for k, att in enumerate(pair):
+                    cni_del(conf, att, os.path.join(work, "scale-%d-%d.json" % (n, k)))
+            double.stop()
+            subprocess.run(["ip", "-force", "-batch", "-"], input="".join("netns del %s\n" % n for n in made),
+                           text=True, check=False)
+    print("CNI ADD of a container of a session of N containers on N-1 agents, 2 of them on the bench agent: the "
+          "session's first ADD there (table read, bridge, VXLAN to N-2 peers) and the second's; %d rounds" % rounds)
+    for n in sizes:
+        for k, what in ((0, "first "), (1, "second")):
+            print("  N=%-5d %s median %.4f s  min %.4f  max %.4f   read: look-ups %5d B (target <= 16384), agent table "
+                  "%5d B" % (n, what, statistics.median(times[n, k]), min(times[n, k]), max(times[n, k]),
+                             read[n, k][0], read[n, k][1]))
+        print("  N=%-5d GET /v1/allocation/:id (the look-up before) would have read %d B" % (n, embedded[n]))
+    lo, hi = min(sizes), max(sizes)
+    for k, what in ((1, "second (joins the session's network on the agent)"), (0, "first (sets it up: linear in peers)")):
+        print("  ratio median ADD N=%d / N=%d, %s: %.2f  (target <= 1.2)"
+              % (hi, lo, what, statistics.median(times[hi, k]) / statistics.median(times[lo, k])))
+    return 0
+
+
 if __name__ == "__main__":
     with machine_lock():  # sessions and namespaces: never beside a test run's leak checks
+        if "--scale" in sys.argv:
+            scale_ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+            scale_ap.add_argument("--scale", required=True, help="session sizes, e.g. 2,1024")
+            scale_ap.add_argument("--rounds", type=int, default=7)
+            scale_args = scale_ap.parse_args()
+            if os.geteuid() != 0:
+                print("needs root", file=sys.stderr)
+                sys.exit(2)
+            sys.exit(scale([int(x) for x in scale_args.scale.split(",")], scale_args.rounds))
         sys.exit(main())

@@ -89,16 +89,29 @@ def group_key(job: t.Mapping[str, t.Any], group: str, cluster_key: bytes) -> byt
     raise KeyError(group)
 
 
+def with_table(double: t.Any, adm: t.Any) -> t.Any:
+    """A version 4 admission with the agents of its table as the double stores it (what the plugin reads with
+    ``GET /v1/var/...``, checked by ``_session_network.resolve_table``); other versions as they are."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import resolve_table
+
+    if adm.table is None:
+        return adm
+    store = double.model.variables
+    return resolve_table(adm, [(store.get((adm.table.namespace, path)) or {}).get("Items") for path in adm.table.paths])
+
+
 def admitted_groups(job: t.Mapping[str, t.Any], key: bytes, namespace: str = "default",
-                    region: str = "global") -> t.List[t.Any]:
+                    region: str = "global", double: t.Any = None) -> t.List[t.Any]:
     """Every group of ``job`` admitted by the CNI plugin's own check (``_session_network.admit``) on the agent it is
     pinned to (``key``: the cluster key), with CNI_ARGS built as Nomad's client builds them for an allocation of that
-    group in ``namespace``; raises AdmissionError if not."""
+    group in ``namespace``; raises AdmissionError if not. With ``double``, version 4 admissions get their agent
+    table from it (:func:`with_table`)."""
     from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.cluster_cases import client_args
     from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import admit, nomad_cni_args, parse_cni_args
 
     out = []
     for group in job["TaskGroups"]:
         args = nomad_cni_args(client_args(job, group["Name"]), region, namespace, job["ID"], group["Name"], "alloc-1")
-        out.append(admit(group_key(job, group["Name"], key), parse_cni_args(args)))
+        adm = admit(group_key(job, group["Name"], key), parse_cni_args(args))
+        out.append(with_table(double, adm) if double is not None else adm)
     return out

@@ -65,9 +65,12 @@ def test_the_look_up_reads_nomads_identity_of_the_allocation(double: NomadAPIDou
     identity, api = lookup.confirmed_identity(cfg, cni_args, allocs["main1"])
     assert identity == ("default", "train;42", "main1")  # the job ID as Nomad has it, ';' and all
     lookup.check_only_live(api, identity, allocs["main1"])
-    seen = [r.path for r in double.requests if r.path.startswith("/v1/allocation/")]
-    assert seen == ["/v1/allocation/" + allocs["main1"]]
-    assert double.find("GET", "^/v1/job/train(%3B|;)42/allocations$")  # the job ID escaped in the path
+    # list stubs only, never /v1/allocation/:id (Nomad's Allocation embeds the whole job)
+    assert [r.path for r in double.requests] == ["/v1/allocations", "/v1/allocations"]
+    by_id, group = double.requests
+    assert (by_id.query["prefix"], by_id.query["namespace"], by_id.query["task_states"]) == (
+        [allocs["main1"]], ["*"], ["false"])
+    assert group.query["filter"] == ['JobID == "train;42" and TaskGroup == "main1"']  # the job ID quoted in the filter
     with pytest.raises(system.PluginError, match="runs on node 'n2', not on this agent"):
         lookup.confirmed_identity(cfg, {"NOMAD_ALLOC_ID": allocs["sub1"]}, allocs["sub1"])
 
@@ -151,7 +154,7 @@ def test_each_failure_of_the_look_up_is_a_cni_error_with_its_reason(double: Noma
     with pytest.raises(system.PluginError, match="cannot be asked") as err:
         lookup.confirmed_identity(config(closed, tmp_path), {"NOMAD_ALLOC_ID": alloc}, alloc)
     assert err.value.code == system.E_TRY_LATER
-    double.fail_next("GET", "/v1/allocation/.*", status=500, body="rpc error: no leader")
+    double.fail_next("GET", "/v1/allocations", status=500, body="rpc error: no leader")
     with pytest.raises(system.PluginError, match="answered 500 .*no leader") as err:
         lookup.confirmed_identity(config(double.url, tmp_path), {"NOMAD_ALLOC_ID": alloc}, alloc)
     assert err.value.code == system.E_TRY_LATER
@@ -172,8 +175,9 @@ def test_a_scaled_group_has_another_live_allocation(double: NomadAPIDouble, tmp_
 
 def test_an_allocation_of_an_earlier_registration_of_the_job_id_is_counted(double: NomadAPIDouble,
                                                                            tmp_path: t.Any) -> None:
-    """The job is purged and registered again while its first allocation still runs: Nomad lists that allocation only
-    with ``all=true`` (``AllocsByJob``), and the look-up counts it."""
+    """The job is purged and registered again while its first allocation still runs: Nomad's job endpoint lists that
+    allocation only with ``all=true`` (``AllocsByJob``); the look-up's ``Alloc.List`` of the group reads the namespace's
+    allocations, every incarnation, and counts it."""
     first = register(double, "train", {"main1": "n1"})["main1"]
     double.new_incarnation_keeping_allocations("train")
     register(double, "train", {"main1": "n1"}, count=2)
@@ -181,7 +185,7 @@ def test_an_allocation_of_an_earlier_registration_of_the_job_id_is_counted(doubl
     identity, api = lookup.confirmed_identity(config(double.url, tmp_path), {"NOMAD_ALLOC_ID": second}, second)
     with pytest.raises(system.PluginError, match="another live allocation \\(%s\\)" % first):
         lookup.check_only_live(api, identity, second)
-    assert double.find("GET", "^/v1/job/train/allocations$")  # (the query, all=true, is not in the path)
+    assert double.find("GET", "^/v1/allocations$") and not double.find("GET", "^/v1/job/")
     status, body = lookup.NomadAgent(config(double.url, tmp_path)).get("/v1/job/train/allocations")
     assert status == 200 and first not in body.decode()  # the control: without all=true it is not listed
 

@@ -20,7 +20,6 @@ from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.clust
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import claim_path, slot_of_job
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     admit,
-    decode_agents,
     nomad_cni_args,
     parse_cni_args,
     read_key,
@@ -28,7 +27,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
 from module_helpers import ENV_VARS, NOMAD_TOKEN
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
-from repo_helpers import group_key, run_playbook, task_results
+from repo_helpers import group_key, run_playbook, task_results, with_table
 
 pytestmark = pytest.mark.slow  # ansible-playbook runs (not in scripts/run-tests --quick)
 
@@ -75,13 +74,12 @@ def test_multinode_create_and_destroy_only_talk_to_nomad(nomad: NomadAPIDouble, 
     job = nomad.stored_job("ovl")
     assert job is not None
     assert {g["Networks"][0]["Mode"] for g in job["TaskGroups"]} == {"cni/backendai"}
-    assert {decode_agents(g["Networks"][0]["CNI"]["Args"]["BAI_AGENTS"]) for g in job["TaskGroups"]} == {
-        tuple(AGENTS.values())}
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in job["TaskGroups"]} == {"4"}  # agents in the table
     key = read_key(network_key_file)
     for group in job["TaskGroups"]:
         args = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "ovl", group["Name"],
                                              "alloc"))
-        assert admit(group_key(job, group["Name"], key), args).params.agents == tuple(AGENTS.values())
+        assert with_table(nomad, admit(group_key(job, group["Name"], key), args)).params.agents == tuple(AGENTS.values())
     slot = slot_of_job(job)[0]
     assert nomad.stored_variable(claim_path(slot))["Items"]["job"] == "ovl"
     assert not os.path.exists(os.path.join(home, ".local", "state", "backendai-cluster", "overlays"))
@@ -96,6 +94,7 @@ def test_multinode_create_and_destroy_only_talk_to_nomad(nomad: NomadAPIDouble, 
     assert set(json.loads(destroyed.stdout)["stats"]) == {"localhost"}
     assert nomad.stored_job("ovl") is None and nomad.stored_variable(claim_path(slot)) is None
     assert nomad.stored_variable("nomad/jobs/ovl") is None
+    assert not [path for _ns, path in nomad.model.variables if path.startswith("backendai-cluster/network/agents/")]
 
 
 def test_a_failed_submission_leaves_nothing(nomad: NomadAPIDouble, inventory: str, tmp_path: t.Any) -> None:

@@ -68,7 +68,7 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
         tmp_path: str, network_key_file: str) -> None:
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import preferred_slot
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad.claims import Claim
-    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import AdmissionError, read_key
+    from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import AdmissionError, read_key, resolve_table
     from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import derive_session_id
     from hclfmt_check import problems
 
@@ -94,14 +94,19 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
         "path": "backendai-cluster/network/slots/%d" % slot, "namespace": "default",
         "items": Claim(slot, "default", "example-multi", session_id, 1).items()}
     results = task_results(first)
-    assert results["Show how to run it with the Nomad CLI"]["msg"][:3] == [
+    table_file = os.path.join(out, "example-multi.agents-0.var.hcl")
+    table = read_var_spec(table_file)  # the agent table: once, in the claims namespace, under the slot
+    assert table["namespace"] == "default" and table["path"].startswith("backendai-cluster/network/agents/%d/" % slot)
+    assert results["Show how to run it with the Nomad CLI"]["msg"][:4] == [
         "nomad var put -namespace=default -check-index=0 @%s" % claim_file,
+        "nomad var put -namespace=default @%s" % table_file,
         "nomad var put -namespace=default @%s" % var_file,
         "nomad job run %s" % os.path.join(out, "example-multi.nomad.hcl")]
-    assert "network slot %d is taken" % slot in results["Show how to run it with the Nomad CLI"]["msg"][3]
-    assert "-e network_slot=N" in results["Show how to run it with the Nomad CLI"]["msg"][3]
-    assert results["Show how to remove it with the Nomad CLI"]["msg"][:3] == [
+    assert "network slot %d is taken" % slot in results["Show how to run it with the Nomad CLI"]["msg"][4]
+    assert "-e network_slot=N" in results["Show how to run it with the Nomad CLI"]["msg"][4]
+    assert results["Show how to remove it with the Nomad CLI"]["msg"][:4] == [
         "nomad job stop -namespace=default -purge example-multi",
+        "nomad var purge -namespace=default %s" % table["path"],
         "nomad var purge -namespace=default backendai-cluster/network/slots/%d" % slot,
         "nomad var purge -namespace=default nomad/jobs/example-multi"]
     assert results["Show what is missing for the Nomad CLI"].get("skipped") is True
@@ -110,7 +115,7 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
         job = json.load(f)["Job"]
     assert job["Namespace"] == "default"
     key = read_key(network_key_file)
-    admitted = admitted_groups(job, key)
+    admitted = [resolve_table(a, [table["items"]]) for a in admitted_groups(job, key)]  # with the table written
     assert [a.group for a in admitted] == [g["Name"] for g in job["TaskGroups"]] and len(admitted) == 6
     assert {a.params.vni for a in admitted} == {0x10000 + slot}
     assert {a.params.agents for a in admitted} == {("10.0.0.13", "10.0.0.11")}  # agent-c, agent-a: plan order
@@ -122,7 +127,7 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
         jobspec = f.read()
     assert 'nomadVar \\"nomad/jobs/example-multi\\"' in jobspec  # where the tasks read the variable
     assert session_id in jobspec and '\n  namespace   = "default"\n' in jobspec
-    for path in (var_file, claim_file, os.path.join(out, "example-multi.nomad.hcl")):
+    for path in (var_file, claim_file, table_file, os.path.join(out, "example-multi.nomad.hcl")):
         with open(path, encoding="utf-8") as f:
             assert problems(f.read()) == [], path
     again = run_playbook("render_session.yml", *args)
@@ -134,6 +139,7 @@ def test_nomad_cli_path_writes_a_signed_job_its_claim_and_the_keypair_and_prints
     assert moved.returncode == 0, moved.stdout[-2000:]
     claims = sorted(n for n in os.listdir(out) if ".slot-" in n)
     assert claims == ["example-multi.slot-%d.var.json" % ((slot + 7) % 2048)]
+    assert sorted(n for n in os.listdir(out) if ".agents-" in n) == ["example-multi.agents-0.var.json"]
     claim_json = read_var_spec(os.path.join(out, claims[0]))
     assert claim_json["items"]["first"] == str((slot + 7) % 2048) and claim_json["namespace"] == "default"
     with open(os.path.join(out, "example-multi.var.json"), encoding="utf-8") as f:

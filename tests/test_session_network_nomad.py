@@ -31,7 +31,7 @@ from module_helpers import ENV_VARS, NOMAD_TOKEN, ModuleRun, spec
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
-from repo_helpers import admitted_groups, group_key, lint_job_files, read_var_spec, run_playbook
+from repo_helpers import admitted_groups, group_key, lint_job_files, read_var_spec, run_playbook, with_table
 
 PREFIX = "backendai-cluster/network/slots/"
 
@@ -103,7 +103,7 @@ def test_a_rerun_keeps_the_slot_and_remakes_a_lost_claim(nomad: NomadAPIDouble, 
     checked = run(session_module, args(nomad), check=True)
     assert checked["changed"] is True and slot not in claims(nomad)  # would make it again; check mode writes nothing
     third = run(session_module, args(nomad))
-    assert third["changed"] is True and third["changes"] == ["network slot %d: lost claim made again" % slot]
+    assert third["changed"] is True and third["changes"] == ["network slot %d: lost claim or agent table made again" % slot]
     assert claims(nomad)[slot]["job"] == "s1"
     assert run(session_module, args(nomad))["changed"] is False
 
@@ -157,7 +157,7 @@ def test_the_submitted_job_is_admitted_for_itself_only_and_passes_the_lint(nomad
     job = nomad.stored_job("mn")
     for group in job["TaskGroups"]:
         mine = parse_cni_args(nomad_cni_args(client_args(job, group["Name"]), "global", "default", "mn", group["Name"], "a"))
-        assert admit(group_key(job, group["Name"], key), mine).params.agents == ("192.168.60.1", "10.9.0.2")
+        assert with_table(nomad, admit(group_key(job, group["Name"], key), mine)).params.agents == ("192.168.60.1", "10.9.0.2")
         with pytest.raises(AdmissionError):
             other = nomad_cni_args(client_args(job, group["Name"]), "global", "default", "other", group["Name"], "b")
             admit(group_key(job, group["Name"], key), parse_cni_args(other))
@@ -179,7 +179,8 @@ def test_a_session_of_an_earlier_release_keeps_its_args_version(nomad: NomadAPID
     for group in job["TaskGroups"]:  # what the earlier release registered: the same parameters, version 1
         cni = group["Networks"][0]["CNI"]
         mine = group_key(job, group["Name"], key)
-        params = admit(mine, parse_cni_args(nomad_cni_args(cni["Args"], "global", "default", name, group["Name"], "a"))).params
+        params = with_table(nomad, admit(mine, parse_cni_args(nomad_cni_args(cni["Args"], "global", "default", name,
+                                                                             group["Name"], "a")))).params
         plain = params._replace(encryption="none", wg_keys=(), tunnel_prefix="", mtu=1450)  # (before WireGuard)
         cni["Args"] = signed_args(mine, "default", name, group["Name"], plain.args("1"))
     client = NomadClient(NomadConnection(nomad_addr=nomad.url, token=NOMAD_TOKEN))
@@ -193,7 +194,7 @@ def test_a_session_of_an_earlier_release_keeps_its_args_version(nomad: NomadAPID
     assert {a.params.agents for a in admitted_groups(kept, key)} == {("192.168.60.1", "10.9.0.2")}
     fresh = run(session_module, args(nomad, "new", spec=spec("new", 2, cluster_mode="multi-node")))
     assert not fresh.get("failed"), fresh.get("msg")
-    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in nomad.stored_job("new")["TaskGroups"]} == {"3"}
+    assert {g["Networks"][0]["CNI"]["Args"]["BAI_V"] for g in nomad.stored_job("new")["TaskGroups"]} == {"4"}
 
 
 def test_a_missing_key_fails_before_anything_is_written(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:
@@ -325,7 +326,9 @@ def test_the_cli_path_claims_what_the_session_module_claims_runs_admitted_and_is
     assert net["slot"] == preferred_slot("team-a", "cli") and claims(nomad, "infra") == {}  # nothing claimed yet
     assert rendered["claim_files"] == [os.path.join(out, "cli.slot-%d.var.%s" % (net["slot"], fmt))]
     assert rendered["commands"][0].startswith("nomad var put -namespace=infra -check-index=0 @")
-    assert rendered["commands"][1].startswith("nomad var put -namespace=team-a @")
+    assert rendered["table_files"] == [os.path.join(out, "cli.agents-0.var.%s" % fmt)]
+    assert rendered["commands"][1] == "nomad var put -namespace=infra @" + rendered["table_files"][0]
+    assert rendered["commands"][2].startswith("nomad var put -namespace=team-a @")
     for command in rendered["commands"]:
         nomad_cli(nomad, command)
     # what _network_claims writes for this session, on a cluster of its own
@@ -337,7 +340,8 @@ def test_the_cli_path_claims_what_the_session_module_claims_runs_admitted_and_is
         "namespace": "team-a", "job": "cli", "session_id": sid, "first": str(net["slot"]), "slots": "1"}}
     job = nomad.stored_job("cli", "team-a")
     assert job is not None and nomad.stored_variable("nomad/jobs/cli", "team-a") is not None
-    assert len(admitted_groups(job, read_key(network_key_file), "team-a")) == 4
+    admitted = admitted_groups(job, read_key(network_key_file), "team-a", double=nomad)  # with the table put
+    assert len(admitted) == 4 and {a.params.agents for a in admitted} == {("192.168.60.1", "10.9.0.2")}
     with pytest.raises(_network_claims.CASConflict):  # the slot is taken now: the claim command fails
         nomad_cli(nomad, rendered["commands"][0])
     # the session module sees the CLI-made session as its own and removes all of it, the claim included
@@ -347,6 +351,7 @@ def test_the_cli_path_claims_what_the_session_module_claims_runs_admitted_and_is
     assert gone["removed"]["network_slot"] == net["slot"] and gone["removed"]["job"] is True
     assert claims(nomad, "infra") == {} and nomad.stored_variable("nomad/jobs/cli", "team-a") is None
     assert nomad.stored_job("cli", "team-a") is None
+    assert not [path for _ns, path in nomad.model.variables if path.startswith("backendai-cluster/network/agents/")]
 
 
 def test_the_cli_path_teardown_commands_remove_everything(nomad: NomadAPIDouble, run: ModuleRun, tmp_path: t.Any) -> None:
@@ -367,6 +372,7 @@ def test_the_cli_path_teardown_commands_remove_everything(nomad: NomadAPIDouble,
     for command in rendered["teardown"]:
         nomad_cli(double, command)
     assert claims(double) == {} and double.stored_job("big") is None and double.stored_variable("nomad/jobs/big") is None
+    assert not [path for _ns, path in double.model.variables if path.startswith("backendai-cluster/network/agents/")]
 
 
 def test_a_render_that_cannot_sign_as_asked_fails_clearly_writing_nothing(run: ModuleRun, tmp_path: t.Any) -> None:

@@ -289,6 +289,13 @@ class NomadAPIDouble(HTTPDouble):
         return self._ok(self.model.allocation(alloc_id))
 
     def _list_allocations(self, req: Request) -> Response:
+        """``GET /v1/allocations`` (``command/agent/alloc_endpoint.go`` ``AllocsRequest`` -> ``nomad/alloc_endpoint.go``
+        ``Alloc.List``; ``api/allocations.go`` ``Allocations.List``): list stubs (``Allocation.Stub``,
+        ``AllocListStub`` in ``nomad/structs/alloc.go``: no embedded Job, TaskStates unless ``task_states=false``,
+        ``AllocatedResources`` only with ``resources=true``). ``prefix`` selects by ID prefix (``AllocsByIDPrefix``,
+        paged by ID there: here by CreateIndex and ID as without it), in the namespace or with ``*`` in all.
+        Not modelled: ACL policies (Nomad keeps only allocations of namespaces the token may ``read-job``,
+        ``allowedNSes``), ``reverse`` ordering, blocking queries."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
         ns = self._namespace(req, allow_wildcard=True)
@@ -301,7 +308,7 @@ class NomadAPIDouble(HTTPDouble):
         except ValueError:
             return text_response(400, 'failed to parse value of "per_page"')
         token = req.q("next_token") or ""
-        stubs = self.model.alloc_stubs(ns, task_states is not False, resources)
+        stubs = self.model.alloc_stubs(ns, task_states is not False, resources, req.q("prefix") or "")
         if token:
             stubs = stubs[bisect.bisect_left([key for key, _ in stubs], token_key(token)):]
         out: t.List[t.Dict[str, t.Any]] = []

@@ -3,7 +3,8 @@
 """Allocations: what the toy scheduler places (:meth:`AllocsModel.create_alloc`), their client status over
 time (``pending`` -> ``running`` after ``alloc_start_delay`` seconds, or what a test froze with
 :meth:`AllocsModel.set_alloc_status`), task states and events (``nomad/structs/structs.go`` ``TaskState``,
-``TaskEvent``), the ``Allocation.Stub`` and full ``Allocation`` views with ``AllocatedResources`` (shared
+``TaskEvent``), the ``Allocation.Stub`` (``AllocListStub``: no Job) and full ``Allocation`` views (with the embedded ``Job``, as
+Nomad's ``Allocation`` has it: a session's every ADD that read it read the whole job) with ``AllocatedResources`` (shared
 network with the dynamic ports it was given, devices per task), and task logs
 (``/v1/client/fs/logs`` of ``command/agent/fs_endpoint.go``; the frames are
 ``client/lib/streamframer`` ``StreamFrame``s).
@@ -107,14 +108,27 @@ class AllocsModel(ModelState):
         full = self.alloc_stub(alloc)
         full.pop("JobType")
         full.update({
-            "Job": self._job_view_of_allocs(self.jobs[(alloc["Namespace"], alloc["JobID"])])
-            if (alloc["Namespace"], alloc["JobID"]) in self.jobs else copy.deepcopy(alloc["Job"]),
+            "Job": self.alloc_job(alloc),
             "Resources": {"CPU": alloc["Demand"]["cpu"], "MemoryMB": alloc["Demand"]["memory"], "DiskMB": alloc["Demand"]["disk"]},
             "AllocatedResources": self.allocated_resources(alloc),
             "Metrics": {"NodesEvaluated": 1, "NodesFiltered": 0, "AllocationTime": 1000, "CoalescedFailures": 0},
             "DeploymentID": "", "AllocModifyIndex": alloc["ModifyIndex"], "NetworkStatus": None,
         })
         return full
+
+    def alloc_job(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+        """``Allocation.Job`` (``nomad/structs/alloc.go``): the whole job the allocation was placed with, or updated in
+        place to, with its server fields (its version, not necessarily the job's current one), as
+        ``Alloc.GetAlloc`` returns it (``nomad/alloc_endpoint.go``; ``command/agent/alloc_endpoint.go`` ``allocGet``)."""
+        rec = self.jobs.get((alloc["Namespace"], alloc["JobID"]))
+        if rec is None:
+            return copy.deepcopy(alloc["Job"])
+        if rec["job"] is alloc["Job"]:  # the current version: one view for all its allocations
+            return self._job_view_of_allocs(rec)
+        job = self.job_view(rec)
+        job.update({k: copy.deepcopy(v) for k, v in alloc["Job"].items()})
+        job["Version"] = alloc["JobVersion"]
+        return job
 
     def _job_view_of_allocs(self, rec: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         """The job every allocation of it embeds, made once per job version and status (a session's view reads each
@@ -189,10 +203,12 @@ class AllocsModel(ModelState):
             raise CodedError(404, "alloc not found")
         return self.alloc_full(alloc)
 
-    def alloc_stubs(self, namespace: str, task_states: bool, resources: bool
+    def alloc_stubs(self, namespace: str, task_states: bool, resources: bool, prefix: str = ""
                     ) -> t.List[t.Tuple[t.Tuple[int, str], t.Dict[str, t.Any]]]:
-        """Every allocation of ``namespace`` (``*``: all) as ((CreateIndex, ID), stub), in that order."""
-        allocs = sorted((a for a in self.allocs.values() if namespace == "*" or a["Namespace"] == namespace),
+        """Every allocation of ``namespace`` (``*``: all) whose ID starts with ``prefix`` as ((CreateIndex, ID), stub),
+        in that order."""
+        allocs = sorted((a for a in self.allocs.values() if (namespace == "*" or a["Namespace"] == namespace)
+                         and a["ID"].startswith(prefix)),
                         key=lambda a: (a["CreateIndex"], a["ID"]))
         out = []
         for alloc in allocs:

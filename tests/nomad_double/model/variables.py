@@ -34,7 +34,8 @@ What it does not model: encryption and keyrings (Items are stored as given), var
 token may read and write everything, and sees ``Lock`` as a management token does), Nomad's late invalidation
 releasing whatever lock the variable holds by then (``invalidateVariableLock`` sends no lock ID: a lock released
 by its holder in the delay window and taken by another would lose the new lock too; here the timer belongs to
-its lock), the size quota, and variable events.
+its lock), the namespace's variables quota (``errQuotaExhausted``; the 64 KiB limit of one variable's items,
+``maxVariableSize``, is modelled), and variable events.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def go_duration(value: t.Any) -> float:
 
 def go_duration_text(seconds: float) -> str:
     return ("%gs" % seconds) if seconds < 60 else ("%dm%gs" % divmod(seconds, 60)).replace("m0s", "m")
+
+
+#: ``maxVariableSize`` of nomad/structs/variables.go: the items of one variable, keys and values, in bytes.
+MAX_VARIABLE_SIZE = 65536
 
 
 def validate_path(path: str) -> None:
@@ -217,6 +222,10 @@ class VariablesModel(ModelState):
 
     def put_variable(self, ns: str, path: str, items: t.Mapping[str, t.Any], cas: t.Optional[int],
                      lock_id: t.Optional[str]) -> t.Dict[str, t.Any]:
+        # VariableDecrypted.Validate (nomad/structs/variables.go): Items.Size() is the keys' and values' lengths
+        # (Go's len: bytes), at most maxVariableSize; canonicalizeAndValidate makes it a 400
+        if sum(len(str(k).encode("utf-8")) + len(str(v).encode("utf-8")) for k, v in items.items()) > MAX_VARIABLE_SIZE:
+            raise CodedError(400, "variables are limited to 64KiB in total size")
         validate_path(path)
         current = self.variables.get((ns, path))
         if cas is not None and (current["ModifyIndex"] if current else 0) != cas:

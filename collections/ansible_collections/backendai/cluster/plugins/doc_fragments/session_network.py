@@ -24,8 +24,9 @@ options:
   network_claims_namespace:
     description:
       - The Nomad namespace holding the cluster-wide claims of session network slots (one VNI and one subnet each),
-        the variables C(backendai-cluster/network/slots/<n>). Every control node of a cluster must use the same one;
-        the token needs variable read, write and list rights there.
+        the variables C(backendai-cluster/network/slots/<n>), and of the sessions' agent tables,
+        C(backendai-cluster/network/agents/<n>/...). Every control node of a cluster must use the same one; the token
+        needs variable read, write and list rights there (the agents' CNI plugin, read on the agent tables).
       - If not set, the value of the E(BACKENDAI_NETWORK_CLAIMS_NAMESPACE) environment variable is used.
     type: str
     default: default

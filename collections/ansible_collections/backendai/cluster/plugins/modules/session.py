@@ -17,8 +17,10 @@ description:
     (or on O(agents)), generates the session's SSH keypair, writes it to Nomad Variables (C(nomad/jobs/<name>)) or
     Vault KV v2 with check-and-set C(cas=0) B(before) registering the job, claims a session network slot (a VNI and a
     subnet unique in the cluster, C(backendai-cluster/network/slots/<n>) in O(network_claims_namespace), also with
-    C(cas=0)), registers the job with every group on the C(cni/backendai) network and its network parameters signed
-    with the cluster key (O(network_key_file)), and optionally waits until every container runs."
+    C(cas=0)), writes the session's agent table beside it (its agents' underlay addresses and WireGuard public keys,
+    once per session: C(backendai-cluster/network/agents/<n>/...)), registers the job with every group on the
+    C(cni/backendai) network and its network parameters signed with the cluster key (O(network_key_file)) over the
+    table's digest, and optionally waits until every container runs."
   - Nothing on the agents is touched - they were prepared once by the role C(backendai.cluster.overlay_agent).
   - If a step after the keypair is written fails (slot claim, job registration, waiting), the session is rolled back -
     the job is deregistered and purged, the network slot released and the secret deleted - and the error names the

@@ -21,6 +21,9 @@ description:
     C(backendai-cluster/network/slots/<n>) in O(network_claims_namespace) exactly as M(backendai.cluster.session)
     writes it, is written beside the keypair as C(<name>.slot-<n>.var.hcl) (one per slot of a block), and
     RV(commands) put it with C(nomad var put -check-index=0) (create only if absent) before the keypair and the job.
+    So is the session's agent table (its agents' underlay addresses and WireGuard public keys, once per session;
+    every group's args carry only its digest): C(<name>.agents-<k>.var.hcl), variables
+    C(backendai-cluster/network/agents/<n>/<digest>/<k>) in the same namespace, put after the claims.
     Signing needs every agent's real underlay address; an agent without one fails the task."
   - "Otherwise the job is B(not signed): its groups carry C(BAI_MAC=UNSIGNED-RENDER-ONLY) and the agents' CNI plugin
     refuses to start it (RV(unsigned_reason) says why); it is for reading. C(BAI_VNI)/C(BAI_NET) show the slot the
@@ -278,8 +281,9 @@ secret_file:
 commands:
   description:
     - The Nomad CLI commands that run the rendered session, in order - when signed, C(nomad var put -check-index=0) of
-      every RV(claim_files) (fails if the slot is taken), then C(nomad var put) of RV(secret_file), then
-      C(nomad job run) of the HCL jobspec. Signed, every command names its namespace.
+      every RV(claim_files) (fails if the slot is taken) and C(nomad var put) of every RV(table_files), then
+      C(nomad var put) of RV(secret_file), then C(nomad job run) of the HCL jobspec. Signed, every command names its
+      namespace.
   returned: when O(write_secret=true) and the session is placed
   type: list
   elements: str
@@ -287,7 +291,7 @@ commands:
            "nomad var put -namespace=default @out/train-42.var.hcl", "nomad job run out/train-42.nomad.hcl"]
 teardown:
   description: The Nomad CLI commands that remove the session again - C(nomad job stop -purge), C(nomad var purge) of the
-    slot claims (only purge claims this run did put) and of the keypair.
+    agent table, of the slot claims (only purge claims this run did put) and of the keypair.
   returned: when O(write_secret=true) and the session is placed
   type: list
   elements: str
@@ -300,6 +304,13 @@ claim_files:
   type: list
   elements: str
   sample: [out/train-42.slot-771.var.hcl]
+table_files:
+  description: Paths of the variable specification files of the signed job's agent table (its agents' underlay
+    addresses and WireGuard public keys, 1,024 agents a file), written in the claims namespace after the claims.
+  returned: when the job is signed
+  type: list
+  elements: str
+  sample: [out/train-42.agents-0.var.hcl]
 secret_path:
   description: The Nomad variable path the job reads its keypair from (C(nomad/jobs/<name>)).
   returned: when the session is placed and uses the nomad-variables secret backend

@@ -153,7 +153,8 @@ def render_files(base: ClusterModule) -> t.Dict[str, t.Any]:
     if placed.placed:  # everything is checked and read before anything is written
         slots = plan_slots(placed)
         slot = _nomad_cli.choose_slot(p["network_slot"], namespace, spec.name, slots)
-        network = dataclasses.replace(_underlay(base, live, agents, placed, signing=not unsigned_reason), slot=slot)
+        network = dataclasses.replace(_underlay(base, live, agents, placed, signing=not unsigned_reason), slot=slot,
+                                      table_namespace=claims_namespace)
         if not unsigned_reason:
             network = dataclasses.replace(network, key=control.key())
             claim = Claim(slot, namespace, spec.name, placed.session_id, slots)
@@ -183,20 +184,25 @@ def render_files(base: ClusterModule) -> t.Dict[str, t.Any]:
         # the claims are not secret; 0600 like the keypair's file beside them, so that the CLI flow's files are alike
         claims = [(os.path.join(out, n), text, 0o600)
                   for n, text in (_nomad_cli.claim_files(claim, claims_namespace, p["secret_format"]) if claim else [])]
+        tables = _nomad_cli.table_files(name, rendered.table, claims_namespace, p["secret_format"]) if claim else []
+        claims += [(os.path.join(out, n), text, 0o600) for n, _path, text in tables]
         keep = {os.path.basename(path) for path, _text, _mode in claims}
         stale = [os.path.join(out, n) for n in (sorted(os.listdir(out)) if os.path.isdir(out) else [])
-                 if _nomad_cli.is_claim_file(name, n) and n not in keep]
+                 if (_nomad_cli.is_claim_file(name, n) or _nomad_cli.is_table_file(name, n)) and n not in keep]
         paths = _write_files(base, out, files + claims, stale, result)
         result["files"] = paths[:len(p["formats"])]
         if keypair is not None:
             result["secret_file"] = secret_file
             job_file = os.path.join(out, name + (".nomad.hcl" if "hcl" in p["formats"] else ".json"))
-            claim_paths = [path for path, _text, _mode in claims]
+            claim_paths = [path for path, _text, _mode in claims[:len(claims) - len(tables)]]
+            table_paths = [path for path, _text, _mode in claims[len(claims) - len(tables):]]
             result["commands"] = _nomad_cli.run_commands(claim_paths, claims_namespace, secret_file,
-                                                         "" if unsigned_reason else namespace, job_file)
+                                                         "" if unsigned_reason else namespace, job_file, table_paths)
             slots = list(claim.block) if claim else []
             result["teardown"] = _nomad_cli.teardown_commands(name, "" if unsigned_reason else namespace,
-                                                              result["secret_path"], claims_namespace, slots)
+                                                              result["secret_path"], claims_namespace, slots,
+                                                              [path for _n, path, _text in tables])
             if claim is not None:
                 result["claim_files"] = claim_paths
+                result["table_files"] = table_paths
     return result

@@ -7,24 +7,39 @@ Installed next to ``_cni_plugin.py``. At every ADD and CHECK on a Nomad client t
 ``nomadAddr``, the ACL token in ``nomadTokenFile``; for https the CA in ``nomadCACert`` and, where Nomad verifies
 its clients (``tls.verify_https_client``), the certificate and key in ``nomadClientCert``/``nomadClientKey``):
 
-* ``GET /v1/allocation/:alloc_id`` (``command/agent/alloc_endpoint.go`` ``AllocSpecificRequest`` ->
-  ``nomad/alloc_endpoint.go`` ``Alloc.GetAlloc``; ``api/allocations.go`` ``Allocations.Info``): the
-  allocation's ``Namespace``, ``JobID``, ``TaskGroup``, ``NodeName``, ``DesiredStatus`` and
-  ``ClientStatus``. These, not CNI_ARGS, are the identity the MAC is checked against;
-* ``GET /v1/job/:job_id/allocations?all=true&namespace=`` (``command/agent/job_endpoint.go``
-  ``jobAllocations`` -> ``nomad/job_endpoint.go`` ``Job.Allocations``; ``api/jobs.go``
-  ``Jobs.Allocations``): the job's allocation stubs, to find the group's other live allocations. ``all=true``
-  counts every incarnation of the job ID: without it ``nomad/state/state_store.go`` ``AllocsByJob`` leaves out
-  the allocations whose job's CreateIndex is not the current job's (the job was purged and registered again while
-  they still ran).
+* ``GET /v1/allocations?prefix=<alloc_id>&namespace=*&task_states=false`` (``command/agent/alloc_endpoint.go``
+  ``AllocsRequest`` -> ``nomad/alloc_endpoint.go`` ``Alloc.List``: ``AllocsByIDPrefix``, then ``Allocation.Stub``
+  without task states; ``api/allocations.go`` ``Allocations.List``): the allocation's list stub
+  (``AllocListStub`` in ``nomad/structs/alloc.go``): its ``Namespace``, ``JobID``, ``TaskGroup``, ``NodeName``,
+  ``DesiredStatus`` and ``ClientStatus``. These, not CNI_ARGS, are the identity the MAC is checked against. Not
+  ``GET /v1/allocation/:id``: Nomad's ``Allocation`` embeds its whole ``Job`` (``Alloc.GetAlloc``), which for a
+  large session is megabytes per ADD; a stub is about 700 bytes whatever the job;
+* ``GET /v1/allocations?namespace=<ns>&task_states=false&filter=JobID == "<job>" and TaskGroup == "<group>"``
+  (``Alloc.List`` again; the filter is go-bexpr, evaluated on each Allocation by ``nomad/state/paginator``): the
+  group's allocations, to find another live one. ``Alloc.List`` reads the namespace's allocations table
+  (``AllocsByNamespaceOrdered``), so every incarnation of the job is there: what ``all=true`` gives
+  ``/v1/job/:id/allocations``, whose ``AllocsByJob`` otherwise keeps only allocations of the job's current
+  ``CreateIndex``. Only the group's stubs come back, not the whole job's (1,024 stubs for a 1,024-container
+  session);
+* with args version 4, once per session on an agent (its first ADD there): ``GET /v1/var/<path>?namespace=<BAI_TNS>``
+  for each chunk of the session's agent table (``command/agent/variable_endpoint.go`` -> ``nomad/
+  variables_endpoint.go`` ``Variables.Read``; ``api/variables.go`` ``Variables.Read``): its items, which the
+  plugin admits only when their digest is the signed ``BAI_TAB`` (``_session_network.resolve_table``).
 
-Both need ``read-job`` in the allocation's namespace (``Alloc.GetAlloc`` checks
-``acl.NamespaceCapabilityReadJob``, ``Job.Allocations`` ``AllowNsOp(..., NamespaceCapabilityReadJob)``),
-so the token's policy is ``namespace "*" { capabilities = ["read-job"] }`` (or the sessions' namespaces
-only). Without it ``Alloc.GetAlloc`` answers as for an unknown allocation (``NewErrUnknownAllocation``: 404), and
-``Job.Allocations`` 403. An allocation is *live* while Nomad wants it running (``DesiredStatus`` ``run``) and its client
-has not finished it (``ClientStatus`` ``pending`` or ``running``: Nomad's ``Allocation.ClientTerminalStatus``
-is the others).
+The allocation look-ups need ``read-job`` in the allocation's namespace (``Alloc.List`` checks
+``AllowNsOp(namespace, NamespaceCapabilityReadJob)``, and with ``namespace=*`` keeps only allocations of
+namespaces the token may read: ``allowedNSes``); the table needs ``read`` on its path
+(``Variables.Read``: ``AllowVariableOperation(ns, path, PolicyRead, ...)``). The token's policy is::
+
+    namespace "*" { capabilities = ["read-job"] }          # or the sessions' namespaces only
+    namespace "default" {                                  # the claims namespace
+      variables { path "backendai-cluster/network/agents/*" { capabilities = ["read"] } }
+    }
+
+Without ``read-job`` the allocation is not listed (as if unknown) and the group's listing answers 403; without
+the variable's ``read``, 403. An allocation is *live* while Nomad wants it running (``DesiredStatus`` ``run``)
+and its client has not finished it (``ClientStatus`` ``pending`` or ``running``: Nomad's
+``Allocation.ClientTerminalStatus`` is the others).
 
 HTTP is written out over ``_socket`` (an HTTP/1.0 GET, the answer read to its end: Go's ``net/http``
 then neither keeps the connection nor chunks the body): ``http.client`` with ``email`` and ``socket``
@@ -166,7 +181,7 @@ class NomadAgent:
                               "answer" % self.cfg.nomad_addr)
         return int(status_line[1]), body
 
-    def get_json(self, path: str, what: str) -> t.Any:
+    def get_json(self, path: str, what: str, needs: str = "read-job in the allocation's namespace") -> t.Any:
         status, body = self.get(path)
         text = body.decode("utf-8", "replace")
         if status == 200:
@@ -179,8 +194,8 @@ class NomadAgent:
             return None
         if status == 403:
             raise PluginError(E_CONFIG, "backendai session network: the local Nomad agent refused to show %s (403 %s): "
-                              "the token in %s needs read-job in the allocation's namespace"
-                              % (what, text.strip()[:200], self.cfg.nomad_token_file or "(no token file)"))
+                              "the token in %s needs %s"
+                              % (what, text.strip()[:200], self.cfg.nomad_token_file or "(no token file)", needs))
         raise PluginError(E_TRY_LATER, "backendai session network: the local Nomad agent answered %d to the look-up "
                           "of %s: %s" % (status, what, text.strip()[:200]))
 
@@ -212,8 +227,8 @@ def confirmed_identity(cfg: system.Config, cni_args: t.Mapping[str, str], contai
         raise _refuse("CNI_CONTAINERID %r is not the allocation NOMAD_ALLOC_ID names (%s): Nomad attaches an "
                       "allocation as the container of its own ID" % (container_id[:64], alloc_id))
     nomad = NomadAgent(cfg)
-    alloc = nomad.get_json("/v1/allocation/" + alloc_id, "allocation %s" % alloc_id)
-    if not isinstance(alloc, dict):  # Alloc.GetAlloc answers a token without read-job as if it did not exist
+    alloc = allocation_stub(nomad, alloc_id)
+    if alloc is None:  # Alloc.List leaves out allocations of namespaces the token may not read
         raise _refuse("the local Nomad agent knows no allocation %s (or the token in %s lacks read-job in its "
                       "namespace)" % (alloc_id, cfg.nomad_token_file or "(no token file)"))
     identity = (str(alloc.get("Namespace") or ""), str(alloc.get("JobID") or ""), str(alloc.get("TaskGroup") or ""))
@@ -228,17 +243,51 @@ def confirmed_identity(cfg: system.Config, cni_args: t.Mapping[str, str], contai
     return identity, nomad
 
 
+def allocation_stub(nomad: NomadAgent, alloc_id: str) -> t.Optional[t.Dict[str, t.Any]]:
+    """The list stub of allocation ``alloc_id`` (a UUID: the prefix names exactly it), or None."""
+    stubs = nomad.get_json("/v1/allocations?prefix=%s&namespace=*&task_states=false" % quote(alloc_id),
+                           "allocation %s" % alloc_id)
+    found = [a for a in stubs if isinstance(a, dict) and a.get("ID") == alloc_id] if isinstance(stubs, list) else []
+    return found[0] if len(found) == 1 else None
+
+
+def _bexpr_string(text: str) -> str:
+    """``text`` as a go-bexpr string literal (Go's quoted string: ``\\`` and ``\"`` escaped)."""
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def group_allocations(nomad: NomadAgent, identity: t.Tuple[str, str, str]) -> t.List[t.Dict[str, t.Any]]:
+    """The list stubs of every allocation of the group (every incarnation of its job: ``Alloc.List`` reads them all)."""
+    namespace, job_id, group = identity
+    expr = "JobID == %s and TaskGroup == %s" % (_bexpr_string(job_id), _bexpr_string(group))
+    stubs = nomad.get_json("/v1/allocations?namespace=%s&task_states=false&filter=%s" % (quote(namespace), quote(expr)),
+                           "the allocations of job %r" % job_id)
+    if not isinstance(stubs, list):
+        raise _refuse("the local Nomad agent lists no allocations of job %r in namespace %r" % (job_id, namespace))
+    return [a for a in stubs if isinstance(a, dict)]
+
+
 def check_only_live(nomad: NomadAgent, identity: t.Tuple[str, str, str], alloc_id: str) -> None:
     """Refuse if the group has another live allocation than ``alloc_id`` (a session's group runs exactly one: more
     come only from ``scale`` or another change outside the collection)."""
     namespace, job_id, group = identity
-    stubs = nomad.get_json("/v1/job/%s/allocations?all=true&namespace=%s" % (quote(job_id), quote(namespace)),
-                           "the allocations of job %r" % job_id)
-    if not isinstance(stubs, list):
-        raise _refuse("the local Nomad agent lists no allocations of job %r in namespace %r" % (job_id, namespace))
-    others = sorted(str(a.get("ID")) for a in stubs if isinstance(a, dict) and a.get("TaskGroup") == group
+    stubs = group_allocations(nomad, identity)
+    others = sorted(str(a.get("ID")) for a in stubs if a.get("TaskGroup") == group and a.get("JobID") == job_id
                     and a.get("Namespace", namespace) == namespace and a.get("ID") != alloc_id and live(a))
     if others:
         raise _refuse("group %r of job %r in namespace %r has another live allocation (%s) besides %s: a session's "
                       "group runs one allocation (was it scaled?)" % (group, job_id, namespace, ", ".join(others),
                                                                       alloc_id))
+
+
+def agent_table(nomad: NomadAgent, ref: "net.TableRef") -> t.List[t.Optional[t.Dict[str, t.Any]]]:
+    """The items of each variable of a session's agent table (None for a missing one), read in the table's
+    namespace; checked against its digest by ``_session_network.resolve_table``."""
+    out = []
+    for path in ref.paths:
+        var = nomad.get_json("/v1/var/%s?namespace=%s" % ("/".join(quote(p) for p in path.split("/")),
+                                                           quote(ref.namespace)),
+                             "the session's agent table %s (namespace %s)" % (path, ref.namespace),
+                             "read on %s/* in namespace %s" % (net.TABLE_PREFIX, ref.namespace))
+        out.append(var.get("Items") if isinstance(var, dict) and isinstance(var.get("Items"), dict) else None)
+    return out

@@ -163,7 +163,8 @@ def _session_state(cfg: Config, adm: "net.Admission") -> t.Dict[str, t.Any]:
         raise PluginError(E_CONFLICT, "the session MTU %d does not fit this agent's underlay MTU %d minus %d"
                           % (p.mtu, cfg.underlay_mtu, net.overhead(p.encryption)))
     return {"sid": p.session_id, "vni": p.vni, "subnet": p.subnet, "agents": list(p.agents), "mtu": p.mtu,
-            "namespace": adm.namespace, "job": adm.job_id, "bridge": lay.bridge, "vxlan": lay.vxlan,
+            "namespace": adm.namespace, "job": adm.job_id, "table": adm.table.digest if adm.table else "",
+            "bridge": lay.bridge, "vxlan": lay.vxlan,
             "gateway": lay.gateway, "prefixlen": lay.prefixlen, "peers": list(lay.peers),
             # underlay encryption: this agent's public key and tunnel address, the peers' (key, tunnel, underlay)
             "encryption": p.encryption if p.spans else "none", "wg_key": lay.wg_key, "tunnel": lay.tunnel,
@@ -178,7 +179,32 @@ def _session_state(cfg: Config, adm: "net.Admission") -> t.Dict[str, t.Any]:
 
 def _same(a: t.Mapping[str, t.Any], b: t.Mapping[str, t.Any]) -> bool:
     keys = ("vni", "subnet", "agents", "mtu", "namespace", "job", "encryption", "wg_peers")
-    return all(a.get(k) == b.get(k) for k in keys)
+    return all(a.get(k) == b.get(k) for k in keys) and a.get("table", "") == b.get("table", "")
+
+
+def _with_table(cfg: Config, adm: "net.Admission") -> t.Tuple["net.Admission", t.Optional[t.Dict[str, t.Any]]]:
+    """A version 4 admission's agents: (the admission, the session's record on this agent) if the session is here
+    already with the table its args sign (nothing read: an ADD of a session's second container on an agent reads
+    no table); else (the admission with the agents of its table, read from the local Nomad agent and checked
+    against the signed digest, None). Versions 1 to 3: (adm, None), the agents are in the args."""
+    ref = adm.table
+    if ref is None:
+        return adm, None
+    p = adm.params
+    have = _session_record(cfg, p.session_id)  # checked as every record the plugin acts on (_trusted)
+    if have is not None and have.get("table") == ref.digest and (
+            have.get("vni"), have.get("subnet"), have.get("mtu"), have.get("namespace"), have.get("job")) == (
+            p.vni, p.subnet, p.mtu, adm.namespace, adm.job_id):
+        return adm, have
+    try:
+        if ref.count == 1:  # a session on one agent: its table is this agent alone (the digest says whether it is)
+            return net.resolve_table(adm, [{"agents": net.encode_agents([cfg.underlay_ip])}]), None
+        if cfg.identity != "nomad":
+            raise PluginError(E_ADMISSION, "backendai session network: admission refused: args version 4 keep the "
+                              "agents in Nomad variables, which only an agent with identity nomad reads")
+        return net.resolve_table(adm, nomad.agent_table(nomad.NomadAgent(cfg), ref)), None
+    except net.NetworkError as e:
+        raise PluginError(E_ADMISSION, "backendai session network: admission refused: %s" % e) from None
 
 
 def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
@@ -284,8 +310,9 @@ def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
     ifname = env.get("CNI_IFNAME", "")
     if not (0 < len(ifname) <= 15 and _IFNAME_CHARS.issuperset(ifname)) or not env.get("CNI_NETNS"):
         raise PluginError(E_ENV, "CNI_IFNAME and CNI_NETNS must be set")
+    adm, have = _with_table(cfg, adm)
     try:
-        want = _session_state(cfg, adm)
+        want = have if have is not None else _session_state(cfg, adm)
     except net.NetworkError as e:
         raise PluginError(E_ADMISSION, "backendai session network: %s" % e) from None
     with _locked(cfg):
@@ -372,6 +399,9 @@ def cmd_check(cfg: Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[
     st = _session_record(cfg, adm.params.session_id)
     if st is None:
         raise PluginError(E_SYSTEM, "session %s has no network on this agent" % adm.params.session_id)
+    if adm.table is not None and st.get("table") != adm.table.digest:
+        raise PluginError(E_CONFLICT, "session %s is on this agent with another agent table than its args sign"
+                          % adm.params.session_id)
     links = {link["ifname"] for link in system.json_loads(system.run(["ip", "-j", "link", "show"]).stdout.decode() or "[]")}
     names = [st.get("bridge")] + ([st.get("vxlan")] if st.get("peers") else [])
     if st.get("encryption") == "wireguard":  # e.g. its wireguard-go was killed

@@ -19,9 +19,23 @@ What makes a session's network its own are the parameters each task group carrie
 ``BAI_ENC``    version 3: how VXLAN crosses the underlay, ``wireguard`` or ``none`` (:data:`UNDERLAY_ENCRYPTIONS`)
 ``BAI_WG``     with ``wireguard``: the agents' WireGuard public keys, plan order, packed (32 bytes each)
 ``BAI_TUN``    with ``wireguard``: the cluster's tunnel prefix (a ULA /48 as 12 hex digits)
+``BAI_TAB``    version 4: the digest of the session's *agent table* (below), base64url SHA-256
+``BAI_N``      version 4: how many agents the table holds
+``BAI_TNS``    version 4: the Nomad namespace of the table's variables (the claims namespace)
 ``BAI_MAC``    HMAC-SHA256, with the MAC key of the agent the group is pinned to (*keys* below),
                over all of the above and the allocation's namespace, job and group
 =============  =========================================================================
+
+*The agent table* (version 4, what Nomad jobs carry): the per-agent data (underlay addresses and, with
+``wireguard``, public keys; the tunnel addresses follow from the keys and ``BAI_TUN``) is written ONCE per
+session, as Nomad Variables in the claims namespace (:func:`table_path`: ``backendai-cluster/network/agents/
+<first slot>/<digest>/<k>``, :data:`TABLE_CHUNK` agents each, under Nomad's 64 KiB per variable), not into
+every group. A group's args carry only the session's own scalars and ``BAI_TAB``, the digest of the table
+(:func:`table_digest`: SHA-256 over the session ID, the encryption, the count and the packed bytes) under the
+MAC: the plugin reads the table at the session's first ADD on its agent and admits it only when its digest is
+the signed one, so whoever can write the variables can change nothing a plugin admits. The group's args are
+then the same size whatever the session's size (about 400 bytes), and no ``CNI_ARGS`` limit caps the agents.
+Versions 1 to 3 carry the agents inline (the local runtime, which has no Nomad, still writes version 3).
 
 *Whose identity*: the namespace, job and group under the MAC are the allocation's as Nomad's
 API has it. The plugin takes only ``NOMAD_ALLOC_ID`` from ``CNI_ARGS`` as Nomad's word, reads
@@ -122,11 +136,13 @@ NETWORK_NAME = "backendai"
 PLUGIN_TYPE = "backendai"
 CNI_VERSION = "1.0.0"
 ARGS_VERSION = "3"
+#: The args Nomad jobs carry: the per-agent data in the session's agent table, only its digest in the args.
+TABLE_ARGS_VERSION = "4"
 #: Versions admission reads: 1 and 2 are what jobs rendered before version 3 carry (a container of a running session
 #: that restarts after the role upgraded the plugin presents its job's original parameters; and an update of
 #: such a session keeps writing its version, since new args in a group make Nomad replace its allocation).
 #: Versions 1 and 2 have no underlay encryption (their VXLAN crosses the underlay in plaintext, as before).
-ARGS_VERSIONS = ("1", "2", "3")
+ARGS_VERSIONS = ("1", "2", "3", "4")
 #: Linux's limit on one environment string (``CNI_ARGS=...`` and its NUL): 32 pages.
 MAX_ARG_STRLEN = 32 * 4096
 #: Room left in CNI_ARGS for everything but BAI_AGENTS: ``IgnoreUnknown``, the other parameters and the MAC,
@@ -165,6 +181,20 @@ PARAM_KEYS = ("BAI_V", "BAI_SID", "BAI_VNI", "BAI_NET", "BAI_AGENTS", "BAI_MTU")
 #: public keys (plan order, packed) and the cluster's tunnel prefix. Under the MAC whenever present.
 ENC_KEY, WG_KEY, TUN_KEY = "BAI_ENC", "BAI_WG", "BAI_TUN"
 V3_KEYS = (ENC_KEY, WG_KEY, TUN_KEY)
+#: Version 4's parameters: the agent table's digest, its agent count, its variables' namespace. Under the MAC.
+TABLE_KEY, COUNT_KEY, TABLE_NS_KEY = "BAI_TAB", "BAI_N", "BAI_TNS"
+V4_KEYS = (TABLE_KEY, COUNT_KEY, TABLE_NS_KEY)
+#: The scalars of version 4 (no BAI_AGENTS, BAI_WG: those are the table's).
+V4_PARAM_KEYS = ("BAI_V", "BAI_SID", "BAI_VNI", "BAI_NET", "BAI_MTU", ENC_KEY) + V4_KEYS
+#: Where the agent tables live (Nomad Variables, in the claims namespace), and how many agents one variable holds:
+#: 1,024 x (4 + 32) bytes in base64url is 49,152 characters, under Nomad's 64 KiB of items per variable
+#: (``maxVariableSize`` in nomad/structs/variables.go).
+TABLE_PREFIX = "backendai-cluster/network/agents"
+TABLE_CHUNK = 1024
+TABLE_LABEL = b"backendai-cluster agent table v1"
+#: The most agents a session can span: far beyond any cluster, so that only the subnet pool (the planner says
+#: so: ``_nomad.job_network.slots_needed``) limits a version 4 session.
+MAX_TABLE_AGENTS = 1 << 20
 MAC_KEY = "BAI_MAC"
 IDENTITY_KEYS = ("NOMAD_NAMESPACE", "NOMAD_JOB_ID", "NOMAD_GROUP_NAME")
 ALLOC_KEY = "NOMAD_ALLOC_ID"
@@ -256,16 +286,28 @@ class NetworkParams(_Record):
     keys (32 bytes each, plan order) and the cluster's tunnel prefix (12 hex digits: a ULA /48)."""
 
     __slots__ = ()
-    _fields = ("session_id", "vni", "subnet", "agents", "mtu", "encryption", "wg_keys", "tunnel_prefix")
-    _defaults = ("none", (), "")
+    _fields = ("session_id", "vni", "subnet", "agents", "mtu", "encryption", "wg_keys", "tunnel_prefix",
+               "table_namespace")
+    _defaults = ("none", (), "", "default")
 
     def args(self, version: str = ARGS_VERSION) -> t.Dict[str, str]:
         """The parameters as ``cni { args }`` of ``version`` (see :data:`ARGS_VERSIONS`), without the MAC."""
         if version not in ARGS_VERSIONS:
             raise NetworkError("BAI_V must be one of %s, got %r" % (", ".join(ARGS_VERSIONS), version))
-        if version != "3" and self.encryption != "none":
-            raise NetworkError("BAI_V %s has no underlay encryption: a %s session needs version 3"
+        if version in ("1", "2") and self.encryption != "none":
+            raise NetworkError("BAI_V %s has no underlay encryption: a %s session needs version 3 or 4"
                                % (version, self.encryption))
+        if version == "4":
+            out = {"BAI_V": version, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
+                   "BAI_MTU": str(self.mtu), ENC_KEY: self.encryption}
+            if self.encrypted:
+                out[TUN_KEY] = self.tunnel_prefix
+            out.update({TABLE_KEY: table_digest(self), COUNT_KEY: str(len(self.agents)),
+                        TABLE_NS_KEY: self.table_namespace})
+            return out
+        if len(self.agents) > max_agents(self.encrypted):
+            raise NetworkError("%d agents do not fit CNI_ARGS in args version %s (at most %d): version 4 carries "
+                               "them in the agent table" % (len(self.agents), version, max_agents(self.encrypted)))
         agents = ",".join(self.agents) if version == "1" else encode_agents(self.agents)
         out = {"BAI_V": version, "BAI_SID": self.session_id, "BAI_VNI": str(self.vni), "BAI_NET": self.subnet,
                "BAI_AGENTS": agents, "BAI_MTU": str(self.mtu)}
@@ -410,9 +452,8 @@ def check_params(p: NetworkParams) -> NetworkParams:
             raise NetworkError("BAI_AGENTS must be IPv4 addresses, got %r" % (a,)) from None
     if len(set(agents)) != len(agents):
         raise NetworkError("BAI_AGENTS lists an address twice: %s" % ",".join(agents))
-    if len(agents) > max_agents():
-        raise NetworkError("BAI_AGENTS lists %d agents; CNI_ARGS, one environment string of the plugin (at most %d "
-                           "bytes on Linux), holds at most %d" % (len(agents), MAX_ARG_STRLEN, max_agents()))
+    if len(agents) > MAX_TABLE_AGENTS:
+        raise NetworkError("a session network spans at most %d agents, got %d" % (MAX_TABLE_AGENTS, len(agents)))
     if not MIN_MTU <= p.mtu <= 65535:
         raise NetworkError("BAI_MTU must be from %d to 65535, got %r" % (MIN_MTU, p.mtu))
     agent_blocks(net4_text(subnet), len(agents))  # the subnet has room for every agent
@@ -425,9 +466,6 @@ def check_params(p: NetworkParams) -> NetworkParams:
         if len(keys) != len(agents) or not all(isinstance(k, bytes) and len(k) == 32 for k in keys):
             raise NetworkError("BAI_WG must hold one 32-byte WireGuard public key for each of the %d agents, got %d"
                                % (len(agents), len(keys)))
-        if len(agents) > max_agents(True):
-            raise NetworkError("BAI_AGENTS lists %d agents; with their WireGuard keys, CNI_ARGS (at most %d bytes on "
-                               "Linux) holds at most %d" % (len(agents), MAX_ARG_STRLEN, max_agents(True)))
         if len(tun) != 12 or not tun.startswith("fd") or not _HEX.issuperset(tun):
             raise NetworkError("BAI_TUN must be a ULA /48 prefix as 12 hex digits starting with fd, got %r"
                                % (p.tunnel_prefix,))
@@ -436,13 +474,99 @@ def check_params(p: NetworkParams) -> NetworkParams:
             twice = sorted({agents[i] for i, a in enumerate(addresses) if addresses.count(a) > 1})
             raise NetworkError("agents %s have the same WireGuard key or tunnel address: a session cannot span "
                                "them (give one of them another Nomad node name)" % ", ".join(twice))
-    return NetworkParams(sid, int(p.vni), net4_text(subnet), tuple(agents), int(p.mtu), p.encryption, keys, tun)
+    tns = str(p.table_namespace)
+    if not (0 < len(tns) <= 128 and _NAMESPACE_CHARS.issuperset(tns)):
+        raise NetworkError("BAI_TNS must be a Nomad namespace name (letters, digits, '-'), got %r" % (p.table_namespace,))
+    return NetworkParams(sid, int(p.vni), net4_text(subnet), tuple(agents), int(p.mtu), p.encryption, keys, tun, tns)
+
+
+_NAMESPACE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
 
 
 def max_agents(encrypted: bool = False) -> int:
-    """How many agents one session network can span: as many as ``BAI_AGENTS`` (and ``BAI_WG``: 32 bytes more per
-    agent) holds within CNI_ARGS's limit. Packed base64url: 16/3 characters per agent, 48 with WireGuard."""
+    """How many agents args versions 1 to 3 can carry inline: as many as ``BAI_AGENTS`` (and ``BAI_WG``: 32 bytes
+    more per agent) holds within CNI_ARGS's limit. Packed base64url: 16/3 characters per agent, 48 with WireGuard.
+    Version 4 has no such limit (the agents are in the table)."""
     return (MAX_ARG_STRLEN - CNI_ARGS_RESERVE) * 3 // (16 + (128 if encrypted else 0))
+
+
+# ---------------------------------------------------------------------------- the agent table (version 4)
+
+def table_digest(params: NetworkParams) -> str:
+    """``BAI_TAB``: base64url SHA-256 of the session's agent table (session ID, encryption, agent count, the packed
+    underlay addresses, the packed WireGuard keys)."""
+    h = hashlib.sha256(TABLE_LABEL + b"\0" + ("%s\0%s\0%d\0" % (params.session_id, params.encryption,
+                                                               len(params.agents))).encode("ascii"))
+    h.update(b"".join(ip4(a).to_bytes(4, "big") for a in params.agents))
+    h.update(b"".join(params.wg_keys))
+    return _b64url(h.digest()).decode("ascii")
+
+
+def table_path(vni: int, digest: str, chunk: int) -> str:
+    """The Nomad variable holding chunk ``chunk`` of the agent table ``digest`` of the session with VNI ``vni``
+    (under the session's first slot: the session that holds the slot's claim is the only one writing there)."""
+    return "%s/%d/%s/%d" % (TABLE_PREFIX, vni - VNI_BASE, digest, chunk)
+
+
+def table_slot_prefix(slot: int) -> str:
+    """Every agent table of the session whose block starts at ``slot`` (removed with its claim)."""
+    return "%s/%d/" % (TABLE_PREFIX, slot)
+
+
+def table_chunks(count: int) -> int:
+    return max(1, -(-count // TABLE_CHUNK))
+
+
+def table_items(params: NetworkParams) -> t.List[t.Tuple[str, t.Dict[str, str]]]:
+    """(variable path, items) of every chunk of the session's agent table, as the control node writes them."""
+    digest = table_digest(params)
+    out = []
+    for k in range(table_chunks(len(params.agents))):
+        part = slice(k * TABLE_CHUNK, (k + 1) * TABLE_CHUNK)
+        items = {"agents": encode_agents(params.agents[part])}
+        if params.encrypted:
+            items["wg"] = _b64url(b"".join(params.wg_keys[part])).decode("ascii")
+        out.append((table_path(params.vni, digest, k), items))
+    return out
+
+
+class TableRef(_Record):
+    """What a version 4 group's args say of its session's agent table: where (namespace, paths) and its digest."""
+
+    __slots__ = ()
+    _fields = ("namespace", "digest", "count", "paths")
+
+
+def resolve_table(adm: "Admission", chunks: t.Sequence[t.Optional[t.Mapping[str, t.Any]]]) -> "Admission":
+    """``adm`` (version 4) with the agents and keys of its table, from the items of its variables (in order); an
+    AdmissionError unless they are the table whose digest the MAC covers."""
+    ref = adm.table
+    if ref is None:
+        return adm
+    agents: t.List[str] = []
+    keys: t.List[bytes] = []
+    for path, items in zip(ref.paths, chunks):
+        if not isinstance(items, dict) or not isinstance(items.get("agents"), str):
+            raise AdmissionError("the session's agent table %s is missing or has no agents (was the session removed?)"
+                                 % path)
+        try:
+            agents.extend(decode_agents(items["agents"], "2"))
+            if adm.params.encryption == "wireguard":
+                keys.extend(decode_wg_keys(str(items.get("wg", ""))))
+        except NetworkError as e:
+            raise AdmissionError("the session's agent table %s is malformed: %s" % (path, e)) from None
+    p = adm.params._replace(agents=tuple(agents), wg_keys=tuple(keys))
+    try:
+        found = table_digest(p)
+    except NetworkError as e:
+        raise AdmissionError("the session's agent table is malformed: %s" % e) from None
+    if len(agents) != ref.count or not hmac.compare_digest(found, ref.digest):
+        raise AdmissionError("the session's agent table (%d agents) is not the one its job signed (%d agents, digest "
+                             "%s): written over, or of another session" % (len(agents), ref.count, ref.digest))
+    try:
+        return adm._replace(params=check_params(p))
+    except NetworkError as e:
+        raise AdmissionError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------- MAC and CNI_ARGS
@@ -476,8 +600,9 @@ def read_key(path: str) -> bytes:
 
 def _message(namespace: str, job_id: str, group: str, params: t.Mapping[str, str]) -> bytes:
     fields = [("NOMAD_NAMESPACE", namespace), ("NOMAD_JOB_ID", job_id), ("NOMAD_GROUP_NAME", group)]
-    fields += [(k, params[k]) for k in PARAM_KEYS]
+    fields += [(k, params[k]) for k in PARAM_KEYS if k in params]  # (all of them up to version 3; 4 has no BAI_AGENTS)
     fields += [(k, params[k]) for k in V3_KEYS if k in params]  # (none in versions 1 and 2: their MACs unchanged)
+    fields += [(k, params[k]) for k in V4_KEYS if k in params]  # (none before version 4)
     return ("backendai-session-network\n" + "".join("%s=%s\n" % kv for kv in fields)).encode("utf-8")
 
 
@@ -582,10 +707,13 @@ def parse_cni_args(text: str) -> t.Dict[str, str]:
 
 
 class Admission(_Record):
-    """An allocation admitted to a session network: Nomad's identity of it and its ``NetworkParams``."""
+    """An allocation admitted to a session network: Nomad's identity of it and its ``NetworkParams``; with version 4,
+    ``table`` says where its agent table is (:class:`TableRef`) and ``params`` has no agents until
+    :func:`resolve_table` (None: the agents are in the args)."""
 
     __slots__ = ()
-    _fields = ("namespace", "job_id", "group", "alloc_id", "params")
+    _fields = ("namespace", "job_id", "group", "alloc_id", "params", "table")
+    _defaults = (None,)
 
 
 def admit(key: bytes, cni_args: t.Mapping[str, str],
@@ -594,35 +722,36 @@ def admit(key: bytes, cni_args: t.Mapping[str, str],
 
     ``key``: this agent's :func:`network_mac_key`. ``identity``: (namespace, job, group) of the allocation as the
     local Nomad agent's API has it (the plugin's look-up, ``_cni_nomad``); None: the ``NOMAD_*`` keys of
-    ``cni_args`` are the identity (the local runtime, which builds CNI_ARGS itself)."""
+    ``cni_args`` are the identity (the local runtime, which builds CNI_ARGS itself). A version 4 admission has no
+    agents yet: :func:`resolve_table` adds them from the table its ``BAI_TAB`` signs."""
     if identity is None:
         missing = [k for k in IDENTITY_KEYS if not cni_args.get(k)]
         if missing:
             raise AdmissionError("CNI_ARGS lack %s: Nomad 1.10 or later adds them; an older client or another "
                                  "runtime cannot join a session network" % ", ".join(missing))
         identity = (cni_args[IDENTITY_KEYS[0]], cni_args[IDENTITY_KEYS[1]], cni_args[IDENTITY_KEYS[2]])
-    missing = [k for k in PARAM_KEYS + (MAC_KEY,) if not cni_args.get(k)]
+    version = cni_args.get("BAI_V", "")
+    required = V4_PARAM_KEYS if version == TABLE_ARGS_VERSION else PARAM_KEYS
+    missing = [k for k in required + (MAC_KEY,) if not cni_args.get(k)]
     if missing:
         raise AdmissionError("CNI_ARGS lack the session network parameters %s: the group's network block needs "
                              "cni { args } as rendered by backendai.cluster" % ", ".join(missing))
-    version = cni_args["BAI_V"]
     if version not in ARGS_VERSIONS:
         raise AdmissionError("BAI_V %r is not a version this plugin knows (%s)" % (version, ", ".join(ARGS_VERSIONS)))
-    v3 = {}
-    if version == "3":
+    signed = {k: cni_args[k] for k in required}
+    if version in ("3", "4"):
         enc = cni_args.get(ENC_KEY, "")
-        v3[ENC_KEY] = enc
+        signed[ENC_KEY] = enc
         if enc == "wireguard":
-            missing = [k for k in (WG_KEY, TUN_KEY) if not cni_args.get(k)]
+            wanted = (WG_KEY, TUN_KEY) if version == "3" else (TUN_KEY,)
+            missing = [k for k in wanted if not cni_args.get(k)]
             if missing:
                 raise AdmissionError("CNI_ARGS lack %s: a session with underlay encryption carries its agents' "
                                      "WireGuard keys" % ", ".join(missing))
-            v3.update((k, cni_args[k]) for k in (WG_KEY, TUN_KEY))
+            signed.update((k, cni_args[k]) for k in wanted)
         elif enc != "none":
             raise AdmissionError("BAI_ENC must be one of %s, got %r" % (", ".join(UNDERLAY_ENCRYPTIONS), enc))
     ns, job, group = identity
-    signed = {k: cni_args[k] for k in PARAM_KEYS}
-    signed.update(v3)
     want = hmac.digest(key, _message(ns, job, group, signed), "sha256").hex()
     if not hmac.compare_digest(want, cni_args[MAC_KEY].lower()):
         raise AdmissionError("the session network parameters are not admitted for job %r, group %r in namespace %r "
@@ -632,15 +761,35 @@ def admit(key: bytes, cni_args: t.Mapping[str, str],
         vni, mtu = int(cni_args["BAI_VNI"]), int(cni_args["BAI_MTU"])
     except ValueError:
         raise AdmissionError("BAI_VNI and BAI_MTU must be integers") from None
+    enc = signed.get(ENC_KEY, "none")
     try:
-        enc = v3.get(ENC_KEY, "none")
+        if version == TABLE_ARGS_VERSION:
+            return _admit_table(ns, job, group, cni_args, vni, mtu, enc)
         params = check_params(NetworkParams(cni_args["BAI_SID"], vni, cni_args["BAI_NET"],
                                             decode_agents(cni_args["BAI_AGENTS"], version), mtu, enc,
-                                            decode_wg_keys(v3[WG_KEY]) if enc == "wireguard" else (),
-                                            v3.get(TUN_KEY, "")))
+                                            decode_wg_keys(signed[WG_KEY]) if enc == "wireguard" else (),
+                                            signed.get(TUN_KEY, "")))
     except NetworkError as e:
         raise AdmissionError(str(e)) from None
     return Admission(ns, job, group, cni_args.get(ALLOC_KEY, ""), params)
+
+
+def _admit_table(ns: str, job: str, group: str, cni_args: t.Mapping[str, str], vni: int, mtu: int,
+                 enc: str) -> Admission:
+    """A version 4 admission (MAC checked): its scalars validated, its table's place and digest; no agents yet."""
+    count_text, digest = cni_args[COUNT_KEY], cni_args[TABLE_KEY]
+    if not count_text.isdigit() or not 0 < int(count_text) <= MAX_TABLE_AGENTS:
+        raise NetworkError("BAI_N must be the number of the session's agents, got %r" % count_text[:24])
+    if len(digest) != 43 or not _B64URL.issuperset(digest):
+        raise NetworkError("BAI_TAB must be a SHA-256 digest in base64url, got %r" % digest[:48])
+    count = int(count_text)
+    # validated as a one-agent session (every scalar checked: the SID, VNI, subnet, MTU, prefix, namespace)
+    probe = NetworkParams(cni_args["BAI_SID"], vni, cni_args["BAI_NET"], ("10.0.0.1",), mtu, enc,
+                          (b"\0" * 32,) if enc == "wireguard" else (), cni_args.get(TUN_KEY, ""), cni_args[TABLE_NS_KEY])
+    p = check_params(probe)._replace(agents=(), wg_keys=())
+    ref = TableRef(p.table_namespace, digest, count,
+                   tuple(table_path(vni, digest, k) for k in range(table_chunks(count))))
+    return Admission(ns, job, group, cni_args.get(ALLOC_KEY, ""), p, ref)
 
 
 # ---------------------------------------------------------------------------- layout on an agent

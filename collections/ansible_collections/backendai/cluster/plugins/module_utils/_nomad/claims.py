@@ -20,6 +20,13 @@ claim makes both unique across the cluster: the analogue of Backend.AI's VNI cla
 * Releasing reads the claim and deletes it with ``cas=<its ModifyIndex>`` only if it is the
   session's own (same namespace and job; on a rollback, also the same session ID), so a release
   never frees a slot that someone else holds now.
+* The session's *agent table* (args version 4: its agents' underlay addresses and WireGuard keys, once per
+  session instead of in every group, ``_session_network.table_items``) lives beside the claims, in the same
+  namespace, at ``backendai-cluster/network/agents/<first slot>/<digest>/<k>``: written by the session that
+  holds the block's claims (:meth:`NetworkClaims.write_table`, before its job is registered) and deleted with
+  them (:meth:`NetworkClaims.release` deletes the tables under the first slot while the claim is still held, so
+  they never outlive it and no later holder of the slot loses its own). The agents' CNI plugin reads it with its
+  own token (``read`` on ``backendai-cluster/network/agents/*`` in this namespace).
 * The slot of a running session is in its job (``BAI_VNI`` of every group's ``cni { args }``):
   re-runs keep it; a session whose job is gone (a create that stopped half-way) is found by
   reading the claimed slots in its probe order.
@@ -34,7 +41,12 @@ from dataclasses import dataclass
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_network import DEFAULT_NAMESPACE, network_args, preferred_slot
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import CASConflict, NomadClient
-from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import SUBNET_PREFIX, VNI_BASE, slot_count
+from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
+    SUBNET_PREFIX,
+    VNI_BASE,
+    slot_count,
+    table_slot_prefix,
+)
 
 CLAIMS_PREFIX = "backendai-cluster/network/slots"
 DEFAULT_CLAIMS_NAMESPACE = "default"
@@ -181,8 +193,27 @@ class NetworkClaims:
                     return self.ensure(claim, check_mode)
         return wrote
 
+    def write_table(self, table: t.Sequence[t.Tuple[str, t.Mapping[str, str]]], check_mode: bool = False) -> int:
+        """Write a session's agent table (``RenderedNetwork.table()``; its claims held). Its paths name its digest: a
+        table already there is the same table, left as it is. The number of variables written (in ``check_mode``:
+        that would be)."""
+        wrote = 0
+        for path, items in table:
+            found = self.nomad.get_variable(path)
+            if found is not None and dict(found.get("Items") or {}) == dict(items):
+                continue
+            if not check_mode:
+                self.nomad.put_variable(path, items)
+            wrote += 1
+        return wrote
+
+    def tables(self, slot: int) -> t.List[str]:
+        """Paths of the agent tables written under the block starting at ``slot``."""
+        return sorted(str(meta.get("Path")) for meta in self.nomad.list_variables(prefix=table_slot_prefix(slot)))
+
     def release(self, slot: int, namespace: str, job: str, session_id: str = "", slots: int = 1) -> bool:
-        """Delete the claims of the block that are this session's (``session_id`` too, when given). True if any."""
+        """Delete the claims of the block that are this session's (``session_id`` too, when given), and with the
+        first one the agent tables under it (first: the claim still keeps others out). True if any."""
         released = False
         for each in range(slot, slot + slots):
             found = self.read(each)
@@ -193,6 +224,9 @@ class NetworkClaims:
                 continue
             if session_id and items.get("session_id") != session_id:
                 continue
+            if each == slot:
+                for path in self.tables(slot):
+                    self.nomad.delete_variable(path)
             released = self._delete(each, index) or released
         return released
 

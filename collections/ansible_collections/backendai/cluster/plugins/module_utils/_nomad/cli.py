@@ -55,6 +55,29 @@ def is_claim_file(job: str, name: str) -> bool:
     return any(rest.endswith(ext) and rest[:-len(ext)].isdigit() for ext in _nomad_var_file.FORMATS.values())
 
 
+#: ``<job>.agents-<k>.var.hcl``: chunk ``k`` of the session's agent table (args version 4).
+TABLE_INFIX = ".agents-"
+
+
+def table_file_name(job: str, chunk: int, fmt: str = "hcl") -> str:
+    return "%s%s%d%s" % (job, TABLE_INFIX, chunk, _nomad_var_file.FORMATS[fmt])
+
+
+def is_table_file(job: str, name: str) -> bool:
+    """Whether ``name`` is an agent table file of session ``job`` (any chunk, any format)."""
+    head = job + TABLE_INFIX
+    rest = name[len(head):] if name.startswith(head) else ""
+    return any(rest.endswith(ext) and rest[:-len(ext)].isdigit() for ext in _nomad_var_file.FORMATS.values())
+
+
+def table_files(job: str, table: t.Sequence[t.Tuple[str, t.Mapping[str, str]]], claims_namespace: str,
+                fmt: str = "hcl") -> t.List[t.Tuple[str, str, str]]:
+    """(file name, variable path, variable specification) of every chunk of the session's agent table
+    (``RenderedSession.table``), as ``NetworkClaims.write_table`` writes them, in the claims namespace."""
+    return [(table_file_name(job, k, fmt), path, _nomad_var_file.render_items(path, claims_namespace, items, fmt))
+            for k, (path, items) in enumerate(table)]
+
+
 def claim_files(claim: Claim, claims_namespace: str, fmt: str = "hcl") -> t.List[t.Tuple[str, str]]:
     """(file name, variable specification) of every slot of the claim's block, as ``NetworkClaims.claim`` writes
     them: path ``backendai-cluster/network/slots/<n>`` in the claims namespace, items ``Claim.items()``."""
@@ -84,22 +107,26 @@ def _ns(namespace: str) -> str:
 
 
 def run_commands(claim_paths: t.Sequence[str], claims_namespace: str, secret_file: str, namespace: str,
-                 job_file: str) -> t.List[str]:
-    """The commands that run the rendered session, in order: claim every slot (create only if absent), store the
-    keypair, register the job. Unsigned (no claims, no ``namespace``): the two commands of the keypair and the job."""
+                 job_file: str, table_paths: t.Sequence[str] = ()) -> t.List[str]:
+    """The commands that run the rendered session, in order: claim every slot (create only if absent), write the
+    agent table (``table_paths``: its files), store the keypair, register the job. Unsigned (no claims, no table, no
+    ``namespace``): the two commands of the keypair and the job."""
     out = ["nomad var put %s -check-index=0 %s" % (_ns(claims_namespace), shlex.quote("@" + path))
            for path in claim_paths]
+    out += ["nomad var put %s %s" % (_ns(claims_namespace), shlex.quote("@" + path)) for path in table_paths]
     out.append("nomad var put %s%s" % ("%s " % _ns(namespace) if namespace else "", shlex.quote("@" + secret_file)))
     out.append("nomad job run %s%s" % ("" if job_file.endswith(".hcl") else "-json ", shlex.quote(job_file)))
     return out
 
 
 def teardown_commands(job: str, namespace: str, secret_path: str, claims_namespace: str,
-                      slots: t.Sequence[int]) -> t.List[str]:
+                      slots: t.Sequence[int], table_vars: t.Sequence[str] = ()) -> t.List[str]:
     """The commands that remove the session again, in the order the ``session`` module does: purge the job (its
-    allocations hold the slot's VNI and subnet until then), release the slots, delete the keypair."""
+    allocations hold the slot's VNI and subnet until then), delete the agent table (``table_vars``: its variable
+    paths) while the slots are still claimed, release the slots, delete the keypair."""
     ns = "%s " % _ns(namespace) if namespace else ""
     out = ["nomad job stop %s-purge %s" % (ns, shlex.quote(job))]
+    out += ["nomad var purge %s %s" % (_ns(claims_namespace), path) for path in table_vars]
     out += ["nomad var purge %s %s" % (_ns(claims_namespace), claim_path(slot)) for slot in slots]
     out.append("nomad var purge %s%s" % (ns, shlex.quote(secret_path)))
     return out

@@ -29,6 +29,7 @@ Pure, deterministic (struct fields in table order, maps in their given order), s
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import typing as t
@@ -396,6 +397,107 @@ def render_hcl(job: t.Mapping[str, t.Any]) -> str:
         raise ValueError("job: expected a Nomad job object, got %r" % (job,))
     if set(job) == {"Job"}:
         raise ValueError("job: this is a register request; pass its 'Job' value to render_hcl")
-    lines: t.List[str] = []
-    _struct(lines, 0, "Job", job, "job")
-    return "\n".join(nomad_fmt(lines)) + "\n"
+    groups = job.get("TaskGroups")
+    if not (isinstance(groups, list) and len(groups) > 1 and all(isinstance(g, dict) for g in groups)
+            and list(STRUCTS["Job"])[-1] == "TaskGroups"):
+        lines: t.List[str] = []
+        _struct(lines, 0, "Job", job, "job")
+        return "\n".join(nomad_fmt(lines)) + "\n"
+    # The groups apart (the last blocks of the job: each after a blank line, its layout its own), each group like
+    # an earlier one made from that one's text (see _GroupTexts)
+    lines = []
+    _struct(lines, 0, "Job", dict(job, TaskGroups=[]), "job")
+    head = nomad_fmt(lines)
+    texts = _GroupTexts()
+    body = "".join("\n\n" + texts.text(g, "job.TaskGroups[%d]" % i) for i, g in enumerate(groups))
+    return "\n".join(head[:-1]) + body + "\n" + head[-1] + "\n"
+
+
+# --- groups that differ in a few strings ----------------------------------------------------------
+
+_MARK = re.compile("\ue000([0-9]+)\ue001")
+_MARKS = re.compile("[\n\ue000\ue001]")  # a newline may make a heredoc
+#: What a block label may not hold (:func:`label` refuses it): such a string in a label's place is rendered whole.
+_NOT_A_LABEL = re.compile("[\x00-\x1f\x7f]|[$%]\\{")
+_LABEL_KEYS = frozenset(k for table in STRUCTS.values() for k, f in table.items() if f.kind == LABEL)
+#: How many groups of other shapes are kept to compare with (a job of groups that share no shape is rendered whole).
+_MAX_REFS = 8
+
+
+class _GroupTexts:
+    """The jobspec text of task groups (at depth 1, laid out), each rendered once per *shape*.
+
+    A session's groups differ from each other in a few strings (name, agent, hostname, MAC, a few env values):
+    a group whose structure and non-string values equal an earlier group's (a *reference*) is that reference's text
+    with the differing strings put in. The text is made once per reference and set of differing places, with a
+    mark (private-use characters) at each, rendered by the same code as any group; a group's strings go in quoted
+    as :func:`quote` quotes them. A string that could render otherwise (multi-line: a heredoc; a template sequence
+    or control character: escaped, or refused in a label) or a mark character is never put in: its group is
+    rendered whole and becomes a reference itself (up to :data:`_MAX_REFS`), so every check and error is the
+    renderer's own.
+    (Equality of non-string values is Python's: a group whose ``1`` is another's ``True`` would take its text.)"""
+
+    def __init__(self) -> None:
+        self.refs: t.List[t.Mapping[str, t.Any]] = []
+        self.shapes: t.Dict[t.Tuple[int, t.Tuple[t.Tuple[t.Any, ...], ...]], t.List[str]] = {}
+
+    def text(self, group: t.Mapping[str, t.Any], where: str) -> str:
+        for i, ref in enumerate(self.refs):
+            places: t.List[t.Tuple[t.Tuple[t.Any, ...], str]] = []
+            if _differing(group, ref, (), places):
+                if i:  # the reference of the last group first: groups of one shape come in runs
+                    self.refs.insert(0, self.refs.pop(i))
+                break
+        else:
+            lines: t.List[str] = []
+            _struct(lines, 1, "TaskGroup", group, where)
+            if len(self.refs) < _MAX_REFS:
+                self.refs.append(group)
+            return "\n".join(nomad_fmt(lines))
+        key = (id(ref), tuple(path for path, _ in places))  # (the references are kept: their ids stay theirs)
+        parts = self.shapes.get(key)
+        if parts is None:
+            masked = _masked(ref, [path for path, _ in places])
+            lines = []
+            _struct(lines, 1, "TaskGroup", masked, where)
+            parts = self.shapes[key] = _MARK.split("\n".join(nomad_fmt(lines)))
+        values = [quote(value)[1:-1] for _, value in places]
+        return "".join(part if j % 2 == 0 else values[int(part)] for j, part in enumerate(parts))
+
+
+def _differing(a: t.Any, b: t.Any, path: t.Tuple[t.Any, ...], out: t.List[t.Tuple[t.Tuple[t.Any, ...], str]]) -> bool:
+    """Whether ``a`` has ``b``'s structure and non-string values; the places where their strings differ, with
+    ``a``'s, appended to ``out`` (False also when a differing string cannot be put into a text, see _GroupTexts)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        if list(a) != list(b):
+            return False
+        pairs: t.Iterable[t.Tuple[t.Any, t.Any, t.Any]] = ((k, v, b[k]) for k, v in a.items())
+    elif isinstance(a, list):
+        if len(a) != len(b):
+            return False
+        pairs = ((i, v, w) for i, (v, w) in enumerate(zip(a, b)))
+    else:
+        return False
+    for k, v, w in pairs:
+        if v is w or (type(v) is type(w) and v == w):
+            continue
+        if type(v) is str and type(w) is str:  # a differing string: put in, if it can be (see _GroupTexts)
+            if _MARKS.search(v) or (k in _LABEL_KEYS and _NOT_A_LABEL.search(v)):
+                return False
+            out.append((path + (k,), v))
+        elif not _differing(v, w, path + (k,), out):
+            return False
+    return True
+
+
+def _masked(group: t.Mapping[str, t.Any], paths: t.Sequence[t.Tuple[t.Any, ...]]) -> t.Dict[str, t.Any]:
+    """A copy of ``group`` with the mark of place ``i`` at ``paths[i]``."""
+    out = copy.deepcopy(group)
+    for i, path in enumerate(paths):
+        node = out
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = "\ue000%d\ue001" % i
+    return out

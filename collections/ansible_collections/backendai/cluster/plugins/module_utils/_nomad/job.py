@@ -448,7 +448,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         raise PlanError("the session cannot be placed (PENDING): %s" % plan.reason)
     spec = plan.spec
     net = laid or render_network(plan, namespace, network)
-    keys = signing_keys(network, plan.agents_used)  # each group is signed for the agent it is pinned to
+    keys = net.signing or signing_keys(network, plan.agents_used)  # each group is signed for the agent it is pinned to
     service = service_name(spec.name)
     templates = _templates(plan, service)
     volumes, volume_mounts = _volumes(spec.mounts), _volume_mounts(spec.mounts)

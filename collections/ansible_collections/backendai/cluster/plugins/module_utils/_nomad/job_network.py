@@ -9,10 +9,14 @@ every group, ``key`` being the signing key of the agent the group is pinned to
 Nomad's client passes a group's ``cni { args }`` to the plugins as the job has them, not
 interpolated: ``client/allocrunner/networking_cni.go`` (``Setup``: ``addCustomCNIArgs`` reads
 ``alloc.Job.LookupTaskGroup(...).Networks``), while ``InterpolateNetworks`` in the network hook
-only feeds the hostname. So ``BAI_AGENTS`` cannot live once in job ``Meta``: a group would send
-``${NOMAD_META_...}`` itself. A session's job therefore grows by about 5.3 bytes per agent in every
-group (the packed form of ``BAI_AGENTS``; see benchmarks/plan_render.py). The parameters are
-written once per session (:attr:`RenderedNetwork.args`) and only the MAC is per group.
+only feeds the hostname. So the per-agent data cannot live once in job ``Meta`` for the args to
+reference. Args version 4 (what a new session gets) keeps it out of the job altogether: the agents'
+underlay addresses and WireGuard keys are the session's *agent table*, written once as Nomad
+Variables in the claims namespace (:meth:`RenderedNetwork.table`, ``_session_network.table_items``),
+and every group carries only the session's scalars and the table's digest under its MAC: about 400
+bytes whatever the session's size. Versions 1 to 3 (sessions created before) carry every agent in
+every group, and keep doing so on update. The parameters are written once per session
+(:attr:`RenderedNetwork.args`) and only the MAC is per group.
 
 A job rendered WITHOUT the cluster key (``session_render`` with no key file, the render playbook,
 the benchmarks) carries :data:`UNSIGNED_MAC` instead of a MAC: the plugin refuses it, so such a
@@ -38,8 +42,8 @@ from dataclasses import dataclass, field
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import wireguard_peers
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
-    ARGS_VERSION,
     ARGS_VERSIONS,
+    TABLE_ARGS_VERSION,
     DEFAULT_UNDERLAY_MTU,
     MAC_KEY,
     MIN_NOMAD_VERSION,
@@ -50,13 +54,16 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     NetworkError,
     NetworkParams,
     check_params,
+    derive_agent_key,
     ip4_text,
+    network_mac_key,
     net4,
     signed_args,
     signing_key,
     overlay_mtu,
     slot_count,
     slot_network,
+    table_items,
 )
 
 #: The MAC of a job rendered without the cluster key (the plugin refuses it).
@@ -80,7 +87,9 @@ class JobNetwork:
     #: The args' format: a running session keeps its job's (:func:`args_version_of_job`): Nomad replaces the
     #: allocation of a group whose network changed, so re-writing the same parameters in a newer format would
     #: restart every container.
-    args_version: str = ARGS_VERSION
+    args_version: str = TABLE_ARGS_VERSION
+    #: Where version 4 agent tables are written (and the plugin reads them): the claims namespace.
+    table_namespace: str = DEFAULT_NAMESPACE
 
 
 def underlay_network(found: t.Mapping[str, t.Tuple[str, int]], key: t.Optional[bytes] = None) -> JobNetwork:
@@ -140,6 +149,17 @@ class RenderedNetwork:
     #: ``params.args(version)``, made once: every group shares the text, only its MAC differs.
     args: t.Mapping[str, str] = field(compare=False, repr=False)
     slots: int = 1  # how many slots the block has
+    #: agent -> the key its groups are signed with (secret: never in a result or repr), derived once per render
+    #: with the WireGuard keys from the same agent keys; {} when unsigned.
+    signing: t.Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def table(self) -> t.List[t.Tuple[str, t.Dict[str, str]]]:
+        """(variable path, items) of the session's agent table, in ``params.table_namespace``: what must be written
+        before the job is registered; [] for args versions 1 to 3 (the agents are in the args) and for a session on
+        one agent (its plugin makes the one-agent table of its own address and checks that digest: nothing to read)."""
+        if self.args.get("BAI_V") != TABLE_ARGS_VERSION or len(self.params.agents) < 2:
+            return []
+        return table_items(self.params)
 
     def summary(self) -> t.Dict[str, t.Any]:
         """Secret-free, for results: what the session's network is."""
@@ -165,7 +185,7 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
     key (``_session.keys.wireguard_peers``); an unsigned render shows placeholder keys. A session on one agent, or
     one whose job carries version 1 or 2, has no underlay traffic to encrypt, or keeps its plaintext format."""
     network = network or JobNetwork()
-    if len(agents) < 2 or network.args_version != "3":
+    if len(agents) < 2 or network.args_version not in ("3", TABLE_ARGS_VERSION):
         encryption = "none"
     slots = max(slots, network.slots or 0)
     slot = network.slot if network.slot is not None else preferred_slot(namespace, job_id) // slots * slots
@@ -179,13 +199,16 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
     try:
         vni, subnet = block_network(slot, slots)
         prefix, wg_keys = "", ()  # type: t.Tuple[str, t.Tuple[bytes, ...]]
+        agent_keys = {a: derive_agent_key(network.key, a) for a in agents} if network.key is not None else {}
         if encryption == "wireguard":
-            prefix, wg_keys = (wireguard_peers(network.key, agents) if network.key is not None
+            prefix, wg_keys = (wireguard_peers(network.key, agents, agent_keys) if network.key is not None
                                else (PLACEHOLDER_TUNNEL_PREFIX, tuple(placeholder_wg_key(i) for i in range(len(agents)))))
         params = check_params(NetworkParams(str(session_id), vni, subnet, tuple(ips),
-                                            overlay_mtu(network.underlay_mtu, encryption), encryption, wg_keys, prefix))
+                                            overlay_mtu(network.underlay_mtu, encryption), encryption, wg_keys, prefix,
+                                            network.table_namespace))
         return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders),
-                               params.args(network.args_version), slots)
+                               params.args(network.args_version), slots,
+                               {a: network_mac_key(k) for a, k in agent_keys.items()})
     except NetworkError as err:
         raise PlanError("session %s: the session network cannot be laid out: %s" % (job_id, err)) from None
 

@@ -11,6 +11,8 @@ signed for that slot (``_nomad.render.render_session``). The key is read from ``
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import typing as t
 
@@ -69,4 +71,4 @@ class NetworkControl:
             found = underlay_addresses(nomad, used, agents, nodes=nodes, node=node)
         except ValueError as err:
             raise BackendAIClusterError(str(err)) from None
-        return underlay_network(found, key)
+        return dataclasses.replace(underlay_network(found, key), table_namespace=self.claims_namespace)

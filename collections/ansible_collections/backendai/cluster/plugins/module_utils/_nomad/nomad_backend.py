@@ -16,7 +16,8 @@ Create (``present``, no job yet), in this order:
    (Nomad Variable ``nomad/jobs/<job>``, or Vault KV v2) BEFORE the job exists: a task whose
    ``nomadVar`` is missing blocks forever (nomad#17220);
 4. claim a session network slot (``_nomad.claims``) and render the job, its network args signed with the
-   cluster key for that slot (``_nomad.network_control`` read the key and the agents' addresses before step 3);
+   cluster key for that slot (``_nomad.network_control`` read the key and the agents' addresses before step 3),
+   and write the session's agent table beside the claim (released with it on a rollback);
 5. register the job and follow its evaluation: if Nomad cannot place a group (``FailedTGAllocs``,
    a blocked evaluation), the session is rolled back at once (all or nothing) and, with
    ``wait_for_resources``, placed again; then release the lock;
@@ -257,6 +258,8 @@ class NomadBackend:
                                       dataclasses.replace(network, slot=claim.slot, slots=claim.slots), with_hcl=False,
                                       laid=laid if (laid.slot, laid.slots) == (claim.slot, claim.slots) else None)
             job = t.cast(t.Dict[str, t.Any], rendered.job)
+            # the agent table its groups' args sign (args version 4), beside the claim, before any ADD can read it
+            self.network.claims(self.nomad).write_table(rendered.table)
             step = STEP_REGISTER
             lock.keep()  # admitted by the holder: its heartbeat, and no register once it may have stopped waiting
             answer = self.nomad.register_job(register_request(job))

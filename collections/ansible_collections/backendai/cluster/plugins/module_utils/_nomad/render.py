@@ -37,6 +37,9 @@ class RenderedSession:
     hcl: str
     hostfile: str
     network: t.Optional[t.Dict[str, t.Any]] = None  # the session network's summary (secret-free); None while PENDING
+    #: (variable path, items) of the session's agent table (args version 4), to write in the claims namespace
+    #: before the job registers (``_nomad.claims.NetworkClaims.write_table``); () before version 4 and while PENDING.
+    table: t.Sequence[t.Tuple[str, t.Dict[str, str]]] = ()
 
     @property
     def job_json(self) -> str:
@@ -67,4 +70,5 @@ def render_session(plan: SessionPlan, namespace: str = "", region: str = "", net
         return RenderedSession(plan, None, "", "")
     laid = laid or render_network(plan, namespace, network)
     job = render_job(plan, namespace=namespace, region=region, network=network, laid=laid)
-    return RenderedSession(plan, job, render_hcl(job) if with_hcl else "", mpi_hostfile(plan), laid.summary())
+    return RenderedSession(plan, job, render_hcl(job) if with_hcl else "", mpi_hostfile(plan), laid.summary(),
+                           tuple(laid.table()))

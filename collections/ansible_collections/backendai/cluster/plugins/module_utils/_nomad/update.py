@@ -148,7 +148,7 @@ class Updater:
                 raise ModuleFailure("session %s is unchanged but not all of its containers run: %s"
                                     % (rendered.plan.spec.name, err),
                                     {"changed": False, "session": self.watcher.view(existing)}) from None
-        repairs = ["network slot %d: lost claim made again" % rendered.network["slot"]] \
+        repairs = ["network slot %d: lost claim or agent table made again" % rendered.network["slot"]] \
             if planned.repaired and rendered.network else []
         return session_result(bool(repairs), rendered, diff, before, after, self.watcher.view(existing), repairs, stored_at)
 
@@ -167,6 +167,8 @@ class Updater:
         before, after = diff_texts(found)
         self._warn_unplaceable(planned.plan)
         try:
+            # the agent table the new args sign (version 4), before they can be read; an old one stays until removal
+            self.network.claims(self.nomad).write_table(rendered.table)
             answer = self.nomad.register_job(register_request(job))
         except NomadError as err:
             if new_claim is not None:
@@ -236,6 +238,9 @@ class Updater:
         else:  # check mode, a new block would be claimed: shown unsigned
             network = dataclasses.replace(network, key=None)
         version = args_version_of_job(existing) or network.args_version
-        return (render_session(plan, self.namespace, self.region,
-                               dataclasses.replace(network, slot=first, slots=slots, args_version=version), with_hcl=False),
-                new_claim, old, repaired)
+        rendered = render_session(plan, self.namespace, self.region,
+                                  dataclasses.replace(network, slot=first, slots=slots, args_version=version), with_hcl=False)
+        if rendered.network and rendered.network.get("signed") and new_claim is None:
+            # a lost agent table (version 4) is made again like a lost claim: the containers' restarts read it
+            repaired = bool(claims.write_table(rendered.table, check_mode)) or repaired
+        return rendered, new_claim, old, repaired

@@ -76,8 +76,12 @@ def wireguard_public_key(private_key: bytes) -> bytes:
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def wireguard_peers(cluster_key: bytes, agents: t.Sequence[str]) -> t.Tuple[str, t.Tuple[bytes, ...]]:
+def wireguard_peers(cluster_key: bytes, agents: t.Sequence[str],
+                    agent_keys: t.Optional[t.Mapping[str, bytes]] = None) -> t.Tuple[str, t.Tuple[bytes, ...]]:
     """(the cluster's tunnel prefix, each agent's WireGuard public key): what the control node, which holds the
-    cluster key, puts into a session's parameters; every agent derives its own private key from its agent key."""
+    cluster key, puts into a session's parameters; every agent derives its own private key from its agent key.
+    ``agent_keys``: the agents' keys (``derive_agent_key``) if the caller has them already."""
+    agent_keys = agent_keys or {}
     return net.tunnel_prefix(cluster_key), tuple(
-        wireguard_public_key(net.wireguard_private_key(net.derive_agent_key(cluster_key, a))) for a in agents)
+        wireguard_public_key(net.wireguard_private_key(agent_keys.get(a) or net.derive_agent_key(cluster_key, a)))
+        for a in agents)

@@ -149,8 +149,8 @@ def test_version_1_args_of_a_running_session_are_still_admitted():
     assert adm.params == p
     with pytest.raises(net.AdmissionError, match="MAC does not match"):  # the version is under the MAC too
         net.admit(KEY, cni_args(dict(version_1_args("default", "train", "main1", p), BAI_V="2")))
-    with pytest.raises(net.AdmissionError, match="BAI_V '4' is not a version this plugin knows"):
-        net.admit(KEY, cni_args(dict(net.job_args(KEY, "default", "train", "main1", p), BAI_V="4")))
+    with pytest.raises(net.AdmissionError, match="BAI_V '9' is not a version this plugin knows"):
+        net.admit(KEY, cni_args(dict(net.job_args(KEY, "default", "train", "main1", p), BAI_V="9")))
 
 
 def big_params(count):
@@ -163,9 +163,10 @@ def test_no_more_agents_than_cni_args_can_carry():
     args = net.job_args(KEY, "n" * 128, "j" * 64, "sub" + "9" * 60, net.check_params(big_params(most)))
     text = net.nomad_cni_args(args, "r" * 128, "n" * 128, "j" * 64, "sub" + "9" * 60, SID)
     assert len("CNI_ARGS=" + text) + 1 <= net.MAX_ARG_STRLEN
-    with pytest.raises(net.NetworkError, match="lists %d agents; CNI_ARGS, one environment string of the plugin "
-                       r"\(at most 131072 bytes on Linux\), holds at most %d" % (most + 1, most)):
-        net.check_params(big_params(most + 1))
+    with pytest.raises(net.NetworkError, match="%d agents do not fit CNI_ARGS in args version 3 \\(at most %d\\): "
+                       "version 4 carries them in the agent table" % (most + 1, most)):
+        net.check_params(big_params(most + 1)).args("3")
+    assert net.check_params(big_params(most + 1)).args("4")["BAI_N"] == str(most + 1)  # version 4: no such limit
 
 
 def test_max_arg_strlen_is_this_kernels_limit():
@@ -222,12 +223,13 @@ def test_bad_parameters_are_named(change, message):
 
 def test_records_behave_as_named_tuples():
     p = params()
-    fields = ("session_id", "vni", "subnet", "agents", "mtu", "encryption", "wg_keys", "tunnel_prefix")
+    fields = ("session_id", "vni", "subnet", "agents", "mtu", "encryption", "wg_keys", "tunnel_prefix",
+              "table_namespace")
     assert p.session_id == p[0] == SID and p._fields == fields
     assert p._replace(mtu=1400).mtu == 1400 and p._replace(mtu=1400)[:4] == p[:4]
     assert repr(p).startswith("NetworkParams(session_id='%s', vni=" % SID)
     assert p == net.NetworkParams(*p) and hash(p) == hash(tuple(p))
-    with pytest.raises(TypeError, match="takes 8 values"):
+    with pytest.raises(TypeError, match="takes 9 values"):
         net.NetworkParams(SID, 1)
     assert net.NetworkParams(*p[:5]) == p and p.encryption == "none"  # the fields added last have defaults
     with pytest.raises(TypeError, match="has no field color"):

@@ -156,8 +156,8 @@ def test_a_job_can_be_rendered_in_the_version_a_running_session_carries() -> Non
         assert admit(key_of(job, "sub1"), cni_args_of(job, "sub1", "team-a", "train-42")).params.agents == ("192.168.50.11", "192.168.50.12")
     old["TaskGroups"][0]["Networks"][0]["CNI"]["Args"]["BAI_V"] = "2"  # groups that disagree: no version to keep
     assert args_version_of_job(old) is None
-    with pytest.raises(PlanError, match="BAI_V must be one of 1, 2, 3, got '4'"):
-        multi_node_job(version="4")
+    with pytest.raises(PlanError, match="BAI_V must be one of 1, 2, 3, 4, got '9'"):
+        multi_node_job(version="9")
 
 
 def test_a_new_multi_node_job_carries_every_agents_wireguard_key_under_the_mac() -> None:

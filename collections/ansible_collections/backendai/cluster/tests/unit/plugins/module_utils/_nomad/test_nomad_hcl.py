@@ -444,3 +444,38 @@ def test_invalid_input_raises(single_node_job: t.Dict[str, t.Any], mutate: t.Cal
 def test_register_request_is_rejected(single_node_job: t.Dict[str, t.Any]) -> None:
     with pytest.raises(ValueError, match="register request"):
         render_hcl(_nomad_job.register_request(single_node_job))
+
+
+def _rendered_whole(job: t.Dict[str, t.Any]) -> str:
+    """The jobspec rendered as one block, every group on its own (what render_hcl gives, the slow way)."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._nomad import hcl
+
+    lines: t.List[str] = []
+    hcl._struct(lines, 0, "Job", job, "job")
+    return "\n".join(hcl.nomad_fmt(lines)) + "\n"
+
+
+def test_groups_of_one_shape_render_as_each_alone() -> None:
+    """Groups that differ from an earlier one in a few strings are made from its text (_GroupTexts): the same text,
+    to the byte, as rendering each, for strings of every kind: quoted and escaped, template sequences, a newline
+    (a heredoc), the mark characters the shapes use, and a label that cannot be one still refused."""
+    job = build_job({"name": "sh", "image": "python:3.11-slim", "cluster_size": 6, "cluster_mode": "multi-node",
+                     "resources": {"cpu": 500, "memory": 512}, "env": {"FOO": "bar"}},
+                    [{"name": "a%d" % i, "cpu": 500, "memory": 512} for i in range(6)])
+    groups = job["TaskGroups"]
+    groups[2]["Tasks"][0]["Env"]["FOO"] = 'say "hi" \\ ${HOME} %{x}\t'
+    groups[3]["Tasks"][0]["Env"]["FOO"] = "two\nlines\n"
+    groups[4]["Tasks"][0]["Env"]["FOO"] = "\ue0000\ue001"
+    groups[5]["Tasks"][0]["Resources"]["CPU"] = 501
+    assert render_hcl(job) == _rendered_whole(job)
+    assert_same_job(job, render_hcl(job))
+    groups[5]["Name"] = "bad${label}"
+    with pytest.raises(ValueError, match="cannot be an HCL block label"):
+        render_hcl(job)
+
+
+def test_a_large_sessions_jobspec_is_the_one_rendered_whole() -> None:
+    job = build_job({"name": "big", "image": "python:3.11-slim", "cluster_size": 200, "cluster_mode": "multi-node",
+                     "resources": {"cpu": 500, "memory": 512}},
+                    [{"name": "a%d" % i, "cpu": 1000 + 500 * (i % 3), "memory": 4096} for i in range(80)])
+    assert render_hcl(job) == _rendered_whole(job)

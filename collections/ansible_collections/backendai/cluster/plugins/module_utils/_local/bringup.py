@@ -135,16 +135,7 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engi
         for d in missing:
             os.mkdir(d, 0o755)
 
-    journal.record("netns", names=netns)
-    add_netns(netns, owner=paths.root)
-
-    t_net = time.monotonic()
-    # main1 is published by portmap on this machine, by a relay behind local agents
-    mappings = {h: [{"hostPort": addr[1], "containerPort": session.ssh_port, "protocol": "tcp", "hostIP": addr[0]}]
-                for h, addr in published.items()} if not session.agents else {}
-    addresses, network = _local_network.bring_up(session, paths, names, mappings,
-                                                 [] if session.agents else _host_networks(), journal)
-    t_net = time.monotonic() - t_net
+    addresses, network, t_net = _network_up(session, paths, names, published, journal)
 
     main = hosts[0]
     # every container has this one file bind-mounted as /etc/hosts (none has started yet)
@@ -178,11 +169,21 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engi
             "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory}, "cgroups": cgroup_dirs[host],
             "published": "%s:%d" % published[host] if host in published else None,
         })
-    info = {
+    return _record_ready(session, paths, journal, names, network, containers, main in published,
+                         {"isolation": isolation}, (t_net, t_ready, t0))
+
+
+def _record_ready(session: LocalSession, paths: SessionPaths, journal: Journal, names: t.Dict[str, t.Any],
+                  network: t.Dict[str, t.Any], containers: t.List[t.Dict[str, t.Any]], published_main: bool,
+                  runtime: t.Dict[str, t.Any], timings: t.Tuple[float, float, float]) -> t.Dict[str, t.Any]:
+    """The session record (``session.json``) of a session whose containers all answered, written durably, then the
+    start mark the batch commands wait for; the same for both kinds of container (``runtime``: what only one has)."""
+    t_net, t_ready, t0 = timings
+    info = dict({
         "name": session.name, "session_id": session.session_id, "state_dir": paths.root,
         "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
-        "ssh_port": session.ssh_port, "user": session.user.name, "isolation": isolation,
-        "ssh_config": paths.user_ssh_config if main in published else None,
+        "ssh_port": session.ssh_port, "user": session.user.name,
+        "ssh_config": paths.user_ssh_config if published_main else None,
         "published": containers[0]["published"], "containers": containers,
         "agents": {a: dict({"netns": v["netns"], "underlay_ip": v["underlay_ip"]}, **(
             {"wireguard": _local_network.wireguard_interface(v["state_dir"], a)}
@@ -192,11 +193,28 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engi
         "created_at": time.time(),
         "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
                     "total": round(time.monotonic() - t0, 3)},
-    }
+    }, **runtime)
     write_file(paths.session_json, json.dumps(info, indent=1), mode=0o644, durable=True)
     write_file(paths.started, "%f\n" % time.time(), mode=0o644)  # the batch commands start now
     journal.record("ready")
     return dict(public_info(info), changed=True, state="RUNNING")
+
+
+def _network_up(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
+                published: t.Dict[str, t.Tuple[str, int]], journal: Journal
+                ) -> t.Tuple[t.Dict[str, str], t.Dict[str, t.Any], float]:
+    """The containers' network namespaces and the session network (the same for both kinds of container): the
+    addresses, the network's parameters and how long the network took. main1 is published by portmap on this
+    machine, by a relay behind local agents."""
+    netns = [names["netns"][h] for h in session.hostnames]
+    journal.record("netns", names=netns)
+    add_netns(netns, owner=paths.root)
+    t_net = time.monotonic()
+    mappings = {h: [{"hostPort": addr[1], "containerPort": session.ssh_port, "protocol": "tcp", "hostIP": addr[0]}]
+                for h, addr in published.items()} if not session.agents else {}
+    addresses, network = _local_network.bring_up(session, paths, names, mappings,
+                                                 [] if session.agents else _host_networks(), journal)
+    return addresses, network, time.monotonic() - t_net
 
 
 #: How many ``podman run`` of a session's containers run at once.
@@ -208,7 +226,6 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
     """The engine mode: the same namespaces and network as the host-files mode, then one podman container per task
     group of the session's job, started into its namespace (``_local.task_start``)."""
     hosts = session.hostnames
-    netns = [names["netns"][h] for h in hosts]
     conf = write_conf(os.path.join(paths.state_root, ENGINE_DIR))
     for d in (paths.logs_dir, paths.cni_dir, paths.ssh_dir):
         os.makedirs(d, mode=0o700, exist_ok=True)
@@ -217,14 +234,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         create_file(os.path.join(paths.ssh_dir, n), keys[n][0], mode=keys[n][1])
     published = {c.hostname: ("127.0.0.1", free_local_port()) for c in session.containers if c.publish}
 
-    journal.record("netns", names=netns)
-    add_netns(netns, owner=paths.root)
-    t_net = time.monotonic()
-    mappings = {h: [{"hostPort": addr[1], "containerPort": session.ssh_port, "protocol": "tcp", "hostIP": addr[0]}]
-                for h, addr in published.items()} if not session.agents else {}
-    addresses, network = _local_network.bring_up(session, paths, names, mappings,
-                                                 [] if session.agents else _host_networks(), journal)
-    t_net = time.monotonic() - t_net
+    addresses, network, t_net = _network_up(session, paths, names, published, journal)
     main = hosts[0]
     if main in published:
         write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
@@ -279,15 +289,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                 raise LocalRuntimeError("container %s %s during start-up:\n%s" % (host, state or "vanished", "\n".join(
                     engine_log_tail(paths.log(host), 15))))
 
-    targets = {h: (addresses[h], session.ssh_port) for h in hosts}
-    make_socket = None
-    if session.agents:
-        make_socket = _overlay_prober(netns_path(names["netns"][hosts[0]]))
-        for host, addr in published.items():
-            journal.record("relay", host=host, published="%s:%d" % addr)
-            start_relay(paths, netns_path(names["netns"][host]), addr, session.ssh_port, paths.system_log(host))
-    targets.update({"%s (published)" % h: addr for h, addr in published.items()})
-    wait_for_ssh(targets, 30.0 + 0.5 * len(hosts), check, make_socket=make_socket)
+    _await_sshd(session, paths, names, addresses, published, journal, 30.0 + 0.5 * len(hosts), check)
     t_ready = time.monotonic() - t_ready
 
     records = []
@@ -301,26 +303,10 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
             "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory},
             "published": "%s:%d" % published[host] if host in published else None,
         })
-    info = {
-        "name": session.name, "session_id": session.session_id, "state_dir": paths.root,
-        "bridge": names["bridge"], "subnet": network["subnet"], "vni": network["vni"],
-        "ssh_port": session.ssh_port, "user": session.user.name, "engine": {"name": "podman", "conf": conf},
-        "isolation": {"engine": "podman", "memory_swap": "none", "pids_limit": PIDS_LIMIT, "cpu_mhz_per_core": round(core_mhz, 1)},
-        "ssh_config": paths.user_ssh_config if main in published else None,
-        "published": records[0]["published"], "containers": records,
-        "agents": {a: dict({"netns": v["netns"], "underlay_ip": v["underlay_ip"]}, **(
-            {"wireguard": _local_network.wireguard_interface(v["state_dir"], a)}
-            if network["underlay_encryption"] == "wireguard" else {})) for a, v in session.agents.items()},
-        "vxlan": names["vxlan"] if network["spans"] else None,
-        "underlay_encryption": network["underlay_encryption"],
-        "created_at": time.time(),
-        "timings": {"network": round(t_net, 3), "containers_ready": round(t_ready, 3),
-                    "total": round(time.monotonic() - t0, 3)},
-    }
-    write_file(paths.session_json, json.dumps(info, indent=1), mode=0o644, durable=True)
-    write_file(paths.started, "%f\n" % time.time(), mode=0o644)
-    journal.record("ready")
-    return dict(public_info(info), changed=True, state="RUNNING")
+    return _record_ready(session, paths, journal, names, network, records, main in published, {
+        "engine": {"name": "podman", "conf": conf},
+        "isolation": {"engine": "podman", "memory_swap": "none", "pids_limit": PIDS_LIMIT,
+                      "cpu_mhz_per_core": round(core_mhz, 1)}}, (t_net, t_ready, t0))
 
 
 def engine_log_tail(path: str, count: int) -> t.List[str]:
@@ -420,18 +406,27 @@ def _start_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[
                 failed = failed or e
     if failed:
         raise failed
+    _await_sshd(session, paths, names, addresses, published, journal, 20.0 + 0.25 * len(hosts),
+                lambda: _check_started(paths, pids))
+    return pids
+
+
+def _await_sshd(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
+                published: t.Dict[str, t.Tuple[str, int]], journal: Journal, timeout: float,
+                check: t.Callable[[], None]) -> None:
+    """Wait until every container's sshd answers, and main1's published port too (``check`` raises when a container
+    ended meanwhile). Behind agents the containers are reachable only over the overlay: every sshd is probed from
+    main1's namespace (so across agents), and main1 is published by a relay, started here."""
+    hosts = session.hostnames
     targets = {h: (addresses[h], session.ssh_port) for h in hosts}
     make_socket = None
     if session.agents:
-        # Behind agents the containers are reachable only over the overlay: every sshd is probed
-        # from main1's namespace (so across agents), and main1 is published by a relay.
         make_socket = _overlay_prober(netns_path(names["netns"][hosts[0]]))
         for host, addr in published.items():
             journal.record("relay", host=host, published="%s:%d" % addr)
             start_relay(paths, netns_path(names["netns"][host]), addr, session.ssh_port, paths.system_log(host))
     targets.update({"%s (published)" % h: addr for h, addr in published.items()})
-    wait_for_ssh(targets, 20.0 + 0.25 * len(hosts), lambda: _check_started(paths, pids), make_socket=make_socket)
-    return pids
+    wait_for_ssh(targets, timeout, check, make_socket=make_socket)
 
 
 def _overlay_prober(main_ns: str) -> t.Callable[[str], socket.socket]:

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SANE_PATH, LocalRuntimeError
 
 PODMAN = "podman"
@@ -89,14 +89,8 @@ def write_conf(directory: str) -> str:
         raise LocalRuntimeError("podman is not installed: install it with apt-get install podman runc (scripts/setup does)")
     text = conf_text(hybrid_cgroups(), can_raise_rlimits(), shutil.which("runc", path=SANE_PATH) is not None)
     path = os.path.join(directory, CONF_NAME)
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return path
-    except OSError:
-        pass
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    write_file(path, text, mode=0o644)
+    ensure_file(path, text)
     return path
 
 

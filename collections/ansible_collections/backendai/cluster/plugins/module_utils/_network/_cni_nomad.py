@@ -285,8 +285,8 @@ def agent_table(nomad: NomadAgent, ref: "net.TableRef") -> t.List[t.Optional[t.D
     namespace; checked against its digest by ``_session_network.resolve_table``."""
     out = []
     for path in ref.paths:
-        var = nomad.get_json("/v1/var/%s?namespace=%s" % ("/".join(quote(p) for p in path.split("/")),
-                                                           quote(ref.namespace)),
+        var_path = "/".join(quote(p) for p in path.split("/"))
+        var = nomad.get_json("/v1/var/%s?namespace=%s" % (var_path, quote(ref.namespace)),
                              "the session's agent table %s (namespace %s)" % (path, ref.namespace),
                              "read on %s/* in namespace %s" % (net.TABLE_PREFIX, ref.namespace))
         out.append(var.get("Items") if isinstance(var, dict) and isinstance(var.get("Items"), dict) else None)

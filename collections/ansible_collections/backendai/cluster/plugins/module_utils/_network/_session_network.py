@@ -495,8 +495,8 @@ def max_agents(encrypted: bool = False) -> int:
 def table_digest(params: NetworkParams) -> str:
     """``BAI_TAB``: base64url SHA-256 of the session's agent table (session ID, encryption, agent count, the packed
     underlay addresses, the packed WireGuard keys)."""
-    h = hashlib.sha256(TABLE_LABEL + b"\0" + ("%s\0%s\0%d\0" % (params.session_id, params.encryption,
-                                                               len(params.agents))).encode("ascii"))
+    head = "%s\0%s\0%d\0" % (params.session_id, params.encryption, len(params.agents))
+    h = hashlib.sha256(TABLE_LABEL + b"\0" + head.encode("ascii"))
     h.update(b"".join(ip4(a).to_bytes(4, "big") for a in params.agents))
     h.update(b"".join(params.wg_keys))
     return _b64url(h.digest()).decode("ascii")

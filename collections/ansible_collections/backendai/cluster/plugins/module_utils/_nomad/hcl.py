@@ -454,14 +454,14 @@ class _GroupTexts:
             if len(self.refs) < _MAX_REFS:
                 self.refs.append(group)
             return "\n".join(nomad_fmt(lines))
-        key = (id(ref), tuple(path for path, _ in places))  # (the references are kept: their ids stay theirs)
+        key = (id(ref), tuple(path for path, _value in places))  # (the references are kept: their ids stay theirs)
         parts = self.shapes.get(key)
         if parts is None:
-            masked = _masked(ref, [path for path, _ in places])
+            masked = _masked(ref, [path for path, _value in places])
             lines = []
             _struct(lines, 1, "TaskGroup", masked, where)
             parts = self.shapes[key] = _MARK.split("\n".join(nomad_fmt(lines)))
-        values = [quote(value)[1:-1] for _, value in places]
+        values = [quote(value)[1:-1] for _path, value in places]
         return "".join(part if j % 2 == 0 else values[int(part)] for j, part in enumerate(parts))
 
 
@@ -483,7 +483,7 @@ def _differing(a: t.Any, b: t.Any, path: t.Tuple[t.Any, ...], out: t.List[t.Tupl
     for k, v, w in pairs:
         if v is w or (type(v) is type(w) and v == w):
             continue
-        if type(v) is str and type(w) is str:  # a differing string: put in, if it can be (see _GroupTexts)
+        if isinstance(v, str) and isinstance(w, str):  # a differing string: put in, if it can be (see _GroupTexts)
             if _MARKS.search(v) or (k in _LABEL_KEYS and _NOT_A_LABEL.search(v)):
                 return False
             out.append((path + (k,), v))

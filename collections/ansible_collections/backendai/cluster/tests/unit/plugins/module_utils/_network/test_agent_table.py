@@ -90,7 +90,7 @@ def test_a_table_other_than_the_signed_one_is_refused() -> None:
 def test_ten_thousand_agents_fit_nomads_variables_and_no_cni_args_limit() -> None:
     p = session(10000)
     chunks = net.table_items(p)
-    assert len(chunks) == 10 and [path.rsplit("/", 1)[1] for path, _ in chunks] == [str(k) for k in range(10)]
+    assert len(chunks) == 10 and [path.rsplit("/", 1)[1] for path, _items in chunks] == [str(k) for k in range(10)]
     # each under Nomad's 64 KiB of items (maxVariableSize: keys and values)
     assert max(sum(len(k) + len(v) for k, v in items.items()) for _path, items in chunks) <= 65536
     assert all(len(path) <= 128 for path, _items in chunks)  # Nomad's variable path limit

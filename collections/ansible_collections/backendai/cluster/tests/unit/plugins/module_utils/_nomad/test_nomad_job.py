@@ -217,8 +217,9 @@ def test_the_user_is_in_job_meta_and_the_task_asks_for_no_privileges() -> None:
         task = group["Tasks"][0]
         # the entrypoint starts as the image's root (uid 0 over the image's USER) with the driver's default
         # capabilities, nothing more
-        assert task["User"] == TASK_USER == "0" and not {"privileged", "cap_add", "devices", "security_opt", "userns_mode",
-                                           "pid_mode", "ipc_mode", "network_mode"} & set(task["Config"])
+        privileges = {"privileged", "cap_add", "devices", "security_opt", "userns_mode", "pid_mode", "ipc_mode",
+                      "network_mode"}
+        assert task["User"] == TASK_USER == "0" and not privileges & set(task["Config"])
 
 
 def test_values_left_to_nomads_defaults_and_the_job_level_reschedule() -> None:

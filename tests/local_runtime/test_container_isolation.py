@@ -12,7 +12,7 @@ import shlex
 import signal
 import subprocess
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as cg
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
@@ -214,20 +214,20 @@ print(json.dumps(got.decode(errors="replace")), flush=True)
 """
 
 
-def test_a_login_cannot_write_to_a_host_terminal_of_its_own_uid(sessions: Any, helpers: Any) -> None:
-    """A host process of uid 1000 holds a terminal (/dev/pts/N, its own: mode 0620); the session's login as ``work``
-    (uid 1000 too) writes to that path: nothing arrives, the container has terminals of its own only. Control: a
-    host process of uid 1000 writing to the same path does reach it (the write itself is allowed to that uid)."""
+def assert_a_login_cannot_write_to_a_host_terminal(login: Callable[[str], Any]) -> None:
+    """The devpts attack, for either kind of container: a host process of uid 1000 holds a terminal (/dev/pts/N, its
+    own: mode 0620); ``login(command)`` runs ``command`` in the session's login as ``work`` (uid 1000 too), which
+    writes to that path: nothing may arrive, the container has terminals of its own only. Control: a host process
+    of uid 1000 writing to the same path does reach it (the write itself is allowed to that uid)."""
     import json
     import sys
-    a = sessions("ptys", size=1)
     holder = subprocess.Popen(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", sys.executable,
                                "-c", HOST_PTY, "12"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None
         path = holder.stdout.readline().strip()
         assert path.startswith("/dev/pts/") and os.stat(path).st_uid == 1000, path
-        p = helpers.ssh(a, "main1", "id -u; echo FROM-THE-SESSION > %s; echo rc=$?; ls /dev/pts" % path)
+        p = login("id -u; echo FROM-THE-SESSION > %s; echo rc=$?; ls /dev/pts" % path)
         assert p.stdout.splitlines()[0] == "1000", (p.stdout, p.stderr)  # the login is uid 1000
         subprocess.run(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "sh", "-c",
                         "echo FROM-THE-HOST > %s" % path], check=True)
@@ -239,3 +239,9 @@ def test_a_login_cannot_write_to_a_host_terminal_of_its_own_uid(sessions: Any, h
     assert "FROM-THE-HOST" in got, "the control did not reach the terminal: the test proves nothing (%r)" % got
     assert "FROM-THE-SESSION" not in got, "the session's login wrote into a host terminal: %r" % p.stdout
     assert "ptmx" in p.stdout.split(), p.stdout  # the container's own devpts instance
+
+
+def test_a_login_cannot_write_to_a_host_terminal_of_its_own_uid(sessions: Any, helpers: Any) -> None:
+    """The devpts attack on a host-files container (:func:`assert_a_login_cannot_write_to_a_host_terminal`)."""
+    a = sessions("ptys", size=1)
+    assert_a_login_cannot_write_to_a_host_terminal(lambda command: helpers.ssh(a, "main1", command))

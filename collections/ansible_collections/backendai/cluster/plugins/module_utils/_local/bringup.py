@@ -219,6 +219,9 @@ def _network_up(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t
 
 #: How many ``podman run`` of a session's containers run at once.
 ENGINE_STARTS = 16
+#: The exit codes of the job's entrypoint when it cannot start the task (``_nomad.job.ENTRYPOINT``'s ``fail``: 77 not
+#: started as root, 78 the image lacks what it needs), as ``podman inspect`` shows them.
+ENTRYPOINT_REFUSED = ("77", "78")
 
 
 def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun,
@@ -282,13 +285,24 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
     if failed:
         raise failed[0]
 
-    def check() -> None:
-        states = _inspect(conf, list(containers.values()), "{{.State.Status}}", check=False)
+    batch = {c.hostname for c in session.containers if c.command}
+
+    def check() -> t.Set[str]:
+        """Raises when a container stopped during start-up; returns what no longer needs waiting for: a batch
+        container whose command ended (the entrypoint runs it after starting sshd), as a Nomad task may complete
+        before its peers started."""
+        states = _inspect(conf, list(containers.values()), "{{.State.Status}} {{.State.ExitCode}}", check=False)
+        done = set()
         for host, name in containers.items():
-            state = states.get(name, "")
-            if state not in ("running", "created", "configured"):
-                raise LocalRuntimeError("container %s %s during start-up:\n%s" % (host, state or "vanished", "\n".join(
-                    engine_log_tail(paths.log(host), 15))))
+            state, _sep, code = states.get(name, "").partition(" ")
+            if state in ("running", "created", "configured"):
+                continue
+            if state in ("exited", "stopped") and host in batch and code not in ENTRYPOINT_REFUSED:
+                done |= {host, "%s (published)" % host}
+                continue
+            raise LocalRuntimeError("container %s %s during start-up:\n%s" % (host, state or "vanished", "\n".join(
+                engine_log_tail(paths.log(host), 15))))
+        return done
 
     _await_sshd(session, paths, names, addresses, published, journal, 30.0 + 0.5 * len(hosts), check)
     t_ready = time.monotonic() - t_ready
@@ -300,7 +314,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         pid_text = pids.get(containers[host], "")
         records.append({
             "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
-            "address": addresses[host], "pid": int(pid_text) if pid_text.isdigit() else None, "engine": containers[host],
+            "address": addresses[host], "pid": int(pid_text) or None if pid_text.isdigit() else None, "engine": containers[host],
             "image": images[host], "has_command": bool(c.command), "log": paths.log(host),
             "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory},
             "published": "%s:%d" % published[host] if host in published else None,
@@ -422,9 +436,9 @@ def _start_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[
 
 def _await_sshd(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
                 published: t.Dict[str, t.Tuple[str, int]], journal: Journal, timeout: float,
-                check: t.Callable[[], None]) -> None:
+                check: t.Callable[[], t.Optional[t.Set[str]]]) -> None:
     """Wait until every container's sshd answers, and main1's published port too (``check`` raises when a container
-    ended meanwhile). Behind agents the containers are reachable only over the overlay: every sshd is probed from
+    ended meanwhile, or returns the targets no longer to wait for). Behind agents the containers are reachable only over the overlay: every sshd is probed from
     main1's namespace (so across agents), and main1 is published by a relay, started here."""
     hosts = session.hostnames
     targets = {h: (addresses[h], session.ssh_port) for h in hosts}

@@ -210,6 +210,9 @@ def _engine_container_status(paths: SessionPaths, c: t.Dict[str, t.Any], conf: s
                  conf, check=False)
     fields = got.stdout.decode().split()
     state, code, oom = (fields + ["", "", ""])[:3] if got.returncode == 0 else ("gone", "", "")
+    kept = (read_text(paths.exitcode(host)) or "").strip() if state == "gone" else ""
+    if kept:  # removed by a destroy that kept the logs, and its exit code with them
+        state, code = "exited", kept
     has_command = bool(c.get("has_command", True))
     exit_code = None
     if state == "running":

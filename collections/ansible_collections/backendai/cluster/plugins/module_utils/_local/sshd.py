@@ -115,12 +115,13 @@ def free_local_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check: t.Callable[[], None],
+def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check: t.Callable[[], t.Optional[t.Set[str]]],
                  check_interval: float = 0.05, attempt_timeout: float = 1.0,
                  make_socket: t.Optional[t.Callable[[str], socket.socket]] = None) -> float:
     """Connect to every target until each sends an SSH banner; returns the seconds taken.
 
-    ``check`` is called periodically and may raise (e.g. a container's supervisor died).
+    ``check`` is called periodically and may raise (e.g. a container's supervisor died), or return the targets no
+    longer to wait for (a batch container whose command ended).
     An attempt that gets no answer within ``attempt_timeout`` (a lost SYN) is retried.
     ``make_socket(key)`` makes the (non-blocking) socket of a target, e.g. in another network
     namespace; by default a plain one of this process.
@@ -144,7 +145,10 @@ def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check:
         while pending:
             now = time.monotonic()
             if now >= next_check:
-                check()
+                for key in set(check() or ()) & set(pending):
+                    del pending[key]
+                    if key in active:
+                        drop(key, retry=False)
                 next_check = now + check_interval
             if now > deadline:
                 raise LocalRuntimeError("sshd did not accept connections within %.0f s on: %s" % (

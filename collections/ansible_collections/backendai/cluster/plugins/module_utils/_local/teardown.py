@@ -13,6 +13,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local import ag
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
     prune_shared_chains,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import podman
 from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
     delete_netns,
@@ -38,6 +39,8 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     for entry in reversed(entries):
         op = entry["op"]
         if op == "engine":
+            if keep_logs:
+                _keep_exit_codes(paths, entry["containers"], entry["conf"])
             errors += remove_containers(entry["containers"], entry["conf"])
         elif op == "network":
             errors += _local_network.network_down(paths, entry)
@@ -66,6 +69,16 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     else:
         shutil.rmtree(paths.root)
     return []
+
+
+def _keep_exit_codes(paths: SessionPaths, names: t.List[str], conf: str) -> None:
+    """Beside the kept logs, each ended engine container's exit code (``logs/<host>.exitcode``: the status of a session
+    whose containers are gone reads it), before the containers go. A container is named ``bai-<digest>-<host>``."""
+    got = podman(["inspect", "--format", "{{.Name}} {{.State.Status}} {{.State.ExitCode}}"] + names, conf, check=False)
+    for line in got.stdout.decode(errors="replace").splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[1] in ("exited", "stopped") and fields[0].count("-") >= 2:
+            write_file(paths.exitcode(fields[0].split("-", 2)[2]), fields[2] + "\n", mode=0o644)
 
 
 def remove_containers(names: t.List[str], conf: str) -> t.List[str]:

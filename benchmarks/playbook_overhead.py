@@ -103,7 +103,7 @@ class Bench:
         self.empty = os.path.join(workdir, "empty.yml")
         with open(self.empty, "w", encoding="utf-8") as f:
             f.write(EMPTY_PLAYBOOK)
-        self.spec = {"name": self.name, "image": "local", "cluster_size": size,
+        self.spec = {"name": self.name, "image": "localhost/backendai-cluster/example:bookworm", "cluster_size": size,
                      "resources": {"cpu": 100, "memory": 64}}
         self.env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                         PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))

@@ -210,6 +210,22 @@ def sessions(state_root: str, keypair: tuple[str, str]) -> Iterator[Callable[...
     assert_clean(before, state_root, made)
 
 
+@contextlib.contextmanager
+def module_session(run_dir: str, keypair: tuple[str, str], name: str, **kw: Any) -> Iterator[dict[str, Any]]:
+    """A session that the tests of a module share (``make_session``'s arguments), in a state root of its own; at the
+    end it is destroyed and nothing it made may be left. Its leak check is the record's (what it made, read from its
+    state before the destroy), not a diff of the machine: between its tests the machine lock is free and other runs
+    change the machine."""
+    root = os.path.join(run_dir, "m-" + uuid.uuid4().hex[:8])
+    session = make_session(name, keypair, **kw)
+    try:
+        yield dict(local_session_dict.create_session(session, root, MOUNT_ROOTS), spec=session)
+    finally:
+        made = leaks.record(root, [name])
+        rt.destroy_session(name, root)
+        assert leaks.leaks(None, made) == []
+
+
 def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run a command in a container through the session's user-facing ssh_config."""
     return subprocess.run(["ssh", "-F", result["ssh_config"], host, command], stdin=subprocess.DEVNULL,
@@ -253,7 +269,7 @@ def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> s
 def helpers() -> types.SimpleNamespace:
     """This file's helpers, for the tests (a second ``conftest`` module cannot be imported by name)."""
     return types.SimpleNamespace(collections=COLLECTIONS, make_session=make_session, host_snapshot=host_snapshot,
-                                 assert_clean=assert_clean, ssh=ssh, start_creator=start_creator, new_keypair=new_keypair,
+                                 assert_clean=assert_clean, ssh=ssh, module_session=module_session, start_creator=start_creator, new_keypair=new_keypair,
                                  MOUNT_ROOTS=MOUNT_ROOTS)
 
 

@@ -8,7 +8,6 @@ net.ipv4.ip_forward are exactly as before. Tests that only look at a running ses
 """
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
@@ -65,24 +64,10 @@ def _status_until(name: str, state_root: str, state: str, timeout: float = 10.0)
         time.sleep(0.05)
 
 
-@contextlib.contextmanager
-def _one_session(run_dir: str, keypair: Any, helpers: Any, name: str, **kw: Any) -> Iterator[dict[str, Any]]:
-    """A session for the tests of a module (destroyed at its end, the host then checked to hold nothing of it)."""
-    root = os.path.join(run_dir, "m-" + uuid.uuid4().hex[:8])
-    before = helpers.host_snapshot()
-    session = helpers.make_session(name, keypair, **kw)
-    try:
-        yield dict(local_session_dict.create_session(session, root, helpers.MOUNT_ROOTS), spec=session)
-    finally:
-        before.record(root, [name])
-        rt.destroy_session(name, root)
-        helpers.assert_clean(before, root, [session])
-
-
 @pytest.fixture(scope="module")
 def shared(run_dir: str, keypair: Any, helpers: Any) -> Iterator[dict[str, Any]]:
     """One interactive session of main1, sub1, sub2 that the tests below only look at."""
-    with _one_session(run_dir, keypair, helpers, "shared") as r:
+    with helpers.module_session(run_dir, keypair, "shared") as r:
         yield r
 
 
@@ -93,7 +78,7 @@ WHO_AND_ENV = ["sh", "-c", "id -u; id -g; id -un; grep -E '^(Uid|Gid|Groups):' /
 @pytest.fixture(scope="module")
 def batch(run_dir: str, keypair: Any, helpers: Any) -> Iterator[dict[str, Any]]:
     """A session of two containers whose command (:data:`WHO_AND_ENV`) ended, with the session's status then."""
-    with _one_session(run_dir, keypair, helpers, "batch", size=2, command=WHO_AND_ENV) as r:
+    with helpers.module_session(run_dir, keypair, "batch", size=2, command=WHO_AND_ENV) as r:
         r["status"] = _status_until("batch", os.path.dirname(r["state_dir"]), "TERMINATED")
         yield r
 

@@ -16,41 +16,23 @@ import socket
 import time
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local import account
-from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as _cgroups
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
-    PRIVATE_DIRS,
-    ContainerSetup,
-    add_netns,
-    container_start,
-    is_alive,
-    link_exists,
-    netns_path,
-    proc_entries,
-    proc_stat,
-    render_container,
-    sshd_of,
-    socket_in_netns,
-)
-from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import ENGINE_DIR, podman, write_conf
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import ENGINE_DIR, mhz_per_core, podman, write_conf
+from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import add_netns, link_exists, netns_path, socket_in_netns
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
+from ansible_collections.backendai.cluster.plugins.module_utils._local.ssh_access import (
+    STATE_KEY_FILES,
+    free_local_port,
+    key_files,
+    user_ssh_config,
+    wait_for_ssh,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import (
     PIDS_LIMIT,
     EngineRun,
     run_args,
     task_env,
     task_files,
-)
-from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, mount_calls, spawn, wait_started
-from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
-    STATE_KEY_FILES,
-    client_config,
-    free_local_port,
-    key_files,
-    sshd_config,
-    user_ssh_config,
-    wait_for_ssh,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, resource_names
@@ -60,16 +42,12 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     Journal,
     LocalRuntimeError,
     SessionPaths,
-    flocked,
-    read_text,
     tail_lines,
 )
 
 
 #: The session hosts file's own lines; the peers block follows (``_session.hosts.hosts_text``).
 BASE_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-#: No DNS on the private network: lookups fail at once instead of timing out.
-RESOLV_CONF = "# backendai.cluster local session: no DNS, peers are in /etc/hosts\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
 
 def _host_networks() -> t.List[ipaddress.IPv4Network]:
@@ -84,31 +62,8 @@ def _host_networks() -> t.List[ipaddress.IPv4Network]:
     return nets
 
 
-def _missing_dirs(targets: t.List[str], private: t.Tuple[str, ...]) -> t.List[str]:
-    """Directories (parents first) to create on the host for the mount targets (those
-    under a container's private /tmp, /run or /home are made in there, by mount)."""
-    out: t.List[str] = []
-    for target in targets:
-        if any(target == d or target.startswith(d + "/") for d in private):
-            continue
-        chain = []
-        d = target
-        while not os.path.exists(d) and d not in out:
-            chain.append(d)
-            d = os.path.dirname(d)
-        out += [c for c in reversed(chain) if c not in out]
-    return out
-
-
-def bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: t.Optional[EngineRun] = None) -> t.Dict[str, t.Any]:
-    """``engine``: the session's containers are engine containers of its images, started as the job's tasks
-    (``_local.task_start``); None: the host-files mode (image ``local``)."""
-    write_file(paths.start_gate, "", mode=0o600)
-    with flocked(paths.start_gate):  # the batch commands wait for it (see SessionPaths.start_gate)
-        return _bring_up(session, paths, journal, engine)
-
-
-def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: t.Optional[EngineRun]) -> t.Dict[str, t.Any]:
+def bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun) -> t.Dict[str, t.Any]:
+    """The session's containers are engine containers of its images, started as the job's tasks (``_local.task_start``)."""
     t0 = time.monotonic()
     names = resource_names(paths, session)
     hosts = session.hostnames
@@ -123,54 +78,7 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engi
     if taken:
         raise LocalRuntimeError("network namespace %s already exists (left over by another session?)"
                                 % ", ".join(taken))
-    if engine:
-        return _engine_bring_up(session, paths, journal, engine, names, t0)
-    hier = _cgroups.detect()
-    cgroup_dirs = {h: hier.dirs(names["netns"][h]) for h in hosts}
-    published, starts = _write_files(session, paths, names, cgroup_dirs)
-
-    missing = _missing_dirs(targets, PRIVATE_DIRS + (() if session.user.is_root else (account.HOME_ROOT,)))
-    if missing:
-        journal.record("mkdirs", paths=missing)
-        for d in missing:
-            os.mkdir(d, 0o755)
-
-    addresses, network, t_net = _network_up(session, paths, names, published, journal)
-
-    main = hosts[0]
-    # every container has this one file bind-mounted as /etc/hosts (none has started yet)
-    create_file(paths.hosts_file, hosts_text(BASE_HOSTS, {h: addresses[h] for h in hosts}), mode=0o644)
-    if main in published:
-        write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
-                                                          session.ssh_port, session.user.name), mode=0o644)
-
-    isolation = _make_cgroups(session, names, hier, cgroup_dirs, journal)
-    for host in hosts if isolation["warnings"] else []:  # said where a container's start-up is logged
-        with open(paths.system_log(host), "a", encoding="utf-8") as log:
-            log.write("".join("backendai.cluster: warning: %s\n" % w for w in isolation["warnings"]))
-
-    journal.record("containers", hosts=hosts)
-    t_ready = time.monotonic()
-    pids = _start_containers(session, paths, names, addresses, published, starts, journal)
-    t_ready = time.monotonic() - t_ready
-    for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
-        isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
-
-    containers = []
-    for c in session.containers:
-        host = c.hostname
-        pid = pids[host]
-        sshd_pid = sshd_of(pid)  # it answered: it runs as sshd
-        containers.append({
-            "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
-            "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
-            "pid_starttime": _starttime(pid), "sshd_starttime": _starttime(sshd_pid),
-            "has_command": bool(c.command), "log": paths.log(host), "system_log": paths.system_log(host),
-            "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory}, "cgroups": cgroup_dirs[host],
-            "published": "%s:%d" % published[host] if host in published else None,
-        })
-    return _record_ready(session, paths, journal, names, network, containers, main in published,
-                         {"isolation": isolation}, (t_net, t_ready, t0))
+    return _engine_bring_up(session, paths, journal, engine, names, t0)
 
 
 def _record_ready(session: LocalSession, paths: SessionPaths, journal: Journal, names: t.Dict[str, t.Any],
@@ -195,7 +103,6 @@ def _record_ready(session: LocalSession, paths: SessionPaths, journal: Journal, 
                     "total": round(time.monotonic() - t0, 3)},
     }, **runtime)
     write_file(paths.session_json, json.dumps(info, indent=1), mode=0o644, durable=True)
-    write_file(paths.started, "%f\n" % time.time(), mode=0o644)  # the batch commands start now
     journal.record("ready")
     return dict(public_info(info), changed=True, state="RUNNING")
 
@@ -226,8 +133,8 @@ ENTRYPOINT_REFUSED = ("77", "78")
 
 def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun,
                      names: t.Dict[str, t.Any], t0: float) -> t.Dict[str, t.Any]:
-    """The engine mode: the same namespaces and network as the host-files mode, then one podman container per task
-    group of the session's job, started into its namespace (``_local.task_start``)."""
+    """The session's namespaces and network, then one podman container per task group of the session's job, started
+    into its namespace (``_local.task_start``)."""
     hosts = session.hostnames
     conf = write_conf(os.path.join(paths.state_root, ENGINE_DIR))
     for d in (paths.logs_dir, paths.cni_dir, paths.ssh_dir):
@@ -253,7 +160,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         for m in mounts:
             if m["Destination"] in by_target:
                 host_volumes[group["Volumes"][m["Volume"]]["Source"]] = by_target[m["Destination"]]
-    core_mhz = _cgroups.mhz_per_core()
+    core_mhz = mhz_per_core()
     containers = {h: "bai-%s-%s" % (names["digest"], h) for h in hosts}
     images = {g["Name"]: g["Tasks"][0]["Config"]["image"] for g in job["TaskGroups"]}
     journal.record("engine", containers=list(containers.values()), conf=conf)
@@ -337,103 +244,6 @@ def engine_log_tail(path: str, count: int) -> t.List[str]:
     return [line.split(" ", 3)[3] if line.count(" ") >= 3 else line for line in tail_lines(path, count)]
 
 
-def _make_cgroups(session: LocalSession, names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
-                  cgroup_dirs: t.Dict[str, t.List[str]], journal: Journal) -> t.Dict[str, t.Any]:
-    """Every container's cgroups with its limits (journaled first); returns what the session's containers
-    are confined by and the warnings of what is missing (the isolation table of docs/local-runtime.md says what that means)."""
-    warnings = ["no %s cgroup controller on this machine: the containers run without %s" % (
-        c, {"memory": "a memory limit", "cpu": "a CPU quota", "pids": "a pids limit"}[c]) for c in hier.missing]
-    core_mhz = _cgroups.mhz_per_core()
-    if "cpu" in hier.places and core_mhz <= 0:
-        warnings.append("this machine tells no CPU MHz (cpufreq, /proc/cpuinfo): the containers run without a CPU quota")
-    dirs = [d for h in session.hostnames for d in cgroup_dirs[h]]
-    if dirs:
-        journal.record("cgroups", dirs=dirs)
-    try:
-        _cgroups.enable(hier)
-    except OSError as e:
-        raise LocalRuntimeError("cannot enable the cgroup controllers %s: %s" % (", ".join(sorted(hier.places)), e)) from None
-    quotas = {}
-    for c in session.containers:
-        quotas[c.hostname] = _cgroups.cpu_quota_us(c.resources.cpu, core_mhz, os.cpu_count() or 1)
-        try:
-            warnings += _cgroups.create(hier, names["netns"][c.hostname], c.resources.memory)
-        except OSError as e:
-            raise LocalRuntimeError("cannot make the cgroups of container %s: %s" % (c.hostname, e)) from None
-    versions = sorted({"v%d" % v for _m, v in hier.places.values()})
-    return {"cgroups": "+".join(versions) or "none", "controllers": sorted(hier.places),
-            "cpu_mhz_per_core": round(core_mhz, 1), "pids_limit": _cgroups.PIDS_LIMIT if "pids" in hier.places else None,
-            "warnings": warnings, "cpu_quota_us": quotas}
-
-
-def _write_files(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
-                 cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str, t.Tuple[str, int]], t.Dict[str, Container]]:
-    """Everything in the state dir a container needs (no journal: destroy removes the dir): its directories, then
-    every file rendered, then made (the directory is new: files are made, not replaced); returns the published
-    address of each container that publishes its ssh port, and how to start each."""
-    user = session.user
-    for d in (paths.logs_dir, paths.cni_dir, paths.ssh_dir):
-        os.makedirs(d, mode=0o700, exist_ok=True)
-    os.makedirs(os.path.dirname(paths.passwd), mode=0o755, exist_ok=True)
-    homes = {}
-    for c in session.containers:
-        os.makedirs(os.path.join(paths.container_dir(c.hostname), "run"), mode=0o700, exist_ok=True)
-        homes[c.hostname] = account.make_home(paths.home_dir(c.hostname), user)
-
-    keys = key_files(session.keys.private_key, session.keys.public_key)
-    # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
-    passwd, group = account.account_files(user, read_text("/etc/passwd") or "", read_text("/etc/group") or "",
-                                          account.login_shell())
-    files: t.Dict[str, t.Tuple[str, int, t.Optional[t.Tuple[int, int]]]] = {  # path -> text, mode, owner
-        paths.resolv_conf: (RESOLV_CONF, 0o644, None), paths.passwd: (passwd, 0o644, None), paths.group: (group, 0o644, None),
-        os.path.join(paths.ssh_dir, "config"): (client_config(session.ssh_port, user.name, user.home), 0o644, None),
-    }
-    files.update({os.path.join(paths.ssh_dir, n): keys[n] + (None,) for n in STATE_KEY_FILES})
-    published: t.Dict[str, t.Tuple[str, int]] = {}
-    starts = {}
-    proc_mounts = mount_calls(proc_entries())  # the same for every container
-    for c in session.containers:
-        host = c.hostname
-        cdir = paths.container_dir(host)
-        files.update({os.path.join(homes[host], n): (text, mode, (user.uid, user.gid)) for n, (text, mode) in keys.items()})
-        files[os.path.join(cdir, "sshd_config")] = (sshd_config(paths, session.ssh_port, c.env, user.name), 0o600, None)
-        setup = ContainerSetup(host, names["netns"][host], c.env, c.command, session.mounts, user,
-                               cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c.resources.memory))
-        files.update({os.path.join(cdir, f): (text, 0o600, None) for f, text in render_container(paths, setup).items()})
-        starts[host] = container_start(paths, setup, proc_mounts)
-        if c.publish:
-            published[host] = ("127.0.0.1", free_local_port())
-    for path, (text, mode, owner) in files.items():
-        create_file(path, text, mode=mode, owner=owner)
-    return published, starts
-
-
-def _start_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
-                      published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal,
-                      ) -> t.Dict[str, int]:
-    """Start every container (all at once: each one's setup runs while the next is forked) and wait until
-    each sshd (and each published port) answers; each container's init pid (the session record keeps it)."""
-    hosts = session.hostnames
-    starting = []
-    pids: t.Dict[str, int] = {}
-    failed = None
-    try:
-        for host in hosts:
-            starting.append(spawn(starts[host]))
-    finally:
-        for s in starting:  # every one collected, also after a failure (no setup process is left a zombie)
-            try:
-                # the init's pid on this machine, as the runtime records pids
-                pids[s.hostname] = wait_started(s)
-            except LocalRuntimeError as e:
-                failed = failed or e
-    if failed:
-        raise failed
-    _await_sshd(session, paths, names, addresses, published, journal, 20.0 + 0.25 * len(hosts),
-                lambda: _check_started(paths, pids))
-    return pids
-
-
 def _await_sshd(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
                 published: t.Dict[str, t.Tuple[str, int]], journal: Journal, timeout: float,
                 check: t.Callable[[], t.Optional[t.Set[str]]]) -> None:
@@ -463,21 +273,8 @@ def _overlay_prober(main_ns: str) -> t.Callable[[str], socket.socket]:
     return make_socket
 
 
-def _starttime(pid: t.Optional[int]) -> t.Optional[int]:
-    stat = proc_stat(pid) if pid else None
-    return stat[1] if stat else None
-
-
 def public_info(info: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
     out = dict(info)
     out["containers"] = [{k: v for k, v in c.items() if not k.endswith("_starttime") and k != "has_command"}
                          for c in info["containers"]]
     return out
-
-
-def _check_started(paths: SessionPaths, pids: t.Mapping[str, int]) -> None:
-    """A container whose init ended (an interactive one's ends with its sshd) fails the start at once."""
-    for host, pid in pids.items():
-        if not is_alive(pid):
-            raise LocalRuntimeError("container %s: supervisor exited during start-up:\n%s" % (
-                host, "\n".join(tail_lines(paths.system_log(host), 15))))

@@ -109,3 +109,27 @@ def podman(args: t.Sequence[str], conf: str, check: bool = True, what: str = "",
         raise LocalRuntimeError("%s failed: %s" % (what or "podman " + " ".join(args[:2]),
                                                    proc.stderr.decode(errors="replace").strip()))
     return proc
+
+
+def mhz_per_core(cpuinfo: str = "/proc/cpuinfo", cpufreq: str = "/sys/devices/system/cpu/cpu0/cpufreq") -> float:
+    """The machine's MHz per core, the way Nomad's fingerprint reads it: the nominal maximum (cpufreq's
+    ``cpuinfo_max_freq``, kHz) if the kernel has it, else the highest ``cpu MHz`` of /proc/cpuinfo; 0 when
+    neither tells (some VMs and arm machines): then no CPU quota is set, with a warning."""
+    try:
+        with open(os.path.join(cpufreq, "cpuinfo_max_freq"), encoding="ascii") as f:
+            return int(f.read().strip()) / 1000.0
+    except (OSError, ValueError):
+        pass
+    best = 0.0
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _sep, value = line.partition(":")
+                if key.strip().lower() == "cpu mhz":
+                    try:
+                        best = max(best, float(value))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return best

@@ -29,7 +29,7 @@ import images
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import nomad_backend as _backend_nomad
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import SpecError
 from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job
 

@@ -235,7 +235,8 @@ def _start_engine_containers(session: LocalSession, paths: SessionPaths, names: 
     run, and the failure names the image."""
     pids: t.Dict[str, int] = {}
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(runs), ENGINE_STARTS)))
-    started = {host: pool.submit(podman, argv, conf, cwd=cdir, what=what) for host, (argv, cdir, what) in runs.items()}
+    started = {host: pool.submit(podman, argv, conf, cwd=cdir, what=what, owner=paths.root)
+               for host, (argv, cdir, what) in runs.items()}
     batch = {c.hostname for c in session.containers if c.command}
     done: t.Set[str] = set()
 

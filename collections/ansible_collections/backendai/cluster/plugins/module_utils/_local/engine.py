@@ -22,7 +22,7 @@ import subprocess
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SANE_PATH, LocalRuntimeError
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SANE_PATH, LocalRuntimeError, owner_env
 
 PODMAN = "podman"
 CONF_ENV = "CONTAINERS_CONF"
@@ -95,11 +95,14 @@ def write_conf(directory: str) -> str:
 
 
 def podman(args: t.Sequence[str], conf: str, check: bool = True, what: str = "",
-           timeout: t.Optional[float] = 120, cwd: t.Optional[str] = None) -> "subprocess.CompletedProcess[bytes]":
+           timeout: t.Optional[float] = 120, cwd: t.Optional[str] = None,
+           owner: t.Optional[str] = None) -> "subprocess.CompletedProcess[bytes]":
     """``podman ARGS`` with this collection's containers.conf (``conf``, from :func:`write_conf`), in ``cwd`` (its
     conmon's too: see :data:`OOM_MARKER`); a failure raises naming ``what`` (default: the command) and podman's
-    message, or is returned with ``check=False``."""
-    env = {"PATH": SANE_PATH, CONF_ENV: conf}
+    message, or is returned with ``check=False``. ``owner``: the session's state directory, in podman's environment
+    (``_local.state.owner_env``), so that a teardown kills a ``podman run`` a killed creator left running before it
+    removes the session's containers (else that run makes its container after the removal)."""
+    env = dict(owner_env(owner) if owner else {"PATH": SANE_PATH}, **{CONF_ENV: conf})
     try:
         proc = subprocess.run([PODMAN] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                               check=False, timeout=timeout, cwd=cwd)

@@ -35,11 +35,12 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     errors = kill_session_processes(begin["netns"] if begin else [], paths.root)
     if errors:
         return errors
+    for entry in entries:  # the engine's containers before the network they are attached to (recorded before it)
+        if entry["op"] == "engine":
+            errors += remove_containers(entry["containers"], entry["conf"])
     for entry in reversed(entries):
         op = entry["op"]
-        if op == "engine":
-            errors += remove_containers(entry["containers"], entry["conf"])
-        elif op == "network":
+        if op == "network":
             errors += _local_network.network_down(paths, entry)
         elif op == "slot" and not errors:  # only once the session's network is gone from every agent
             _local_network.release_slots(entry["slots_dir"], entry["owner"])

@@ -208,6 +208,14 @@ def test_layout_splits_the_subnet_into_disjoint_agent_blocks():
         net.layout(p, "10.0.0.4")
 
 
+def test_agent_block_is_the_agents_block_of_agent_blocks():
+    for subnet, count in (("10.200.5.0/24", 3), ("10.200.0.0/17", 10000), ("10.200.0.0/24", 1)):
+        blocks = net.agent_blocks(subnet, count)
+        assert len(blocks) == count and all(net.agent_block(subnet, count, i) == blocks[i] for i in (0, count // 2, count - 1))
+    with pytest.raises(net.NetworkError, match="too small"):
+        net.agent_block("10.200.0.0/24", 200, 0)
+
+
 @pytest.mark.parametrize("change,message", [
     ({"session_id": "nope"}, "BAI_SID must be a UUID"),
     ({"vni": 5}, "BAI_VNI must be from"),
@@ -304,7 +312,9 @@ def test_ip4_agrees_with_ipaddress(text):
 
 
 @pytest.mark.parametrize("text", ["10.0.0", "10.0.0.256", "a.b.c.d", "10.0.0.01", "1.2.3.4.5", "", "\u0661.1.1.1",
-                                  "+1.2.3.4", " 1.2.3.4", "1.2.3.4 ", "1_0.2.3.4", "-0.2.3.4", "1..3.4", "10.0.0.1\n"])
+                                  "+1.2.3.4", " 1.2.3.4", "1.2.3.4 ", "1_0.2.3.4", "-0.2.3.4", "1..3.4", "10.0.0.1\n",
+                                  # what inet_aton (ip4's fast path) takes but is not a dotted quad in its one form
+                                  "1", "127.1", "10.1.2", "0x7f.0.0.1", "017.0.0.1", "10.0.0.1\0", "1.2.3.4\t"])
 def test_ip4_refuses_what_ipaddress_refuses(text):
     with pytest.raises(ValueError):
         ipaddress.IPv4Address(text)

@@ -368,13 +368,19 @@ def decode_agents(text: str, version: str = ARGS_VERSION) -> t.Tuple[str, ...]:
     """The addresses in ``BAI_AGENTS`` of ``version`` (NetworkError if the text is not that version's form)."""
     if version == "1":
         return tuple(a for a in text.split(",") if a)
+    packed = _agents_packed(text, version)
+    return tuple(_inet_ntoa(packed[i:i + 4]) for i in range(0, len(packed), 4))
+
+
+def _agents_packed(text: str, version: str) -> bytes:
+    """The addresses of ``BAI_AGENTS`` of ``version`` 2 or later, 4 bytes each (NetworkError if malformed)."""
     if not _B64URL.issuperset(text) or len(text) % 16 not in (0, 6, 11):  # 4 bytes an address: 16 chars per 3
         raise NetworkError("BAI_AGENTS must be IPv4 addresses packed in base64url (version %s), got %r..."
                            % (version, text[:24]))
     packed = binascii.a2b_base64(text.encode("ascii").translate(_B64_FROM_URL) + b"=" * (-len(text) % 4))
     if _b64url(packed) != text.encode("ascii"):
         raise NetworkError("BAI_AGENTS is not in its one base64url form (unused bits set): %r..." % (text[:24],))
-    return tuple(_inet_ntoa(packed[i:i + 4]) for i in range(0, len(packed), 4))
+    return packed
 
 
 def decode_wg_keys(text: str) -> t.Tuple[bytes, ...]:
@@ -513,12 +519,14 @@ def max_agents(encrypted: bool = False) -> int:
 
 # ---------------------------------------------------------------------------- the agent table (version 4)
 
-def table_digest(params: NetworkParams) -> str:
+def table_digest(params: NetworkParams, packed: t.Optional[bytes] = None) -> str:
     """``BAI_TAB``: base64url SHA-256 of the session's agent table (session ID, encryption, agent count, the packed
-    underlay addresses, the packed WireGuard keys)."""
+    underlay addresses, the packed WireGuard keys). ``packed``: the agents' addresses packed, when the caller has
+    them (a table just decoded)."""
     head = "%s\0%s\0%d\0" % (params.session_id, params.encryption, len(params.agents))
     h = hashlib.sha256(TABLE_LABEL + b"\0" + head.encode("ascii"))
-    h.update(b"".join(_inet_aton(a) if _canonical_ip4(a) else ip4(a).to_bytes(4, "big") for a in params.agents))
+    h.update(packed if packed is not None else b"".join(
+        _inet_aton(a) if _canonical_ip4(a) else ip4(a).to_bytes(4, "big") for a in params.agents))
     h.update(b"".join(params.wg_keys))
     return _b64url(h.digest()).decode("ascii")
 
@@ -564,21 +572,23 @@ def resolve_table(adm: "Admission", chunks: t.Sequence[t.Optional[t.Mapping[str,
     ref = adm.table
     if ref is None:
         return adm
-    agents: t.List[str] = []
+    packed: t.List[bytes] = []
     keys: t.List[bytes] = []
     for path, items in zip(ref.paths, chunks):
         if not isinstance(items, dict) or not isinstance(items.get("agents"), str):
             raise AdmissionError("the session's agent table %s is missing or has no agents (was the session removed?)"
                                  % path)
         try:
-            agents.extend(decode_agents(items["agents"], "2"))
+            packed.append(_agents_packed(items["agents"], "2"))
             if adm.params.encryption == "wireguard":
                 keys.extend(decode_wg_keys(str(items.get("wg", ""))))
         except NetworkError as e:
             raise AdmissionError("the session's agent table %s is malformed: %s" % (path, e)) from None
+    addresses = b"".join(packed)
+    agents = [_inet_ntoa(addresses[i:i + 4]) for i in range(0, len(addresses), 4)]
     p = adm.params._replace(agents=tuple(agents), wg_keys=tuple(keys))
     try:
-        found = table_digest(p)
+        found = table_digest(p, addresses)
     except NetworkError as e:
         raise AdmissionError("the session's agent table is malformed: %s" % e) from None
     if len(agents) != ref.count or not hmac.compare_digest(found, ref.digest):
@@ -827,14 +837,9 @@ class AgentLayout(_Record):
     _defaults = ("", "", ())
 
 
-def agent_blocks(subnet: str, count: int) -> t.List[t.Tuple[str, str, str]]:
-    """``count`` disjoint blocks of ``subnet``: (gateway, first container address, last)."""
-    return [agent_block(subnet, count, i) for i in range(count)]
-
-
 def agent_block(subnet: str, count: int, index: int) -> t.Tuple[str, str, str]:
-    """Block ``index`` of :func:`agent_blocks` (an agent needs only its own: NetworkError if ``subnet`` has no room
-    for ``count``)."""
+    """Block ``index`` of ``count`` disjoint blocks of ``subnet`` (an agent's: each agent works out only its own):
+    (gateway, first container address, last). NetworkError if ``subnet`` has no room for ``count``."""
     network, length = net4(subnet)
     per = ((1 << (32 - length)) - 2) // max(1, count)
     if per < 2:
@@ -847,6 +852,27 @@ def link_names(session_id: str) -> t.Tuple[str, str]:
     """(bridge, vxlan) names of a session on every agent (IFNAMSIZ: 15 characters)."""
     digest = hashlib.sha256(("links\0" + session_id).encode()).hexdigest()
     return BRIDGE_PREFIX + digest[:12], VXLAN_PREFIX + digest[:11]
+
+
+#: What the names of a session's peer sets end with (after its bridge's name): its agents' underlay addresses
+#: (IPv4, plain VXLAN) and its peers' tunnel addresses (IPv6, VXLAN inside WireGuard).
+PEER_SET_SUFFIXES = ("-peers", "-peers6")
+
+
+def peer_set_names(session_id: str) -> t.Tuple[str, str]:
+    """(IPv4, IPv6) names of the session's ipset of its peers' addresses on an agent (at most 31 characters)."""
+    bridge = link_names(session_id)[0]
+    return bridge + PEER_SET_SUFFIXES[0], bridge + PEER_SET_SUFFIXES[1]
+
+
+def is_peer_set_name(name: str) -> bool:
+    """Whether ``name`` is what :func:`peer_set_names` makes (of some session)."""
+    for suffix in PEER_SET_SUFFIXES:
+        stem = name[:-len(suffix)] if name.endswith(suffix) else ""
+        if len(stem) == len(BRIDGE_PREFIX) + 12 and stem.startswith(BRIDGE_PREFIX) \
+                and all(c in "0123456789abcdef" for c in stem[len(BRIDGE_PREFIX):]):
+            return True
+    return False
 
 
 def layout(params: NetworkParams, underlay_ip: str) -> AgentLayout:

@@ -208,10 +208,14 @@ def test_layout_splits_the_subnet_into_disjoint_agent_blocks():
         net.layout(p, "10.0.0.4")
 
 
-def test_agent_block_is_the_agents_block_of_agent_blocks():
+def test_agent_blocks_are_disjoint_and_fill_the_subnet_in_order():
     for subnet, count in (("10.200.5.0/24", 3), ("10.200.0.0/17", 10000), ("10.200.0.0/24", 1)):
-        blocks = net.agent_blocks(subnet, count)
-        assert len(blocks) == count and all(net.agent_block(subnet, count, i) == blocks[i] for i in (0, count // 2, count - 1))
+        blocks = [net.agent_block(subnet, count, i) for i in range(count)]
+        nw = ipaddress.IPv4Network(subnet)
+        spans = [(int(ipaddress.IPv4Address(g)), int(ipaddress.IPv4Address(e))) for g, _s, e in blocks]
+        assert spans[0][0] == int(nw.network_address) + 1 and spans[-1][1] < int(nw.broadcast_address)
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+        assert all(int(ipaddress.IPv4Address(s)) == g + 1 for (g, _e), (_g, s, _x) in zip(spans, blocks))
     with pytest.raises(net.NetworkError, match="too small"):
         net.agent_block("10.200.0.0/24", 200, 0)
 

@@ -98,6 +98,7 @@ def main() -> int:
     if args.against:
         return compare_against(args.against, args.rounds, args.repeat)
     agents = make_agents(10000)
+    print("load average %s (the machine is shared: the times are wall clock)" % _load())
     print("plan + render, 1,024 containers over 10,000 agents (best of %d):" % args.repeat)
     for strategy in ("concentrated", "dispersed"):
         s = spec(1024, strategy=strategy)
@@ -137,7 +138,13 @@ def main() -> int:
           % (signed_args[1024] / signed_args[2], ARGS_RATIO_TARGET))
     ratio = sizes[1024] / sizes[64]
     print("  size ratio N=1024 / N=64: %.2f (linear = 16.00, target ≤ %.0f)" % (ratio, RATIO_TARGET))
+    print("load average %s at the end" % _load())
     return 0
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    return "%.2f, %.2f, %.2f" % os.getloadavg()
 
 
 if __name__ == "__main__":

@@ -630,19 +630,35 @@ def read_key(path: str) -> bytes:
 
 
 def _message(namespace: str, job_id: str, group: str, params: t.Mapping[str, str]) -> bytes:
-    fields = [("NOMAD_NAMESPACE", namespace), ("NOMAD_JOB_ID", job_id), ("NOMAD_GROUP_NAME", group)]
-    fields += [(k, params[k]) for k in PARAM_KEYS if k in params]  # (all of them up to version 3; 4 has no BAI_AGENTS)
+    head, tail = _message_parts(namespace, job_id, params)
+    return head + group.encode("utf-8") + tail
+
+
+def _message_parts(namespace: str, job_id: str, params: t.Mapping[str, str]) -> t.Tuple[bytes, bytes]:
+    """What the MAC covers, but the group's name: the text before it and after it (a job's groups share both)."""
+    fields = [(k, params[k]) for k in PARAM_KEYS if k in params]  # (all of them up to version 3; 4 has no BAI_AGENTS)
     fields += [(k, params[k]) for k in V3_KEYS if k in params]  # (none in versions 1 and 2: their MACs unchanged)
     fields += [(k, params[k]) for k in V4_KEYS if k in params]  # (none before version 4)
-    return ("backendai-session-network\n" + "".join("%s=%s\n" % kv for kv in fields)).encode("utf-8")
+    return (("backendai-session-network\nNOMAD_NAMESPACE=%s\nNOMAD_JOB_ID=%s\nNOMAD_GROUP_NAME="
+             % (namespace, job_id)).encode("utf-8"), ("\n" + "".join("%s=%s\n" % kv for kv in fields)).encode("utf-8"))
 
 
 def hkdf_sha256(ikm: bytes, info: bytes, length: int = KEY_BYTES, salt: bytes = b"") -> bytes:
     """HKDF-SHA256 (RFC 5869: extract, then expand) over the stdlib's HMAC: the standard library has no HKDF and the
     plugin stays stdlib-only (checked against RFC 5869's test vectors in the unit tests)."""
+    return hkdf_expand(hkdf_extract(ikm, salt), info, length)
+
+
+def hkdf_extract(ikm: bytes, salt: bytes = b"") -> bytes:
+    """HKDF-Extract (RFC 5869 2.2): the pseudorandom key of ``ikm``; no salt = HashLen zeros. One for every key
+    expanded from the same ``ikm`` (:func:`derive_agent_keys`, :func:`agent_secrets`)."""
+    return hmac.digest(salt or b"\0" * 32, ikm, "sha256")
+
+
+def hkdf_expand(prk: bytes, info: bytes, length: int = KEY_BYTES) -> bytes:
+    """HKDF-Expand (RFC 5869 2.3) of the pseudorandom key ``prk``."""
     if not 0 < length <= 255 * 32:
         raise ValueError("HKDF-SHA256 gives 1 to %d bytes, not %d" % (255 * 32, length))
-    prk = hmac.digest(salt or b"\0" * 32, ikm, "sha256")  # RFC 5869 2.2: no salt = HashLen zeros
     out, block, i = b"", b"", 0
     while len(out) < length:  # RFC 5869 2.3: T(i) = HMAC(PRK, T(i-1) | info | i)
         i += 1
@@ -662,15 +678,33 @@ def check_agent_name(agent_name: str) -> str:
 def derive_agent_key(cluster_key: bytes, agent_name: str, label: bytes = AGENT_KEY_LABEL) -> bytes:
     """The key agent ``agent_name`` holds (never the cluster key): HKDF-SHA256 of the cluster key with ``info`` =
     ``label``, NUL, the agent's name. The agent derives what it needs from it with other labels
-    (:func:`network_mac_key`; a WireGuard keypair would be another)."""
+    (:func:`network_mac_key`, :func:`wireguard_private_key`)."""
     return hkdf_sha256(cluster_key, label + b"\0" + check_agent_name(agent_name).encode("utf-8"))
+
+
+def derive_agent_keys(cluster_key: bytes, agent_names: t.Iterable[str]) -> t.Dict[str, bytes]:
+    """:func:`derive_agent_key` of each agent, the cluster key extracted once (a session's render derives one key per
+    agent: 10,000 HMACs fewer for 10,000 agents)."""
+    prk = hkdf_extract(cluster_key)
+    return {a: hkdf_expand(prk, AGENT_KEY_LABEL + b"\0" + check_agent_name(a).encode("utf-8")) for a in agent_names}
+
+
+def agent_secrets(agent_key: bytes) -> t.Tuple[bytes, bytes]:
+    """(:func:`network_mac_key`, :func:`wireguard_private_key`) of ``agent_key``, extracted once."""
+    prk = hkdf_extract(agent_key)
+    return hkdf_expand(prk, NETWORK_MAC_LABEL), _clamp(hkdf_expand(prk, WIREGUARD_KEY_LABEL))
 
 
 def wireguard_private_key(agent_key: bytes) -> bytes:
     """The WireGuard (X25519) private key of the agent holding ``agent_key``: HKDF-SHA256 with
     :data:`WIREGUARD_KEY_LABEL`, clamped as RFC 7748 5 and ``wg genkey`` do. Its public key is ``wg pubkey`` of it
     (the agent needs none: ``wg`` derives it), or X25519 on the control node (``_session.keys``)."""
-    k = bytearray(hkdf_sha256(agent_key, WIREGUARD_KEY_LABEL))
+    return _clamp(hkdf_sha256(agent_key, WIREGUARD_KEY_LABEL))
+
+
+def _clamp(key: bytes) -> bytes:
+    """An X25519 private key as RFC 7748 5 clamps it."""
+    k = bytearray(key)
     k[0] &= 248
     k[31] = (k[31] & 127) | 64
     return bytes(k)
@@ -702,9 +736,22 @@ def signing_key(cluster_key: bytes, agent_name: str) -> bytes:
 def signed_args(key: bytes, namespace: str, job_id: str, group: str, args: t.Mapping[str, str]) -> t.Dict[str, str]:
     """``args`` (a session's ``NetworkParams.args()``, made once for all its groups) with the MAC of one group;
     ``key``: the :func:`signing_key` of the agent the group is pinned to."""
-    out = dict(args)
-    out[MAC_KEY] = hmac.digest(key, _message(namespace, job_id, group, args), "sha256").hex()
-    return out
+    return GroupSigner(namespace, job_id, args).sign(key, group)
+
+
+class GroupSigner:
+    """Signs the groups of one job (``args``: its ``NetworkParams.args()``, shared by every group): what the MAC
+    covers but the group's name is made once, not once per group."""
+
+    def __init__(self, namespace: str, job_id: str, args: t.Mapping[str, str]) -> None:
+        self.args = dict(args)
+        self.head, self.tail = _message_parts(namespace, job_id, args)
+
+    def sign(self, key: bytes, group: str) -> t.Dict[str, str]:
+        """The group's ``cni { args }``: the args with the MAC made with ``key`` (:func:`signing_key`)."""
+        out = dict(self.args)
+        out[MAC_KEY] = hmac.digest(key, self.head + group.encode("utf-8") + self.tail, "sha256").hex()
+        return out
 
 
 def job_args(key: bytes, namespace: str, job_id: str, group: str, params: NetworkParams) -> t.Dict[str, str]:

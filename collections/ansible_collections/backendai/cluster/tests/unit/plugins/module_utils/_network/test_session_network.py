@@ -339,3 +339,25 @@ def test_net4_and_overlaps_agree_with_ipaddress(a, b):
                                          or na.subnet_of(ipaddress.IPv4Network("192.168.0.0/16")))
     with pytest.raises(net.NetworkError, match="host bits"):
         net.net4("10.200.5.1/24")
+
+
+def test_keys_derived_together_are_the_keys_derived_one_by_one():
+    """A render derives every agent's keys with one HKDF extract of the cluster key and one of each agent key: the
+    same keys as each derivation on its own (what an agent and the plugin do)."""
+    cluster = bytes(range(32))
+    names = ["node-%d" % i for i in range(5)] + ["ünïcode"]
+    together = net.derive_agent_keys(cluster, names)
+    assert together == {n: net.derive_agent_key(cluster, n) for n in names}
+    for key in together.values():
+        assert net.agent_secrets(key) == (net.network_mac_key(key), net.wireguard_private_key(key))
+    with pytest.raises(net.NetworkError):
+        net.derive_agent_keys(cluster, ["bad\nname"])
+
+
+def test_a_group_signer_signs_as_signed_args_and_the_plugin_admits_it():
+    p = params()
+    args = p.args()
+    signer = net.GroupSigner("team-a", "train", args)
+    for group in ("main1", "sub1", "grüppe"):
+        key = net.signing_key(KEY, "agent-x")
+        assert signer.sign(key, group) == net.signed_args(key, "team-a", "train", group, args)

@@ -625,8 +625,8 @@ def _ipset_members(family: str, addresses: t.Sequence[str]) -> bytes:
     """The ``IPSET_ATTR_DATA`` of each address (its ``IPSET_ATTR_IP`` holding it), one after the other."""
     af, kind, size = ((_socket.AF_INET6, _IPSET_ATTR_IPADDR_IPV6, 16) if family == "inet6"
                       else (_socket.AF_INET, _IPSET_ATTR_IPADDR_IPV4, 4))
-    head = _attr(_IPSET_ATTR_DATA | _NLA_F_NESTED, _attr(_IPSET_ATTR_IP | _NLA_F_NESTED,
-                                                          _attr(kind | _NLA_F_NET_BYTEORDER, b"\0" * size)))[:-size]
+    address = _attr(kind | _NLA_F_NET_BYTEORDER, b"\0" * size)
+    head = _attr(_IPSET_ATTR_DATA | _NLA_F_NESTED, _attr(_IPSET_ATTR_IP | _NLA_F_NESTED, address))[:-size]
     pton = _socket.inet_pton
     return b"".join([head + pton(af, a) for a in addresses])
 

@@ -167,8 +167,8 @@ def test_destroying_a_set_tells_busy_from_gone(netlink: t.Type[FakeNetlink]) -> 
         system.ipset_destroy("x")
 
 
-def test_the_last_session_takes_every_peer_set_of_the_plugin_and_no_other(netlink: t.Type[FakeNetlink],
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_last_session_takes_every_peer_set_of_the_plugin_and_no_other(
+        netlink: t.Type[FakeNetlink], monkeypatch: pytest.MonkeyPatch) -> None:
     mine = net.peer_set_names(SID)
     left = net.peer_set_names("11111111-2222-4333-8444-555555555555")[0]
     netlink.dump = [b"\2\0\0\0" + system._attr(1, b"\6") + system._attr(2, n.encode() + b"\0")

@@ -25,8 +25,9 @@ agents (args version 4, the look-up against the double, no underlay encryption):
 plan put on the bench agent, so its ADD is the session's first on the agent: the two list-stub look-ups, the
 agent table (once per session on an agent) and the session's bridge and VXLAN device to its N-1 peers (a forwarding
 entry per peer and the session's peer set, its one VXLAN rule; underlay addresses in 127.1.0.0/16: nothing leaves
-the bench agent's namespace). It is DELeted after each ADD (the session leaves the agent), and the sizes alternate,
-round after round. Reported per N: the median ADD, the bytes the ADD read from the double (look-ups and table
+the bench agent's namespace). It is DELeted after each ADD (the session leaves the agent), and the sizes take
+turns in each round, the order reversed every other round (each size follows the other's teardown as often).
+Reported per N: the median ADD, the bytes the ADD read from the double (look-ups and table
 apart), and what ``GET /v1/allocation/:id``, the look-up before, would have read (Nomad's Allocation with its
 embedded Job); and the load average before and after (the machine may be shared: more rounds steady the medians).
 Targets: look-up bytes <= 16 KB at every N; median ADD at the largest N / at the smallest <= 1.2.
@@ -255,8 +256,8 @@ def scale(sizes: t.List[int], rounds: int) -> int:
                     atts[n].append(Attachment(alloc, "/run/netns/%s-c%d-%d" % (agent, n, k), work,
                                               agent_netns="/run/netns/" + agent, cni_args=cni_args,
                                               cni_path=os.path.join(work, "bin") + os.pathsep + CNI_PATH))
-            for _ in range(rounds):
-                for n in sizes:
+            for r in range(rounds):
+                for n in (sizes if r % 2 == 0 else sizes[::-1]):  # each size after the other's teardown as often
                     for k, att in enumerate(atts[n]):  # the session's first ADD on the agent, then the second's
                         double.clear_requests()
                         t0 = time.perf_counter()

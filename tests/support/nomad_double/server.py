@@ -64,6 +64,10 @@ __all__ = ["SCHEMA_PATH", "Fault", "HTTPDouble", "NomadAPIDouble", "RecordedRequ
 _LOCK_OPS = ("lock-acquire", "lock-renew", "lock-release")
 
 
+#: stands for an allocation's embedded job while the rest of it is encoded (``_allocation`` splices the job in)
+_JOB_SLOT = "__nomad_double_embedded_job__"
+_JOB_SLOT_JSON = json.dumps(_JOB_SLOT).encode("utf-8")
+
 class NomadAPIDouble(HTTPDouble):
     """The Nomad API double (see the module docstring). Configure nodes with :meth:`add_node`; the model's
     state is :attr:`model` (tests may read it directly, under ``model.lock``)."""
@@ -286,7 +290,24 @@ class NomadAPIDouble(HTTPDouble):
         the allocation's namespace), ``SignedIdentities`` sanitising, blocking queries."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
-        return self._ok(self.model.allocation(alloc_id))
+        full = self.model.allocation(alloc_id)
+        job = full.get("Job")
+        if not isinstance(job, dict):
+            return self._ok(full)
+        # Every allocation of a job embeds the same job (the model hands out one view per version and status):
+        # its JSON is made once and spliced in, so that a session's view, which reads each of its allocations,
+        # does not encode a 300-group job 300 times (15.6 of the 42 s of the aligned-block test).
+        status, headers, data = self._ok(dict(full, Job=_JOB_SLOT))
+        return status, headers, data.replace(_JOB_SLOT_JSON, self._job_json(job), 1)
+
+    def _job_json(self, job: t.Dict[str, t.Any]) -> bytes:
+        cache = self.__dict__.setdefault("_job_json_cache", {})
+        hit = cache.get(id(job))
+        if hit is None or hit[0] is not job:  # (the job is kept with its JSON, so its id is not reused meanwhile)
+            if len(cache) > 64:
+                cache.clear()
+            hit = cache[id(job)] = (job, json.dumps(job).encode("utf-8"))
+        return hit[1]
 
     def _list_allocations(self, req: Request) -> Response:
         """``GET /v1/allocations`` (``command/agent/alloc_endpoint.go`` ``AllocsRequest`` -> ``nomad/alloc_endpoint.go``

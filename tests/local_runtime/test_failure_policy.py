@@ -10,6 +10,7 @@ nothing of the session left after ``absent`` (the leak check).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Callable
@@ -66,15 +67,9 @@ class Gang:
         return until(self.view, lambda v: v["state"] == wanted, timeout)
 
     def engine(self, host: str) -> str:
-        return "bai-%s-%s" % (self.record()["digest"], host) if False else self._engines()[host]
-
-    def record(self) -> dict[str, Any]:
-        import json
+        """The host's podman container (the session record names it)."""
         with open(self.paths.session_json, encoding="utf-8") as f:
-            return json.load(f)
-
-    def _engines(self) -> dict[str, str]:
-        return {c["hostname"]: c["engine"] for c in self.record()["containers"]}
+            return {c["hostname"]: c["engine"] for c in json.load(f)["containers"]}[host]
 
     def starts(self, host: str) -> list[str]:
         """The 'start HOST N' lines the host's command printed (one per start of it)."""
@@ -123,3 +118,61 @@ def test_restart_all_starts_every_rank_again_and_max_restarts_ends_in_fail(gang:
     assert view["reason"].startswith("failure policy restart_all gave up: main1, exit code 137: "), view["reason"]
     assert "after 1 restarts within 600s" in view["reason"], view["reason"]
     assert {c["status"] for c in view["containers"]} == {"failed"}, view
+
+
+def test_restart_one_restarts_only_the_failed_rank(gang: Any) -> None:
+    g = gang(session("fp-one", {"policy": "restart_one"}))
+    hosts = ["main1", "sub1", "sub2"]
+    until(lambda: [g.starts(h) for h in hosts], lambda s: all(s), 20)
+    g.kill_command("sub1")
+    assert until(lambda: g.starts("sub1"), lambda s: len(s) == 2, 20) == ["start sub1 0", "start sub1 1"]
+    view = g.until("RUNNING", 10)
+    assert {c["hostname"]: c["restarts"] for c in view["containers"]} == {"main1": 0, "sub1": 1, "sub2": 0}, view
+    assert [g.starts(h) for h in ("main1", "sub2")] == [["start main1 0"], ["start sub2 0"]]
+    assert view["failure"] == {"policy": "restart_one", "state": "running", "restarts": 1, "first_failure": None}, view
+    # every container heard of it (a note from sub1)
+    assert {c["last_failure"]["host"] for c in view["containers"]} == {"sub1"}, view
+
+
+def test_an_exit_code_of_fail_on_exit_codes_fails_the_session_without_a_restart(gang: Any) -> None:
+    script = 'if [ "$BACKENDAI_CLUSTER_HOST" = sub1 ]; then sleep 1; exit 3; fi; ' + RANK
+    g = gang(session("fp-code", {"policy": "restart_all", "fail_on_exit_codes": [3]}, script=script))
+    view = g.until("ERROR", 20)
+    assert view["state"] == "ERROR", view
+    assert view["reason"] == ("failure policy restart_all failed: sub1, exit code 3: the command exited with code 3 "
+                              "(exit code 3 is in fail_on_exit_codes)"), view["reason"]
+    assert {c["status"] for c in view["containers"]} == {"failed"}, view
+    assert all(c["restarts"] == 0 for c in view["containers"]), view
+    assert [g.starts(h) for h in ("main1", "sub2")] == [["start main1 0"], ["start sub2 0"]]
+
+
+def test_a_hung_rank_fails_the_session_under_policy_fail(gang: Any) -> None:
+    """sub2 stops touching its heartbeat file: after hang_timeout its command is stopped and, under fail, every
+    container ends."""
+    script = 'if [ "$BACKENDAI_CLUSTER_HOST" = sub2 ]; then echo "start sub2 0"; sleep 3600; fi; ' + RANK
+    g = gang(session("fp-hang", {"policy": "fail", "hang_timeout": 5}, script=script))
+    view = g.until("ERROR", 25)
+    assert view["state"] == "ERROR", view
+    assert view["reason"] == ("failure policy fail failed: sub2: the command hung: its heartbeat file was not touched "
+                              "for 5s"), view["reason"]
+    assert {c["status"] for c in view["containers"]} == {"failed"}, view
+
+
+@pytest.mark.parametrize("policy", ["fail", "restart_all"])
+def test_a_container_removed_under_the_session(gang: Any, policy: str) -> None:
+    """sub2's engine container is removed: its watchers find it gone within seconds. Under fail every container
+    ends at once; under restart_all the others stop their commands and wait for it (RESTARTING), and give up when
+    it is not back within rejoin_timeout (nothing brings a removed local container back but present)."""
+    g = gang(session("fp-gone-" + policy.replace("_", ""), {"policy": policy, "rejoin_timeout": 5}))
+    until(lambda: [g.starts(h) for h in ("main1", "sub1", "sub2")], lambda s: all(s), 20)
+    images.podman("rm", "--force", "--time", "0", g.engine("sub2"))
+    if policy == "restart_all":
+        view = g.until("RESTARTING", 10)
+        assert view["state"] == "RESTARTING", (view["reason"], view["containers"])
+        assert view["failure"]["state"] == "restarting", view
+    view = g.until("ERROR", 20)
+    assert view["state"] == "ERROR", view
+    assert "sub2" in view["reason"] and ("does not answer" in view["reason"] or "no answer from sub2" in view["reason"]), \
+        view["reason"]
+    statuses = {c["hostname"]: c["status"] for c in view["containers"]}
+    assert statuses == {"main1": "failed", "sub1": "failed", "sub2": "failed"}, view

@@ -35,8 +35,10 @@ def apply_gang_status(paths: SessionPaths, containers: t.List[t.Dict[str, t.Any]
             gangs[c["hostname"]] = parse_status(text)
     if not gangs:
         return None
+    # the first failure: as the container that had it tells it (it knows the reason), else the earliest told
     firsts = [g["first"] for g in gangs.values() if g.get("first")]
-    first = min(firsts, key=lambda f: f["time"]) if firsts else None
+    own = [g["first"] for h, g in gangs.items() if g.get("first") and g["first"]["host"] == h]
+    first = min(own or firsts, key=lambda f: f["time"]) if firsts else None
     states = {g.get("state") for g in gangs.values()}
     for c in containers:
         g = gangs.get(c["hostname"])

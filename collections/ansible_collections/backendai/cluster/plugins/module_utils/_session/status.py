@@ -16,8 +16,8 @@ SCHEDULED  placed, some container still starting (none broken)
 RUNNING    every container runs
 DEGRADED   some container failed, was lost or is restarting while others are up; or some
            completed while others still run
-RESTARTING the session's failure policy is bringing its commands back (``_session.gang``): every
-           container is up, some or all are stopping or waiting for the gang to start again
+RESTARTING the session's failure policy is bringing its commands back (``_session.gang``): its
+           containers stop their commands and wait for the whole gang (one that is gone included)
 TERMINATED the session was stopped, or every container completed (exit 0)
 ERROR      every container is down and at least one failed or was lost
 ======== ==================================================================================
@@ -50,7 +50,7 @@ def session_state(statuses: t.Sequence[str], stopped: bool = False, healing: boo
         return TERMINATED
     if not statuses:
         return PENDING
-    if healing and all(s in ("running", RESTARTING) for s in statuses):
+    if healing and any(s in ("running", RESTARTING) for s in statuses):
         return HEALING
     broken = any(s in BROKEN for s in statuses)
     live = any(s in LIVE for s in statuses)

@@ -36,6 +36,17 @@ RANK = ('echo "start $BACKENDAI_CLUSTER_HOST $BACKENDAI_RESTART_COUNT"; '
         'while :; do touch "$BACKENDAI_HEARTBEAT_FILE"; sleep 0.2; done')
 
 
+def documented(view: dict[str, Any]) -> None:
+    """The view matches the session module's RETURN, key by key and type by type (tests/test_return_docs.py), and
+    it has every key only a failure policy returns."""
+    from test_return_docs import FAILURE_POLICY_KEYS, Results
+    from ansible_collections.backendai.cluster.plugins.modules import session as session_module
+    results = Results(session_module)
+    results.add({"session": view, "changed": False}, "a session with a failure policy")
+    assert not results.problems, results.problems
+    assert set(FAILURE_POLICY_KEYS) <= results.seen, sorted(set(FAILURE_POLICY_KEYS) - results.seen)
+
+
 def session(name: str, failure: dict[str, Any], size: int = 3, script: str = RANK) -> dict[str, Any]:
     return {"name": name, "image": images.image("test-busybox"), "cluster_size": size,
             "resources": {"cpu": 100, "memory": 64}, "command": ["sh", "-c", script], "failure": failure}
@@ -110,6 +121,7 @@ def test_restart_all_starts_every_rank_again_and_max_restarts_ends_in_fail(gang:
     last = {c["hostname"]: c.get("last_failure") for c in view["containers"]}
     assert {(f["host"], f["exit_code"]) for f in last.values()} == {("sub2", 137)}, last
     assert all(c["restarts"] == 1 for c in view["containers"]), view
+    documented(view)
     # a second death within the window: max_restarts 1 is spent, the gang gives up and every container ends
     g.kill_command("main1")
     view = g.until("ERROR", 20)
@@ -118,6 +130,7 @@ def test_restart_all_starts_every_rank_again_and_max_restarts_ends_in_fail(gang:
     assert view["reason"].startswith("failure policy restart_all gave up: main1, exit code 137: "), view["reason"]
     assert "after 1 restarts within 600s" in view["reason"], view["reason"]
     assert {c["status"] for c in view["containers"]} == {"failed"}, view
+    documented(view)
 
 
 def test_restart_one_restarts_only_the_failed_rank(gang: Any) -> None:

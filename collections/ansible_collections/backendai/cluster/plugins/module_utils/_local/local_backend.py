@@ -30,7 +30,6 @@ import typing as t
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_MOUNT_ROOTS, DEFAULT_STATE_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
-from ansible_collections.backendai.cluster.plugins.module_utils._local.gang_view import failure_reason
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LOCAL_AGENT
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import (
@@ -42,6 +41,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime i
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.protocol import absent_name
+from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import failure_reason
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import needs_repair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import broken_summary, plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec

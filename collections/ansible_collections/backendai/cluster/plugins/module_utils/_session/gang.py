@@ -21,7 +21,8 @@ it instead of exec'ing the command: a supervisor in the bundle's busybox sh that
   reads (:func:`parse_status`): policy, state, generation, restarts, the last and the first failure.
 
 Messages (one line each, fields separated by one space, the reason last): ``ping HOST`` (the probe), ``restart GEN
-HOST CODE REASON`` (restart_all: everyone moves to GEN), ``fail GEN HOST CODE REASON`` (everyone stops),
+HOST CODE REASON`` (restart_all: everyone moves to GEN), ``fail GEN STATE TIME HOST CODE REASON`` (everyone stops;
+the first failure as the container that saw it had it, which every probe's answer carries too),
 ``note GEN HOST CODE REASON`` (restart_one: HOST restarted itself), ``done HOST`` (HOST's command completed).
 CODE is ``-`` when there is none (a hang, a container gone).
 """
@@ -66,7 +67,7 @@ G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0
 export BACKENDAI_HEARTBEAT_FILE=$HB
 up() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }  # centiseconds
 publish() {
-  echo "$G $ST" > $GD/now.t; mv -f $GD/now.t $GD/now
+  echo "$G $ST $FIRST" > $GD/now.t; mv -f $GD/now.t $GD/now  # what a probe gets back
   { echo "policy $GP"; echo "state $ST"; echo "generation $G"; echo "restarts $R"
     [ -z "$LAST" ] || echo "last $LAST"; [ -z "$FIRST" ] || echo "first $FIRST"; } > $SD/gang.t
   mv -f $SD/gang.t $SD/gang
@@ -75,9 +76,9 @@ publish() {
   echo "cat $GD/now"; } > $GD/handle
 chmod 700 $GD/handle; TW=$(up); publish
 nc -ll -p "$GPORT" -e $GD/handle &
-addr() { grep " $1\$" $L/peers | head -n 1 | cut -d' ' -f1; }
+addr() { A=; while read -r a h; do [ "$h" != "$1" ] || { A=$a; return 0; }; done < $L/peers; }  # (no fork)
 others() { for m in $MEMBERS; do [ "$m" = "$ME" ] || case " $DONE " in *" $m "*) ;; *) echo "$m";; esac; done; }
-ask() { a=$(addr "$1"); [ -n "$a" ] && echo "$2" | nc -w 1 "$a" "$GPORT" 2>/dev/null; }
+ask() { addr "$1"; [ -n "$A" ] && echo "$2" | nc -w 1 "$A" "$GPORT" 2>/dev/null; }
 tell() { ps=; for m in $(others); do ask "$m" "$1" >/dev/null & ps="$ps $!"; done; [ -z "$ps" ] || wait $ps; }
 stamp() { echo "$(date +%s) $1 $2 $3"; }
 stop_cmd() {  # TERM to the command's process group, KILL after the grace
@@ -89,9 +90,12 @@ stop_cmd() {  # TERM to the command's process group, KILL after the grace
 trap 'stop_cmd; ST=stopped; publish; exit 143' TERM INT
 give_up() {  # host code reason [state [told]]: every container stops, the first failure is kept
   [ -n "$FIRST" ] || FIRST=$(stamp "$1" "$2" "$3"); LAST=$FIRST; ST=${4:-failed}; publish
-  [ -n "${5:-}" ] || tell "fail $G $1 $2 $3"
+  [ -n "${5:-}" ] || tell "fail $G $ST $FIRST"
   stop_cmd; echo "backendai: failure policy $GP: $ST: $1: $3" >&2
   if [ "$1" = "$ME" ] && [ "$2" != - ] && [ "$2" -gt 0 ] 2>/dev/null; then exit "$2"; fi; exit 1
+}
+adopt_fail() {  # state first...: the end another container told (its first failure as it was seen: time host code why)
+  s=$1; shift; [ -n "$FIRST" ] || FIRST="$*"; give_up "$2" "$3" "$*" "$s" told
 }
 recent() { n=0; now=$(up); for x in $HIST; do [ $((now - x)) -ge $((GWIN * 100)) ] || n=$((n+1)); done; echo $n; }
 restart_all() {  # gen host code reason: stop the command, then wait (the barrier) for every member at gen
@@ -118,10 +122,9 @@ start() {
 }
 answer() {  # member: asks its "generation state"; learns a failure or (restart_all) a later generation from it
   r=$(ask "$1" "ping $ME") && [ -n "$r" ] || return 1
-  set -- "$1" $r
-  case "${3:-}" in failed|gave_up) give_up "$1" - "$1's supervisor says the session failed" failed told;; esac
-  [ "$GP" != restart_all ] || [ "$2" -le "$G" ] || restart_all "$2" "$1" - "learned from $1 that the gang restarts"
-  AG=$2
+  set -- "$1" $r; AG=$2
+  case "${3:-}" in failed|gave_up) shift 2; adopt_fail "$@";; esac
+  [ "$GP" != restart_all ] || [ "$AG" -le "$G" ] || restart_all "$AG" "$1" - "learned from $1 that the gang restarts"
 }
 barrier() {  # every member answers at this generation (its old command is stopped)
   for m in $(others); do BM=$m; answer "$m" && [ "$AG" -eq "$G" ] || return 1; done
@@ -145,9 +148,10 @@ watch() {  # the next WATCHED members of the ring after this one: an answer, or 
 }
 while :; do
   for f in $GD/in.*; do
-    [ -e "$f" ] || continue; read -r k g h c why < "$f"; rm -f "$f"
+    [ -e "$f" ] || continue; read -r k g rest < "$f"; rm -f "$f"
+    h=${rest%% *} x=${rest#* }; c=${x%% *} why=${x#* }
     case "$k" in
-      fail) give_up "$h" "$c" "$why" failed told;;
+      fail) adopt_fail $rest;;
       restart) [ "$GP" != restart_all ] || [ "$g" -le "$G" ] || restart_all "$g" "$h" "$c" "$why";;
       note) LAST=$(stamp "$h" "$c" "$why"); publish;;
       done) DONE="$DONE $g";;
@@ -212,3 +216,50 @@ def parse_status(text: str) -> t.Dict[str, t.Any]:
                 code = int(parts[2]) if parts[2].isdigit() else None
                 out[key] = {"time": int(parts[0]), "host": parts[1], "exit_code": code, "reason": parts[3]}
     return out
+
+
+def apply_status(containers: t.List[t.Dict[str, t.Any]], gangs: t.Mapping[str, t.Mapping[str, t.Any]],
+                 key: str = "status") -> t.Optional[t.Dict[str, t.Any]]:
+    """Update the session view's ``containers`` (by ``hostname``; ``key``: the field holding the container status)
+    with their parsed status files (``gangs``, by hostname): ``restarts``, ``last_failure``, ``restarting`` while the
+    gang brings the command back, and the failure that stopped a container the policy ended. Returns the session's
+    ``failure`` summary (policy; state running, restarting, failed or gave_up; restarts; the first failure), or
+    None when no status file was read (no policy, or none readable)."""
+    gangs = {h: g for h, g in gangs.items() if g}
+    if not gangs:
+        return None
+    # the first failure: as the container that had it tells it (it knows the reason), else the earliest told
+    firsts = [g["first"] for g in gangs.values() if g.get("first")]
+    own = [g["first"] for h, g in gangs.items() if g.get("first") and g["first"]["host"] == h]
+    first = min(own or firsts, key=lambda f: f["time"]) if firsts else None
+    states = {g.get("state") for g in gangs.values()}
+    for c in containers:
+        g = gangs.get(c["hostname"])
+        if g is None:
+            continue
+        c["restarts"] = g.get("restarts", 0)
+        if g.get("last"):
+            c["last_failure"] = dict(g["last"])
+        if c[key] == "running" and g.get("state") in HEALING:
+            c[key] = "restarting"
+            c["reason"] = "the failure policy restarts the command (generation %s)" % g.get("generation", 0)
+        elif c[key] == "failed" and g.get("state") in (FAILED, GAVE_UP) and first:
+            own_failure = first["host"] == c["hostname"]
+            c["reason"] = "%s by the failure policy: %s" % (
+                "gave up" if g.get("state") == GAVE_UP else "stopped",
+                first["reason"] if own_failure else "%s: %s" % (first["host"], first["reason"]))
+    state = GAVE_UP if GAVE_UP in states else FAILED if FAILED in states else (
+        "restarting" if states & HEALING else "running")
+    policy = next(iter(gangs.values())).get("policy", "")
+    restarts = max(g.get("generation", 0) if policy == "restart_all" else g.get("restarts", 0) for g in gangs.values())
+    return {"policy": policy, "state": state, "restarts": restarts, "first_failure": first}
+
+
+def failure_reason(summary: t.Optional[t.Mapping[str, t.Any]]) -> str:
+    """One line for a session the policy ended: the first failure's container, exit code and reason ('' otherwise)."""
+    if not summary or summary["state"] not in (FAILED, GAVE_UP) or not summary.get("first_failure"):
+        return ""
+    first = summary["first_failure"]
+    code = ", exit code %d" % first["exit_code"] if first.get("exit_code") is not None else ""
+    return "failure policy %s %s: %s%s: %s" % (summary["policy"], "gave up" if summary["state"] == GAVE_UP else "failed",
+                                               first["host"], code, first["reason"])

@@ -50,7 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: ``--client-tree TREE``: the collection (the client under test) comes from TREE; the double stays this tree's
 CLIENT_TREE = sys.argv[sys.argv.index("--client-tree") + 1] if "--client-tree" in sys.argv else os.path.join(HERE, os.pardir)
 sys.path.insert(0, os.path.join(CLIENT_TREE, "collections"))
-sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
+sys.path.insert(0, os.path.join(HERE, os.pardir, "tests", "support"))
 sys.path.insert(0, HERE)
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nomad_backend import NomadBackend  # noqa: E402

@@ -6,7 +6,7 @@ round: one container is ADDed through the agent's ``backendai.conflist`` (loopba
 ``backendai`` plugin with its signed CNI_ARGS; portmap is skipped without port mappings, as the
 runtime does), one through the same conflist with ``"identity": "nomad"`` (the plugin then reads
 the allocation and its job's allocations from the local Nomad agent's API: here the Nomad API
-double of tests/nomad_double, started inside the agent's namespace at 127.0.0.1, standing in for
+double of tests/support/nomad_double, started inside the agent's namespace at 127.0.0.1, standing in for
 the agent's local Nomad; CNI_CONTAINERID is the allocation ID, as Nomad calls CNI), and one
 through the plain chain Nomad's bridge mode runs (loopback, bridge + host-local, firewall),
 alternately, so that all see the same machine load. The first ADD of each chain also makes its
@@ -48,7 +48,7 @@ import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
-sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 
 from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as lnet  # noqa: E402

@@ -8,10 +8,14 @@ waits until every sshd accepts a TCP connection, then tears down.  Needs root.
 
     sudo python3 benchmarks/local_bringup.py --sizes 16,64 --repeat 3
 
-``--engine IMAGE`` measures sessions of a container image instead (engine containers started as the job's tasks,
-``_local.task_start``), against N ``podman run -d`` of the same image started in parallel into namespaces made and
-attached by the same plain CNI chain (issue 29's target: up <= 1.2x the baseline), e.g.
-``--engine localhost/backendai-cluster/test-busybox:bookworm`` (``scripts/build-images test-busybox``).
+``--engine IMAGE`` measures sessions of a container image instead, through the local backend as the session module
+runs it (``LocalBackend.present`` until it returns RUNNING: namespaces, the CNI plugin, the containers started as the
+job's tasks by ``_local.task_start``, every container's sshd answering, the status read back; then ``absent``),
+against N ``podman run -d`` of the same image started in parallel into namespaces made and attached by the plain CNI
+chain (loopback, bridge, firewall), alternately, one of each per round (target: up <= 1.2x the baseline, the median
+of the rounds' ratios), e.g. ``--engine localhost/backendai-cluster/test-busybox:bookworm --sizes 16,64``
+(``scripts/build-images test-busybox``). Each container asks for this machine's CPU over N (the largest session of
+N containers that fits here: the engine's CPU quota is a hard one) and 64 MB.
 
 ``--against REV`` instead compares this tree's runtime with the one of an older commit REV (checked
 out into a temporary git worktree, removed afterwards): for each size and round, one session with
@@ -35,7 +39,7 @@ from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
-sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 
 from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
@@ -142,16 +146,17 @@ def bench_runtime(size: int, repeat: int, key: str, state_root: str) -> dict[str
 
 def bench_engine(size: int, repeat: int, image: str, state_root: str) -> dict[str, list[float]]:
     """Sessions of ``image`` through the local backend as the session module runs it (the job's tasks on podman)."""
-    from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend
+    from ansible_collections.backendai.cluster.plugins.module_utils._local.local_backend import LocalBackend, local_agent
     from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask
     from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job
     task = NomadTask(nomad_job.render_job, nomad_job.RUNTIME_VOLUME, nomad_job.RUNTIME_DIR,
                      (nomad_job.PRIVATE_KEY_ITEM, nomad_job.PUBLIC_KEY_ITEM))
     out: dict[str, list[float]] = {"up": [], "down": [], "network": [], "ready": []}
+    cpu = local_agent().cpu // size  # MHz: the machine shared by the session's containers
     for i in range(repeat):
         name = "bench-%d-%d" % (size, i)
         backend = LocalBackend(state_root, task=task)
-        spec = {"name": name, "image": image, "cluster_size": size, "resources": {"cpu": 100, "memory": 64}}
+        spec = {"name": name, "image": image, "cluster_size": size, "resources": {"cpu": cpu, "memory": 64}}
         t = time.monotonic()
         backend.present(spec)
         out["up"].append(time.monotonic() - t)
@@ -188,6 +193,31 @@ def bench_baseline(size: int, repeat: int, key: str, work: str, image: str = "")
         if forward == "0":  # the bridge plugin's isGateway turned it on for the whole host
             with open(IP_FORWARD, "w") as f:
                 f.write("0\n")
+    return out
+
+
+ENGINE_TARGET = 1.2  # up(engine session) / up(N parallel podman run), same round
+
+
+def engine_rounds(size: int, repeat: int, image: str, key: str, work: str, baseline: bool) -> dict[str, Any]:
+    """``repeat`` rounds of one engine session and one baseline run each (alternately: both see the same load);
+    the ratio of each round, and the load average (1 min) at each round's start."""
+    engine: dict[str, Any] = {"up": [], "down": [], "network": [], "ready": [], "ratio": [], "load": []}
+    base: dict[str, list[float]] = {"up": [], "down": []}
+    for i in range(repeat):
+        engine["load"].append(os.getloadavg()[0])
+        one = bench_engine(size, 1, image, os.path.join(work, "state%d" % i))
+        for k, v in one.items():
+            engine[k] += v
+        if baseline:
+            os.makedirs(os.path.join(work, "base%d-%d" % (size, i)))
+            b = bench_baseline(size, 1, key, os.path.join(work, "base%d-%d" % (size, i)), image)
+            for k, v in b.items():
+                base[k] += v
+            engine["ratio"].append(one["up"][0] / b["up"][0])
+    out = {"engine-%d" % size: engine}
+    if baseline:
+        out["baseline-%d" % size] = base
     return out
 
 
@@ -246,7 +276,8 @@ def main() -> int:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
         for size in (int(s) for s in args.sizes.split(",")):
             if args.engine:
-                results["engine-%d" % size] = bench_engine(size, args.repeat, args.engine, os.path.join(work, "state"))
+                results.update(engine_rounds(size, args.repeat, args.engine, key, work, not args.no_baseline))
+                continue
             else:
                 results["runtime-%d" % size] = bench_runtime(size, args.repeat, key, os.path.join(work, "state"))
             if not args.no_baseline:
@@ -259,6 +290,12 @@ def main() -> int:
         cells = ["%8.2f" % statistics.median(r[k]) if k in r else "%8s" % "-"
                  for k in ("up", "down", "network", "ready")]
         print("%-14s %s" % (label, " ".join(cells)))
+    for label, r in results.items():
+        if "ratio" in r:
+            ratio = statistics.median(r["ratio"])
+            print("%s: up / baseline up %s (median %.2f; target <= %.2f: %s); load average %s" % (
+                label, ", ".join("%.2f" % x for x in r["ratio"]), ratio, ENGINE_TARGET,
+                "met" if ratio <= ENGINE_TARGET else "NOT met", ", ".join("%.1f" % x for x in r["load"])))
     return 0
 
 

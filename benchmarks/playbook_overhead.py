@@ -54,7 +54,7 @@ import time
 import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 
 from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 VENV_BIN = os.path.dirname(os.path.abspath(sys.executable))

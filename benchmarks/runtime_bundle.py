@@ -6,9 +6,9 @@ busybox alone (sshd, ssh, scp from the runtime bundle, bind-mounted read-only as
 in an image of nothing but its command (no shell, no libc: everything from the bundle), and in a busybox image
 that has OpenSSH (the image's sshd is used; the bundle is mounted too, and its shell runs the entrypoint). The time is
 from starting the container (its rootfs already made) until its sshd accepts a TCP connection on the ssh port (the same harness as
-tests/test_nomad_entrypoint.py: namespaces, chroot, the job's entrypoint). Prints the medians and the ratios
+tests/unit/plugins/module_utils/_nomad/test_nomad_entrypoint.py: namespaces, chroot, the job's entrypoint). Prints the medians and the ratios
 bundle/own. Needs root, OpenSSH and busybox-static; it holds the test suite's machine lock while it runs
-(tests/machine_lock.py), so it never runs beside a test run's namespace tests.
+(tests/support/machine_lock.py), so it never runs beside a test run's namespace tests.
 
     python3 benchmarks/runtime_bundle.py --repeat 5
 """
@@ -23,7 +23,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(REPO, "collections"), os.path.join(REPO, "tests")]
+sys.path[:0] = [os.path.join(REPO, "collections"), os.path.join(REPO, "tests", "support")]
 
 from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from test_nomad_entrypoint import BUNDLER, Namespaces, Session, _command, sh  # noqa: E402  (the entrypoint test's harness)

@@ -34,7 +34,7 @@ import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
-sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 
 from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents  # noqa: E402

@@ -25,8 +25,8 @@ import testinfra
 from testinfra.utils.ansible_runner import AnsibleRunner
 
 REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if os.path.join(REPO, "tests") not in sys.path:
-    sys.path.insert(0, os.path.join(REPO, "tests"))
+if os.path.join(REPO, "tests", "support") not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 
 import leaks  # noqa: E402,F401  (tests/leaks.py)
 import repo_helpers  # noqa: E402  (tests/repo_helpers.py)

@@ -20,7 +20,7 @@ NETWORK_KEY_ENV = NETWORK_ENV["network_key_file"]
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: t.Optional[pytest.Item]) -> t.Iterator[None]:
-    """A ``machine`` test holds the suite's machine lock (tests/machine_lock.py) from its setup to its teardown, so
+    """A ``machine`` test holds the suite's machine lock (tests/support/machine_lock.py) from its setup to its teardown, so
     that another run on this machine never changes namespaces, links or rules between its leak check's snapshots.
     Without root no such test runs (they skip), so nothing is locked."""
     if item.get_closest_marker("machine") is None or os.geteuid() != 0:
@@ -50,7 +50,7 @@ def network_key_file(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[str
 
 @pytest.fixture
 def host_leaks() -> t.Iterator[leaks.LeakCheck]:
-    """A snapshot of this machine before the test (tests/leaks.py); after it, nothing may be left or changed.
+    """A snapshot of this machine before the test (tests/support/leaks.py); after it, nothing may be left or changed.
     ``host_leaks.record(state_dir, [name])`` before destroying a session adds what its state directory says
     it made. Needs root; a test using it is marked ``machine`` (it then holds the suite's machine lock)."""
     check = leaks.LeakCheck()

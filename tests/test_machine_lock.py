@@ -1,6 +1,6 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The suite serialises what changes this machine itself (tests/machine_lock.py): a ``machine`` test holds the
+"""The suite serialises what changes this machine itself (tests/support/machine_lock.py): a ``machine`` test holds the
 lock from its setup to its teardown, a pure test does not, and a holder's child processes run under its hold."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import typing as t
 import pytest
 
 from machine_lock import HELD_ENV, lock_path, machine_lock
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from repo_helpers import SUPPORT
 
 
 def _try_lock(path: str, env: t.Optional[t.Dict[str, str]] = None) -> int:
@@ -37,7 +36,7 @@ def test_a_holder_excludes_others_and_its_children_run_under_its_hold(tmp_path: 
     path = str(tmp_path / "machine.lock")
     assert _try_lock(path) == 0
     child = ("import sys; sys.path.insert(0, %r)\nfrom machine_lock import machine_lock\n"
-             "with machine_lock(%r): print('ran')" % (HERE, path))
+             "with machine_lock(%r): print('ran')" % (SUPPORT, path))
     with machine_lock(path):
         assert _try_lock(path) == 1
         # a child told of the hold (the environment) runs at once instead of waiting for its parent

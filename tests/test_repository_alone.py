@@ -1,7 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The repository tests on its own: a clone with nothing beside it (no ``../shared``), as anyone cloning the
-project gets it, has the Nomad job API schema and its linter (``tests/nomad_api_schema``), and the copy is the
+project gets it, has the Nomad job API schema and its linter (``tests/support/nomad_api_schema``), and the copy is the
 shared folder's where that folder is there. In such a clone the whole suite is collected, and what needs the schema
 runs (render and lint every example, the Nomad API double's contract); no file but the copy's refresh script and
 this test names ``../shared`` as a path; CI runs the README's test command."""
@@ -45,7 +45,7 @@ def test_a_clone_with_nothing_beside_it_renders_lints_and_runs_the_double(tmp_pa
     proc = subprocess.run(collect, cwd=clone, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and " error" not in proc.stdout.splitlines()[-1], proc.stdout[-3000:] + proc.stderr[-3000:]
     for cmd in (["scripts/render-jobs", out], ["scripts/lint-rendered-jobs", out],
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/nomad_double/test_double_contract.py"]):
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/support/nomad_double/test_double_contract.py"]):
         proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, (cmd, proc.stdout[-3000:], proc.stderr[-3000:])
     assert " passed" in proc.stdout.splitlines()[-1] and "failed" not in proc.stdout.splitlines()[-1], proc.stdout[-500:]
@@ -101,7 +101,7 @@ def test_ci_runs_the_suite_in_a_clone_with_nothing_beside_it(tmp_path: str) -> N
     subprocess.run(git + ["commit", "--quiet", "-am", "stand-in test command"], cwd=checkout, check=True, capture_output=True)
     home = os.path.join(top, "home")
     os.makedirs(home, mode=0o700)
-    env = dict(os.environ, SHARED_DIR=os.path.join(REPO, "tests", "nomad_api_schema"), HOME=home)
+    env = dict(os.environ, SHARED_DIR=os.path.join(REPO, "tests", "support", "nomad_api_schema"), HOME=home)
     proc = subprocess.run(["bash", ".ci/run", "--only", "pytest"], cwd=checkout, env=env, capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -120,7 +120,7 @@ MACHINE_PATH = re.compile(r"(?<![\w.~/-])/" + "work/")
 
 def test_no_path_of_a_development_machine() -> None:
     """Nothing in the repository points at a path of the machine it was written on (a lock file a reader is told to
-    take, a folder beside the checkout): the suite serialises its own namespace tests (tests/machine_lock.py)."""
+    take, a folder beside the checkout): the suite serialises its own namespace tests (tests/support/machine_lock.py)."""
     files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     found = []
     for name in files:

@@ -239,7 +239,7 @@ def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> s
     how, _sep, arg = kill.partition(":")
     records = int(arg) if how == "records" else -1
     here = os.path.dirname(os.path.abspath(__file__))
-    script = _CREATOR % (COLLECTIONS, here, os.path.dirname(here), how == "records", records, state_root, MOUNT_ROOTS)
+    script = _CREATOR % (COLLECTIONS, here, os.path.join(os.path.dirname(here), "support"), how == "records", records, state_root, MOUNT_ROOTS)
     proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     assert proc.stdin is not None

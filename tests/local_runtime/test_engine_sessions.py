@@ -163,7 +163,7 @@ def test_a_creator_killed_before_or_after_its_containers_started_leaves_nothing_
     b.present(spec)
     ops = [e["op"] for e in _journal(state_root, name)]
     b.absent(name)
-    script = _CREATOR % (helpers.collections, here, os.path.dirname(here), ops.index(kill_before), state_root,
+    script = _CREATOR % (helpers.collections, here, os.path.join(os.path.dirname(here), "support"), ops.index(kill_before), state_root,
                          helpers.MOUNT_ROOTS)
     proc = subprocess.run([sys.executable, "-c", script], input=json.dumps(spec), capture_output=True, text=True,
                           timeout=120)

@@ -219,6 +219,8 @@ def _network_up(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t
 
 #: How many ``podman run`` of a session's containers run at once.
 ENGINE_STARTS = 16
+#: The file in a container's directory that ``podman run --pidfile`` writes the container's first process into.
+ENGINE_PIDFILE = "pid"
 
 
 def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun,
@@ -255,7 +257,8 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
     images = {g["Name"]: g["Tasks"][0]["Config"]["image"] for g in job["TaskGroups"]}
     journal.record("engine", containers=list(containers.values()), conf=conf)
     t_ready = time.monotonic()
-    runs: t.List[t.Tuple[t.List[str], str, str]] = []
+    runs: t.Dict[str, t.Tuple[t.List[str], str, str]] = {}
+    pidfiles = {h: os.path.join(paths.container_dir(h), ENGINE_PIDFILE) for h in hosts}
     for group in job["TaskGroups"]:
         host = group["Name"]
         cdir = paths.container_dir(host)
@@ -270,37 +273,18 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         args = run_args(job, host, name=containers[host], netns_path=netns_path(names["netns"][host]),
                         task_dir=os.path.join(cdir, "task"), alloc_dir=os.path.join(cdir, "alloc"),
                         hosts_file=os.path.join(cdir, "hosts"), host_volumes=host_volumes, core_mhz=core_mhz,
-                        extra=["--label", "backendai-cluster.session=" + paths.root,
+                        extra=["--label", "backendai-cluster.session=" + paths.root, "--pidfile", pidfiles[host],
                                "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)])
-        runs.append((["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host])))
-    # every container started at once (each podman run waits for its container's start: N in a row took N times as
-    # long); podman pulls an image it does not have, as Nomad's driver does: where no registry is reachable, only
-    # local images run, and the failure names the image
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(runs), ENGINE_STARTS)) as pool:
-        started = [pool.submit(podman, argv, conf, cwd=cdir, what=what) for argv, cdir, what in runs]
-    failed = [f.exception() for f in started if f.exception() is not None]
-    if failed:
-        raise failed[0]
-
-    def check() -> None:
-        states = _inspect(conf, list(containers.values()), "{{.State.Status}}", check=False)
-        for host, name in containers.items():
-            state = states.get(name, "")
-            if state not in ("running", "created", "configured"):
-                raise LocalRuntimeError("container %s %s during start-up:\n%s" % (host, state or "vanished", "\n".join(
-                    engine_log_tail(paths.log(host), 15))))
-
-    _await_sshd(session, paths, names, addresses, published, journal, 30.0 + 0.5 * len(hosts), check)
+        runs[host] = (["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host]))
+    pids = _start_engine_containers(session, paths, names, addresses, published, journal, conf, runs, pidfiles)
     t_ready = time.monotonic() - t_ready
 
     records = []
-    pids = _inspect(conf, list(containers.values()), "{{.State.Pid}}")
     for c in session.containers:
         host = c.hostname
-        pid_text = pids.get(containers[host], "")
         records.append({
             "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
-            "address": addresses[host], "pid": int(pid_text) if pid_text.isdigit() else None, "engine": containers[host],
+            "address": addresses[host], "pid": pids[host], "engine": containers[host],
             "image": images[host], "has_command": bool(c.command), "log": paths.log(host),
             "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory},
             "published": "%s:%d" % published[host] if host in published else None,
@@ -311,11 +295,53 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                       "cpu_mhz_per_core": round(core_mhz, 1)}}, (t_net, t_ready, t0))
 
 
-def _inspect(conf: str, names: t.List[str], field: str, check: bool = True) -> t.Dict[str, str]:
-    """``field`` (a podman template) of each named container, by name, in one ``podman inspect`` (a call takes ~40 ms
-    here: one per container made each poll of a 64-container start-up 2.5 s); a container that is gone is left out."""
-    out = podman(["inspect", "--format", "{{.Name}} " + field] + names, conf, check=check).stdout.decode()
-    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+def _start_engine_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
+                             addresses: t.Dict[str, str], published: t.Dict[str, t.Tuple[str, int]], journal: Journal,
+                             conf: str, runs: t.Dict[str, t.Tuple[t.List[str], str, str]], pidfiles: t.Dict[str, str]
+                             ) -> t.Dict[str, int]:
+    """Run every container (``runs``: host -> podman arguments, working directory, what to name in an error) and wait
+    until every sshd answers; each container's first process, by host.
+
+    The ``podman run`` run at once (each waits for its container's start: N in a row took N times as long), and the
+    wait for the sshd runs beside them from the start: a container's entrypoint and sshd start while later containers
+    are still being made, as each ``podman run`` returns. While it waits, a container that ended, or a ``podman run``
+    that failed, fails the start at once (with the container's log tail): what the container's first process is comes
+    from its ``--pidfile``, read once its ``podman run`` returned, so the poll is a read of ``/proc``, not a podman
+    call (one ``podman inspect`` every 50 ms took a core of this 2-core machine from the starting containers).
+    Podman pulls an image it does not have, as Nomad's driver does: where no registry is reachable, only local images
+    run, and the failure names the image."""
+    pids: t.Dict[str, int] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(runs), ENGINE_STARTS)))
+    started = {host: pool.submit(podman, argv, conf, cwd=cdir, what=what) for host, (argv, cdir, what) in runs.items()}
+
+    def check() -> None:
+        for host, run_done in started.items():
+            if host not in pids and run_done.done():
+                failed = run_done.exception()
+                if failed is not None:
+                    raise failed
+                pids[host] = _read_pid(pidfiles[host])
+        for host, pid in pids.items():
+            if not is_alive(pid):
+                raise LocalRuntimeError("container %s ended during start-up:\n%s" % (host, "\n".join(
+                    engine_log_tail(paths.log(host), 15))))
+
+    try:
+        _await_sshd(session, paths, names, addresses, published, journal, 30.0 + 0.5 * len(runs), check)
+        concurrent.futures.wait(started.values())  # every sshd answered: each podman run returns, if it has not
+        check()
+    finally:
+        # after a failure, no podman run is left to make its container after the rollback removed the others
+        for run_done in started.values():
+            run_done.cancel()
+        pool.shutdown(wait=True)
+    return pids
+
+
+def _read_pid(path: str) -> int:
+    """The pid in a ``podman run --pidfile`` (0 when it is not there: a container that never ran)."""
+    text = (read_text(path) or "").strip()
+    return int(text) if text.isdigit() else 0
 
 
 def engine_log_tail(path: str, count: int) -> t.List[str]:

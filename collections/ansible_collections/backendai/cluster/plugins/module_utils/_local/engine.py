@@ -109,3 +109,19 @@ def podman(args: t.Sequence[str], conf: str, check: bool = True, what: str = "",
         raise LocalRuntimeError("%s failed: %s" % (what or "podman " + " ".join(args[:2]),
                                                    proc.stderr.decode(errors="replace").strip()))
     return proc
+
+
+def inspect_containers(names: t.Sequence[str], conf: str, fields: str) -> t.Dict[str, t.List[str]]:
+    """Name -> the values of ``fields`` (podman templates separated by spaces, each a single word) of every named
+    container, in one ``podman container inspect`` for all of them: a call costs ~40-100 ms here whatever the number of
+    names, so one per container made a 64-container status read take seconds. A container that is gone is left out
+    (podman prints the others and fails for it)."""
+    if not names:
+        return {}
+    got = podman(["container", "inspect", "--format", "{{.Name}} " + fields] + list(names), conf, check=False)
+    out = {}
+    for line in got.stdout.decode(errors="replace").splitlines():
+        words = line.split()
+        if words:
+            out[words[0]] = words[1:]
+    return out

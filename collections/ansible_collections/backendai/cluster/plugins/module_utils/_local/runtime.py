@@ -45,7 +45,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.gang_view
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, engine_log_tail, public_info
-from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import OOM_MARKER, podman
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import OOM_MARKER, inspect_containers
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import EngineRun, NomadTask, uses_engine
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, from_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
@@ -202,15 +202,19 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
     return result
 
 
-def _engine_container_status(paths: SessionPaths, c: t.Dict[str, t.Any], conf: str, log_lines: int) -> t.Dict[str, t.Any]:
-    """An engine container's status, from podman's record of it, in the job model both backends share: running;
-    complete or failed by the exit code of its first process (the command, or sshd in an interactive container);
-    137 with reason OOM when the kernel's OOM killer ended it at its memory limit."""
+#: What the status of an engine container reads of podman's record of it (one ``podman container inspect`` for all the
+#: session's containers: ``_local.engine.inspect_containers``).
+ENGINE_STATE_FIELDS = "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}"
+
+
+def _engine_container_status(paths: SessionPaths, c: t.Dict[str, t.Any], inspected: t.Optional[t.List[str]],
+                             log_lines: int) -> t.Dict[str, t.Any]:
+    """An engine container's status, from podman's record of it (``inspected``: its :data:`ENGINE_STATE_FIELDS`, None
+    when podman has no such container), in the job model both backends share: running; complete or failed by the exit
+    code of its first process (the command, or sshd in an interactive container); 137 with reason OOM when the
+    kernel's OOM killer ended it at its memory limit."""
     host = c["hostname"]
-    got = podman(["inspect", "--format", "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}", c["engine"]],
-                 conf, check=False)
-    fields = got.stdout.decode().split()
-    state, code, oom = (fields + ["", "", ""])[:3] if got.returncode == 0 else ("gone", "", "")
+    state, code, oom = (list(inspected) + ["", "", ""])[:3] if inspected is not None else ("gone", "", "")
     has_command = bool(c.get("has_command", True))
     exit_code = None
     if state == "running":
@@ -312,7 +316,9 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
             result["message"] = "creation did not complete (creator killed?); destroy the session"
         return result
     conf = (info.get("engine") or {}).get("conf")
-    containers = [_engine_container_status(paths, c, conf, log_lines) if c.get("engine") and conf
+    engine_names = [c["engine"] for c in info["containers"] if c.get("engine")] if conf else []
+    inspected = inspect_containers(engine_names, conf, ENGINE_STATE_FIELDS) if engine_names else {}
+    containers = [_engine_container_status(paths, c, inspected.get(c["engine"]), log_lines) if c.get("engine") and conf
                   else _container_status(paths, c, log_lines) for c in info["containers"]]
     _check_wireguard(info, containers)
     failure = apply_gang_status(paths, containers)

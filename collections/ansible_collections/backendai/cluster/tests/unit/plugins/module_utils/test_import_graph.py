@@ -211,7 +211,7 @@ def test_local_agents_load_no_planning_code_at_once() -> None:
 
 
 #: Helpers that live in tests/ and once shipped for the tests' sake alone: a local session given as a dict
-#: (tests/local_session_dict.py) and a job's CNI args as Nomad's client builds them (cluster_cases.py); defining
+#: (tests/support/local_session_dict.py) and a job's CNI args as Nomad's client builds them (cluster_cases.py); defining
 #: one in plugins/ again fails here (the test above would miss it while a test uses the name).
 TEST_ONLY = {"create_session", "client_args"}
 

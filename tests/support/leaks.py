@@ -33,7 +33,7 @@ Two complementary checks, both reported by :func:`leaks`:
   directory (``backendai-cluster.session``). It works without a baseline (Molecule's first destroy)
   and finds a leftover of something that existed before the baseline.
 
-Take the snapshots under the suite's machine lock (``tests/machine_lock.py``; a ``machine`` test holds it): a
+Take the snapshots under the suite's machine lock (``tests/support/machine_lock.py``; a ``machine`` test holds it): a
 change another run makes on this machine at the same time is reported as a leak.
 """
 
@@ -460,7 +460,7 @@ class LeakCheck:
 
     def assert_clean(self) -> None:
         left = self.left()
-        assert not left, ("left behind (or changed by a process not holding the machine lock, tests/machine_lock.py):\n  "
+        assert not left, ("left behind (or changed by a process not holding the machine lock, tests/support/machine_lock.py):\n  "
                           + "\n  ".join(left))
 
 

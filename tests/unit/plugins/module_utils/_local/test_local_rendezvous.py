@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A torch-style ``env://`` rendezvous across a real local session, using only the injected variables.
 
-The session's batch command is tests/rendezvous.py's RENDEZVOUS (what torch's ``env://`` init does, with
+The session's batch command is tests/support/rendezvous.py's RENDEZVOUS (what torch's ``env://`` init does, with
 plain sockets), so the test passes only if the names resolve, the port is reachable inside the session
 network and the ranks are right.
 """

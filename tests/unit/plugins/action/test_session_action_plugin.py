@@ -7,7 +7,7 @@ Which path ran is read from -vvv: only the module path says ``Using module file 
 (it packs the module). The module path is forced for comparison by naming the same Python under another
 name as ``ansible_python_interpreter`` (``<venv>/bin/python3`` when ansible-playbook runs ``<venv>/bin/python``).
 Nothing here makes a session: check mode, refused input and a missing session only (the real local
-bring-up through the plugin is tests/test_local_playbooks.py); the Nomad cases run against the API double.
+bring-up through the plugin is tests/playbooks/test_local_playbooks.py); the Nomad cases run against the API double.
 """
 
 from __future__ import annotations

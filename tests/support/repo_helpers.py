@@ -10,10 +10,12 @@ import subprocess
 import sys
 import typing as t
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: tests/support: this folder, the helpers every test imports (pytest.ini puts it on the import path)
+SUPPORT = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(SUPPORT))
 EXAMPLES = os.path.join(REPO, "collections", "ansible_collections", "backendai", "cluster", "examples")
-#: the repository's copy of the Nomad job API schema and its linter (tests/nomad_api_schema/README.md)
-NOMAD_API_SCHEMA_DIR = os.path.join(REPO, "tests", "nomad_api_schema")
+#: the repository's copy of the Nomad job API schema and its linter (tests/support/nomad_api_schema/README.md)
+NOMAD_API_SCHEMA_DIR = os.path.join(SUPPORT, "nomad_api_schema")
 NOMAD_JOB_LINT = os.path.join(NOMAD_API_SCHEMA_DIR, "tools", "nomad-job-lint")
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -30,7 +32,7 @@ def run_playbook(playbook: str, *extra: str, env: t.Optional[t.Dict[str, str]] =
     if check:
         cmd.append("--check")
     full_env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="results_json", ANSIBLE_NOCOLOR="1",
-                    ANSIBLE_CALLBACK_PLUGINS=os.path.join(REPO, "tests", "callback_plugins"),
+                    ANSIBLE_CALLBACK_PLUGINS=os.path.join(SUPPORT, "callback_plugins"),
                     PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
     full_env.update(env or {})
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)

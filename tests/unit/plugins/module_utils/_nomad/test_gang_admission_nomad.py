@@ -36,7 +36,7 @@ from module_helpers import NOMAD_TOKEN, spec
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
 from nomad_double.watch import HalfPlacedWatch
-from repo_helpers import REPO
+from repo_helpers import REPO, SUPPORT
 
 POLL = 0.5
 
@@ -205,7 +205,7 @@ def test_a_create_killed_while_holding_the_lock_delays_the_next_by_twice_the_ttl
     clock = SteppedClock()
     double.model.clock = clock
     two_nodes(double)
-    script = KILLED_CREATE.format(collections=os.path.join(REPO, "collections"), tests=os.path.join(REPO, "tests"),
+    script = KILLED_CREATE.format(collections=os.path.join(REPO, "collections"), tests=SUPPORT,
                                   url=double.url, token=NOMAD_TOKEN, key_file=os.environ[NETWORK_ENV["network_key_file"]])
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

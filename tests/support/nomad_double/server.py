@@ -13,7 +13,7 @@ and locks, ACL), which knows nothing of HTTP.
 Request handling here:
 
 * every job register/plan body and every variable body is validated against
-  ``tests/nomad_api_schema/nomad/job-api.schema.json`` (``schema.py``): an unknown or mis-cased key, a wrong type, gives
+  ``tests/support/nomad_api_schema/nomad/job-api.schema.json`` (``schema.py``): an unknown or mis-cased key, a wrong type, gives
   ``400`` with a plain-text error (Nomad itself would silently drop such keys: the double is stricter on
   purpose). Then the handler's checks (``Job must be specified``, ``Job ID hasn't been provided``, ``Job ID
   does not match name`` -> 400), then the model's ``Job.Validate`` subset (500 and a multierror text);

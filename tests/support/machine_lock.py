@@ -7,7 +7,7 @@ Tests marked ``machine`` (every test of ``tests/local_runtime/`` but the ``no_ro
 bring a local session up or run the job's entrypoint in namespaces) hold it from their setup to their teardown
 (``tests/conftest.py``), the Molecule step of ``scripts/run-tests`` holds it for its scenarios, and the benchmarks
 that make namespaces hold it while they run. So two runs of the suite on one machine (two clones, a benchmark
-beside a test run) never interleave their namespace work: a test's leak check (``tests/leaks.py``) compares the
+beside a test run) never interleave their namespace work: a test's leak check (``tests/support/leaks.py``) compares the
 machine before and after it and would see the other run's links and rules. Anything else, pure tests included,
 runs without it.
 

@@ -1,7 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Request bodies (jobs, register and plan requests, variables) checked against the Nomad job API schema,
-``tests/nomad_api_schema/nomad/job-api.schema.json`` (the repository's copy of ``../shared``'s: see its README). This is where the double is stricter than Nomad on purpose: Nomad decodes JSON into its
+``tests/support/nomad_api_schema/nomad/job-api.schema.json`` (the repository's copy of ``../shared``'s: see its README). This is where the double is stricter than Nomad on purpose: Nomad decodes JSON into its
 ``api`` structs and silently drops an unknown or mis-cased key; the double answers ``400`` naming the key and
 Nomad's spelling. It checks types and shapes only, not Nomad's ``Job.Validate`` (see ``model/jobs.py``).
 """
@@ -15,8 +15,8 @@ import typing as t
 
 from .http_shell import BadRequest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCHEMA_PATH = os.path.join(REPO, "tests", "nomad_api_schema", "nomad", "job-api.schema.json")
+SUPPORT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMA_PATH = os.path.join(SUPPORT, "nomad_api_schema", "nomad", "job-api.schema.json")
 SCHEMA_KINDS = {"job": "Job", "register": "JobRegisterRequest", "plan": "JobPlanRequest", "variable": "Variable"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -43,7 +43,7 @@ class SchemaChecker:
         import jsonschema  # test dependency
 
         if not os.path.isfile(path):
-            raise FileNotFoundError("%s is missing (tests/nomad_api_schema/README.md says how to refresh it)" % path)
+            raise FileNotFoundError("%s is missing (tests/support/nomad_api_schema/README.md says how to refresh it)" % path)
         with open(path, encoding="utf-8") as f:
             schema = json.load(f)
         self._validators = {}

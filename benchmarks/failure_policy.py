@@ -33,7 +33,7 @@ import typing as t
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
-sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 
 from machine_lock import machine_lock  # noqa: E402  (the test suite's lock for what changes this machine)
 import images  # noqa: E402  (tests/: the images built from Debian packages)

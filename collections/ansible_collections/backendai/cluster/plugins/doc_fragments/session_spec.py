@@ -302,7 +302,7 @@ options:
         suboptions:
           policy:
             description:
-              - V(none) leaves a failed container failed (the session is C(DEGRADED) until O(state=present) repairs it).
+              - V(none) leaves a failed container failed (the session is C(DEGRADED) until the session module with C(state=present) repairs it).
               - V(fail) stops every container at once; the session ends C(ERROR) naming the first failure.
               - V(restart_all) stops every command and starts them all again together (same names, addresses, keys,
                 ranks); the command sees C(BACKENDAI_RESTART_COUNT).

@@ -205,7 +205,7 @@ def parse_status(text: str) -> t.Dict[str, t.Any]:
     ``{time, host, exit_code, reason}`` (exit_code None when there was none). Unknown lines are ignored."""
     out: t.Dict[str, t.Any] = {}
     for line in text.splitlines():
-        key, _, value = line.partition(" ")
+        key, value = (line.split(" ", 1) + [""])[:2]
         if key in ("policy", "state"):
             out[key] = value
         elif key in ("generation", "restarts") and value.isdigit():

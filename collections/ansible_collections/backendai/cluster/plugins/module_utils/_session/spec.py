@@ -275,8 +275,10 @@ def _parse_failure(c: _Checker, raw: t.Any, path: str, taken: t.Tuple[int, ...])
                              unit="restarts within failure.window before the policy becomes fail")
     window = c.integer(f, "window", path, _default("failure", "window"), 1, MAX_WINDOW, unit="seconds")
     hang = f.get("hang_timeout")
-    hang_timeout = 0 if hang == 0 else c.integer(f, "hang_timeout", path, _default("failure", "hang_timeout"),
-                                                  MIN_TIMEOUT, MAX_TIMEOUT, unit="seconds; 0 turns the heartbeat watch off")
+    hang_timeout = 0
+    if hang != 0:
+        hang_timeout = c.integer(f, "hang_timeout", path, _default("failure", "hang_timeout"), MIN_TIMEOUT, MAX_TIMEOUT,
+                                 unit="seconds; 0 turns the heartbeat watch off")
     rejoin_timeout = c.integer(f, "rejoin_timeout", path, _default("failure", "rejoin_timeout"), MIN_TIMEOUT, MAX_TIMEOUT,
                                unit="seconds the gang waits for a container that is gone to come back")
     port = c.integer(f, "port", path, _default("failure", "port"), 1, 65535,

@@ -23,12 +23,14 @@ before the look-up) <= 1.5.
 agents (args version 4, the look-up against the double, no underlay encryption): the session's job is the one
 ``render_job`` makes (signed), registered in the double with a node per agent; the container is the one the
 plan put on the bench agent, so its ADD is the session's first on the agent: the two list-stub look-ups, the
-agent table (once per session on an agent) and the session's bridge and VXLAN device to its N-1 peers (underlay
-addresses in 127.1.0.0/16: nothing leaves the bench agent's namespace). It is DELeted after each ADD (the session
-leaves the agent), and the sizes alternate, round after round. Reported per N: the median ADD, the bytes the ADD
-read from the double (look-ups and table apart), and what ``GET /v1/allocation/:id``, the look-up before,
-would have read (Nomad's Allocation with its embedded Job). Targets: look-up bytes <= 16 KB at every N; median ADD
-at the largest N / at the smallest <= 1.2.
+agent table (once per session on an agent) and the session's bridge and VXLAN device to its N-1 peers (a forwarding
+entry per peer and the session's peer set, its one VXLAN rule; underlay addresses in 127.1.0.0/16: nothing leaves
+the bench agent's namespace). It is DELeted after each ADD (the session leaves the agent), and the sizes take
+turns in each round, the order reversed every other round (each size follows the other's teardown as often).
+Reported per N: the median ADD, the bytes the ADD read from the double (look-ups and table
+apart), and what ``GET /v1/allocation/:id``, the look-up before, would have read (Nomad's Allocation with its
+embedded Job); and the load average before and after (the machine may be shared: more rounds steady the medians).
+Targets: look-up bytes <= 16 KB at every N; median ADD at the largest N / at the smallest <= 1.2.
 """
 from __future__ import annotations
 
@@ -208,6 +210,7 @@ def scale(sizes: t.List[int], rounds: int) -> int:
     for name, ip in ips.items():
         double.add_node(name, cpu=1000, memory=2048, address=ip)
     times: dict = {(n, k): [] for n in sizes for k in (0, 1)}
+    load_before = "%.2f, %.2f, %.2f" % os.getloadavg()
     read: dict = {}
     embedded: dict = {}
     with tempfile.TemporaryDirectory(prefix="bai-cni-scale-") as work:
@@ -253,8 +256,8 @@ def scale(sizes: t.List[int], rounds: int) -> int:
                     atts[n].append(Attachment(alloc, "/run/netns/%s-c%d-%d" % (agent, n, k), work,
                                               agent_netns="/run/netns/" + agent, cni_args=cni_args,
                                               cni_path=os.path.join(work, "bin") + os.pathsep + CNI_PATH))
-            for _ in range(rounds):
-                for n in sizes:
+            for r in range(rounds):
+                for n in (sizes if r % 2 == 0 else sizes[::-1]):  # each size after the other's teardown as often
                     for k, att in enumerate(atts[n]):  # the session's first ADD on the agent, then the second's
                         double.clear_requests()
                         t0 = time.perf_counter()
@@ -273,7 +276,8 @@ def scale(sizes: t.List[int], rounds: int) -> int:
             subprocess.run(["ip", "-force", "-batch", "-"], input="".join("netns del %s\n" % n for n in made),
                            text=True, check=False)
     print("CNI ADD of a container of a session of N containers on N-1 agents, 2 of them on the bench agent: the "
-          "session's first ADD there (table read, bridge, VXLAN to N-2 peers) and the second's; %d rounds" % rounds)
+          "session's first ADD there (table read, bridge, VXLAN to N-2 peers) and the second's; %d rounds; load average "
+          "%s before, %.2f, %.2f, %.2f after" % ((rounds, load_before) + os.getloadavg()))
     for n in sizes:
         for k, what in ((0, "first "), (1, "second")):
             print("  N=%-5d %s median %.4f s  min %.4f  max %.4f   read: look-ups %5d B (target <= 16384), agent table "

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -271,17 +272,22 @@ def main() -> int:
     if args.against:
         return compare_against(args.against, [int(s) for s in args.sizes.split(",")], args.repeat)
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bai-bench-") as work:
-        key = os.path.join(work, "id")
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    work = tempfile.mkdtemp(prefix="bai-bench-")  # kept when a run fails: its sessions' journals are in it
+    key = os.path.join(work, "id")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    try:
         for size in (int(s) for s in args.sizes.split(",")):
             if args.engine:
                 results.update(engine_rounds(size, args.repeat, args.engine, key, work, not args.no_baseline))
                 continue
-            else:
-                results["runtime-%d" % size] = bench_runtime(size, args.repeat, key, os.path.join(work, "state"))
+            results["runtime-%d" % size] = bench_runtime(size, args.repeat, key, os.path.join(work, "state"))
             if not args.no_baseline:
-                results["baseline-%d" % size] = bench_baseline(size, args.repeat, key, work, args.engine or "")
+                results["baseline-%d" % size] = bench_baseline(size, args.repeat, key, work)
+    except BaseException:
+        print("local_bringup: failed; its sessions' state is kept in %s (destroy_session with that state root)" % work,
+              file=sys.stderr)
+        raise
+    shutil.rmtree(work)
     if args.json:
         print(json.dumps(results, indent=1))
         return 0

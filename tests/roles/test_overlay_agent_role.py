@@ -178,8 +178,8 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
 
 def test_data_roots_become_nomad_host_volumes_and_key_paths_are_refused(tmp_path: t.Any) -> None:
     """The data roots given are declared to the Nomad client as host volumes named as the job renderer names a
-    spec mount's source; a root that is, holds or lies in the key, plugin or state directories is refused and
-    nothing is declared."""
+    spec mount's source; a root that is, holds or lies in the key, plugin or state directories is refused before
+    anything is written, and nothing is declared."""
     hcl2 = pytest.importorskip("hcl2")
     playbook = tmp_path / "prepare.yml"
     playbook.write_text(PLAYBOOK)
@@ -218,6 +218,16 @@ def test_data_roots_become_nomad_host_volumes_and_key_paths_are_refused(tmp_path
 
     none = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e", json.dumps(params)])
     assert none.returncode == 0 and not declared.exists()
+
+    # on an agent the role never prepared, a refused root leaves nothing: it is checked before anything is written
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    fresh_params = role_params(fresh)
+    refused = run_playbook(str(playbook), *["-i", "inventories/localhost.yml", "-e",
+                                            json.dumps(dict(fresh_params, overlay_agent_data_roots=[{"path": "/etc"}]))])
+    assert refused.returncode != 0 and "overlay_agent_data_roots: /etc " in refused.stdout, refused.stdout[-3000:]
+    assert not (fresh / "lib").exists() and not (fresh / "control").exists() and not (fresh / "cni").exists()
+    assert os.listdir(fresh / "etc") == [] and not (fresh / "runtime").exists() and not (fresh / "nomad.d").exists()
 
 
 @pytest.mark.parametrize("version_line, found", [

@@ -17,7 +17,8 @@ Two complementary checks, both reported by :func:`leaks`:
   (``/var/run/wireguard``, shared by every namespace) that appeared, network namespaces and links of any kind
   (veth, bridge, vxlan, dummy...) that appeared, addresses added to links that were there, every line of
   ``iptables-save`` in every table (filter, nat, mangle, raw, security) added or removed (packet counters
-  ignored), the forwarding/route_localnet/bridge-netfilter sysctls changed, session state under
+  ignored), ipsets that appeared (the session network's peer sets), the forwarding/route_localnet/bridge-netfilter
+  sysctls changed, session state under
   ``/run/backendai-cluster`` (slots, IPAM leases, per-container and per-session files of the session network
   plugin; its installation there — lib, bin, configs, key — stays by design) and
   ``/run/backendai-cluster-mounts``, the containers' cgroups (``backendai-cluster.*`` in every cgroup
@@ -25,7 +26,8 @@ Two complementary checks, both reported by :func:`leaks`:
   namespace that was not there before or that has no name; engine (podman) containers, the storage of containers
   (``overlay-containers``) and volumes that appeared (images may appear: they stay, as an engine user expects);
 * the **record** (:func:`record`, read from the state directories before destroying): state directories, CNI
-  configs, namespaces, bridge/veth/vxlan links, host addresses in the session's subnet, recorded processes
+  configs, namespaces, bridge/veth/vxlan links and the peer sets named after the bridge, host addresses in the
+  session's subnet, recorded processes
   (pid and start time), the containers' cgroups (recorded, or named after a recorded namespace), processes
   tagged with a state directory (``BACKENDAI_CLUSTER_LOCAL_OWNER``) or a session ID, and iptables rules naming
   the session's bridge, namespaces, addresses, subnet, published port or isolation comment, or in a chain
@@ -133,6 +135,18 @@ def iptables() -> t.Dict[str, t.List[str]]:
         out[table] = sorted(re.sub(r" \[\d+:\d+\]$", "", line) for line in _run("iptables-save", "-t", table).splitlines()
                             if line.startswith((":", "-A ")))
     return out
+
+
+def ipsets() -> t.List[str]:
+    """The names of this (the host's) namespace's ipsets ([] without the ipset tool): the session network plugin
+    makes one per session and agent, of its peers' addresses (``<bridge>-peers``, ``<bridge>-peers6``)."""
+    if not any(os.access(os.path.join(d, "ipset"), os.X_OK) for d in PATH.split(":")):
+        return []
+    return sorted(n for n in _run("ipset", "list", "-n").split() if n)
+
+
+#: What the names of a session's peer sets add to its bridge's name.
+IPSET_SUFFIXES = ("-peers", "-peers6")
 
 
 def sysctls() -> t.Dict[str, str]:
@@ -257,7 +271,7 @@ def snapshot() -> Snapshot:
     """Everything :func:`leaks` compares (JSON-serialisable)."""
     return {"netns": netns(), "links": links(), "iptables": iptables(), "sysctls": sysctls(), "run": run_state(),
             "processes": processes(), "host_netns": _inode("/proc/self/ns/net"), "cgroups": cgroups(),
-            "wireguard": wireguard_sockets(), "engine": engine()}
+            "wireguard": wireguard_sockets(), "engine": engine(), "ipsets": ipsets()}
 
 
 # ------------------------------------------------------------------ what sessions and agents made
@@ -348,6 +362,7 @@ def _diff(before: Snapshot, after: Snapshot) -> t.List[str]:
         old, new = set(before["iptables"].get(table, [])), set(after["iptables"].get(table, []))
         left += ["iptables -t %s added: %s" % (table, line) for line in sorted(new - old)]
         left += ["iptables -t %s removed: %s" % (table, line) for line in sorted(old - new)]
+    left += ["ipset %s" % n for n in after.get("ipsets", []) if n not in before.get("ipsets", [])]
     left += ["sysctl %s: %s -> %s" % (k, before["sysctls"].get(k), v) for k, v in after["sysctls"].items()
              if before["sysctls"].get(k, v) != v]
     left += ["session state %s" % p for p in after["run"] if p not in before["run"]]
@@ -373,6 +388,7 @@ def _from_record(rec: Record, now: Snapshot) -> t.List[str]:
     left += ["network namespace %s" % n for n in rec["netns"] if n in now["netns"]]
     left += ["cgroup %s" % d for d in rec.get("cgroups", []) if os.path.isdir(d)]
     left += ["link %s" % n for n in rec["links"] if n in now["links"]]
+    left += ["ipset %s" % n for n in now.get("ipsets", []) if any(n == link + x for link in rec["links"] for x in IPSET_SUFFIXES)]
     subnets = [ipaddress.ip_network(s, strict=False) for s in rec["subnets"]]
     reused = False  # a subnet (so its addresses) now belongs to another session's bridge
     for name, link in now["links"].items():

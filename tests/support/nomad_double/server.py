@@ -64,6 +64,10 @@ __all__ = ["SCHEMA_PATH", "Fault", "HTTPDouble", "NomadAPIDouble", "RecordedRequ
 _LOCK_OPS = ("lock-acquire", "lock-renew", "lock-release")
 
 
+#: stands for an allocation's embedded job while the rest of it is encoded (``_allocation`` splices the job in)
+_JOB_SLOT = "__nomad_double_embedded_job__"
+_JOB_SLOT_JSON = json.dumps(_JOB_SLOT).encode("utf-8")
+
 class NomadAPIDouble(HTTPDouble):
     """The Nomad API double (see the module docstring). Configure nodes with :meth:`add_node`; the model's
     state is :attr:`model` (tests may read it directly, under ``model.lock``)."""
@@ -78,6 +82,8 @@ class NomadAPIDouble(HTTPDouble):
         self.model = NomadModel(token=token, region=region, datacenter=datacenter, namespaces=namespaces,
                                 alloc_start_delay=alloc_start_delay, eval_delay=eval_delay, tls=bool(self.pki))
         self.schema = SchemaChecker.load(schema_path)
+        #: (allocation ID, path in its allocation directory) -> text: what ``/v1/client/fs/cat`` serves
+        self.alloc_files: t.Dict[t.Tuple[str, str], str] = {}
         #: callables run with each request before it is handled (outside the model's lock): test hooks
         self.before_request: t.List[t.Callable[[Request], None]] = []
 
@@ -138,6 +144,10 @@ class NomadAPIDouble(HTTPDouble):
     def allocations_of(self, job_id: str, namespace: str = "default") -> t.List[t.Dict[str, t.Any]]:
         return self.model.allocations_of(job_id, namespace)
 
+    def write_alloc_file(self, alloc_id: str, path: str, text: str) -> None:
+        """A file in the allocation's directory, as its task wrote it (``alloc/...`` is the shared ``alloc`` dir)."""
+        self.alloc_files[(alloc_id, path.lstrip("/"))] = text
+
     def stored_job(self, job_id: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
         return self.model.stored_job(job_id, namespace)
 
@@ -196,6 +206,7 @@ class NomadAPIDouble(HTTPDouble):
             return text_response(405, "Invalid method")
         prefixes: t.Tuple[t.Tuple[str, t.Callable[[Request, str], Response]], ...] = (
             ("job/", self._job_specific), ("allocation/", self._allocation), ("client/fs/logs/", self._logs),
+            ("client/fs/cat/", self._cat),
             ("evaluation/", self._evaluation), ("node/", self._node_specific), ("var/", self._var))
         for prefix, handler in prefixes:
             if rest.startswith(prefix):
@@ -286,7 +297,24 @@ class NomadAPIDouble(HTTPDouble):
         the allocation's namespace), ``SignedIdentities`` sanitising, blocking queries."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
-        return self._ok(self.model.allocation(alloc_id))
+        full = self.model.allocation(alloc_id)
+        job = full.get("Job")
+        if not isinstance(job, dict):
+            return self._ok(full)
+        # Every allocation of a job embeds the same job (the model hands out one view per version and status):
+        # its JSON is made once and spliced in, so that a session's view, which reads each of its allocations,
+        # does not encode a 300-group job 300 times (15.6 of the 42 s of the aligned-block test).
+        status, headers, data = self._ok(dict(full, Job=_JOB_SLOT))
+        return status, headers, data.replace(_JOB_SLOT_JSON, self._job_json(job), 1)
+
+    def _job_json(self, job: t.Dict[str, t.Any]) -> bytes:
+        cache = self.__dict__.setdefault("_job_json_cache", {})
+        hit = cache.get(id(job))
+        if hit is None or hit[0] is not job:  # (the job is kept with its JSON, so its id is not reused meanwhile)
+            if len(cache) > 64:
+                cache.clear()
+            hit = cache[id(job)] = (job, json.dumps(job).encode("utf-8"))
+        return hit[1]
 
     def _list_allocations(self, req: Request) -> Response:
         """``GET /v1/allocations`` (``command/agent/alloc_endpoint.go`` ``AllocsRequest`` -> ``nomad/alloc_endpoint.go``
@@ -350,6 +378,22 @@ class NomadAPIDouble(HTTPDouble):
         if plain:
             return 200, {"Content-Type": "text/plain; charset=utf-8"}, frame
         return json_response(200, frame)
+
+    def _cat(self, req: Request, alloc_id: str) -> Response:
+        """``GET /v1/client/fs/cat/:alloc_id?path=`` (command/agent/fs_endpoint.go ``FileCatRequest``): the file's
+        bytes as text; no path: "must provide a file name"; an unknown allocation: 404; a missing file: the error of
+        the client's ``Stat``, a 500 (errors that are not CodedErrors are). Not modelled: ACL's read-fs (the double
+        checks only the token), directories, forwarding to the allocation's client."""
+        if req.method != "GET":
+            return text_response(405, "Invalid method")
+        path = (req.q("path") or "").lstrip("/")
+        if not path:
+            return text_response(500, "must provide a file name")
+        self.model.alloc_tasks(alloc_id)  # 404 for an unknown allocation
+        text = self.alloc_files.get((alloc_id, path))
+        if text is None:
+            return text_response(500, "stat %s: no such file or directory" % path)
+        return 200, {"Content-Type": "text/plain; charset=utf-8"}, text.encode("utf-8")
 
     def _evaluation(self, req: Request, eval_id: str) -> Response:
         """``GET /v1/evaluation/:id``, a blocking query (``Eval.GetEval`` through ``blockingRPC``,

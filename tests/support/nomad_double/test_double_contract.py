@@ -280,6 +280,20 @@ def test_allocations_follow_the_node_constraint_and_start(nomad_double_factory: 
     assert failed["TaskStates"]["main"]["Restarts"] == 2
 
 
+def test_an_allocation_is_served_as_the_model_holds_it_with_its_job_of_the_version_it_runs(nomad: NomadAPIDouble) -> None:
+    """``GET /v1/allocation/:id`` encodes the embedded job once per job view and splices it in: the answer is
+    still exactly the model's allocation, the job of each allocation's own version after an update."""
+    put(nomad, "/v1/jobs", {"Job": make_job(groups=("g1", "g2"))})
+    allocs = get(nomad, "/v1/job/web/allocations").json()
+    for alloc in allocs:
+        assert get(nomad, "/v1/allocation/" + alloc["ID"]).json() == nomad.model.allocation(alloc["ID"])
+    put(nomad, "/v1/jobs", {"Job": make_job(groups=("g1", "g2"), env={"A": "2"})})
+    for alloc in get(nomad, "/v1/job/web/allocations?all=true").json():
+        served = get(nomad, "/v1/allocation/" + alloc["ID"]).json()
+        assert served == nomad.model.allocation(alloc["ID"])
+        assert served["Job"]["Version"] == alloc["JobVersion"]
+
+
 def test_pending_forever_and_unplaced(nomad_double_factory: t.Any) -> None:
     double = nomad_double_factory(alloc_start_delay=None)
     double.add_node("n1")

@@ -292,4 +292,53 @@ options:
             description: Allow O(spec.user.name=root). Without it a root user is refused.
             type: bool
             default: false
+      failure:
+        description:
+          - What the session does when a container's command fails (exits non-zero, is killed, OOM included), its
+            container disappears, or its heartbeat file stops changing; applied inside the session by every
+            container's supervisor, on both backends. See the collection's docs/failure-policy.md.
+          - Only containers with a command take part; an interactive container (no command) is not watched.
+        type: dict
+        suboptions:
+          policy:
+            description:
+              - V(none) leaves a failed container failed (the session is C(DEGRADED) until the session module with C(state=present) repairs it).
+              - V(fail) stops every container at once; the session ends C(ERROR) naming the first failure.
+              - V(restart_all) stops every command and starts them all again together (same names, addresses, keys,
+                ranks); the command sees C(BACKENDAI_RESTART_COUNT).
+              - V(restart_one) restarts only the failed container's command (for workloads that rejoin, e.g. torchrun's
+                elastic agent).
+            type: str
+            choices: [none, fail, restart_all, restart_one]
+            default: none
+          max_restarts:
+            description: Restarts within O(spec.failure.window) seconds after which the policy becomes V(fail), 0 to 1000.
+            type: int
+            default: 3
+          window:
+            description: The window of O(spec.failure.max_restarts), in seconds (1 to 604800).
+            type: int
+            default: 600
+          fail_on_exit_codes:
+            description: Exit codes (1 to 255) that mean "do not retry" and make the session fail at once; V([]) retries
+              every code.
+            type: list
+            elements: int
+            default: [2, 126, 127]
+          hang_timeout:
+            description:
+              - Seconds (5 to 86400) the command's heartbeat file (C($BACKENDAI_HEARTBEAT_FILE), which the command or
+                its launcher touches) may stay unchanged before the command counts as hung and failed; V(0) does not watch it.
+            type: int
+            default: 0
+          rejoin_timeout:
+            description: Seconds (5 to 86400) the gang waits for a container that is gone or does not answer to come
+              back before the session fails.
+            type: int
+            default: 360
+          port:
+            description: The TCP port every container's supervisor listens on, on the session network (not O(spec.ssh.port),
+              O(spec.master_port) or a published port).
+            type: int
+            default: 2201
 """

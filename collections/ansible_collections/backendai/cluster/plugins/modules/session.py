@@ -228,7 +228,8 @@ session:
       type: str
       sample: 7bafe703-36bd-5351-a57d-5ce79d8bb7b2
     state:
-      description: One of C(PENDING), C(SCHEDULED), C(RUNNING), C(DEGRADED), C(TERMINATED), C(ERROR).
+      description: One of C(PENDING), C(SCHEDULED), C(RUNNING), C(DEGRADED), C(RESTARTING) (the failure policy brings
+        the commands back), C(TERMINATED), C(ERROR).
       type: str
       sample: RUNNING
     mode:
@@ -256,8 +257,32 @@ session:
       returned: nomad backend, when the secret was looked up
     reason:
       description: Which containers are broken and why, one line (what C(DEGRADED) or C(ERROR) means here); empty when
-        none is.
+        none is. When the failure policy ended the session, its first failure (container, exit code, reason).
       type: str
+    failure:
+      description:
+        - The session's failure policy as its containers apply it (the spec's C(failure); see docs/failure-policy.md).
+      type: dict
+      returned: when the session has a failure policy and a supervisor's status could be read
+      contains:
+        policy:
+          description: C(fail), C(restart_all) or C(restart_one).
+          type: str
+          returned: under a failure policy
+        state:
+          description: C(running), C(restarting), C(failed) (the policy ended the session) or C(gave_up) (max_restarts
+            within the window were spent).
+          type: str
+          returned: under a failure policy
+        restarts:
+          description: The gang's restarts (C(restart_all)), or the most any container restarted (C(restart_one)).
+          type: int
+          returned: under a failure policy
+        first_failure:
+          description: The failure that ended the session (C(host), C(exit_code) or null, C(reason), C(time) in
+            seconds since the epoch); null while it runs.
+          type: dict
+          returned: under a failure policy
     containers:
       description: One entry per container, main1 first.
       type: list
@@ -292,8 +317,14 @@ session:
           description: Exit code of its command once it ended, else null.
           type: int
         restarts:
-          description: How often Nomad restarted its task (always 0 locally).
+          description: How often Nomad restarted its task; under a failure policy, how often the policy restarted its
+            command (the gang's generation under C(restart_all)).
           type: int
+        last_failure:
+          description: The last failure its supervisor saw in the session (C(host), C(exit_code) or null, C(reason),
+            C(time)).
+          type: dict
+          returned: under a failure policy, once there was one
         alloc_id:
           description: Its current Nomad allocation ID.
           type: str

@@ -121,14 +121,18 @@ def _record_ready(session: LocalSession, paths: SessionPaths, journal: Journal, 
 
 
 def _network_up(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
-                published: t.Dict[str, t.Tuple[str, int]], journal: Journal
+                published: t.Dict[str, t.Tuple[str, int]], journal: Journal,
+                meanwhile: t.Optional[t.Callable[[], None]] = None,
                 ) -> t.Tuple[t.Dict[str, str], t.Dict[str, t.Any], float]:
     """The containers' network namespaces and the session network (the same for both kinds of container): the
     addresses, the network's parameters and how long the network took. main1 is published by portmap on this
-    machine, by a relay behind local agents."""
+    machine, by a relay behind local agents. ``meanwhile`` is called once the namespaces exist, before the session
+    network is made (the engine starts its containers then)."""
     netns = [names["netns"][h] for h in session.hostnames]
     journal.record("netns", names=netns)
     add_netns(netns, owner=paths.root)
+    if meanwhile is not None:
+        meanwhile()
     t_net = time.monotonic()
     mappings = {h: [{"hostPort": addr[1], "containerPort": session.ssh_port, "protocol": "tcp", "hostIP": addr[0]}]
                 for h, addr in published.items()} if not session.agents else {}
@@ -138,18 +142,28 @@ def _network_up(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t
 
 
 #: How many ``podman run`` of a session's containers run at once.
-ENGINE_STARTS = 16
+ENGINE_STARTS = 64
 #: The exit codes of the job's entrypoint when it cannot start the task (``_nomad.job.ENTRYPOINT``'s ``fail``: 77 not
 #: started as root, 78 the image lacks what it needs), as ``podman inspect`` shows them.
 ENTRYPOINT_REFUSED = ("77", "78")
 #: The file in a container's directory that ``podman run --pidfile`` writes the container's first process into.
 ENGINE_PIDFILE = "pid"
+#: How long after a refused connection an engine container's sshd is tried again (s): the wait runs beside the
+#: containers' start, and a probe of each of 64 starting containers every 10 ms took CPU from them.
+ENGINE_PROBE_INTERVAL = 0.05
 
 
 def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun,
                      names: t.Dict[str, t.Any], t0: float) -> t.Dict[str, t.Any]:
-    """The session's namespaces and network, then one podman container per task group of the session's job, started
-    into its namespace (``_local.task_start``)."""
+    """The session's namespaces and network, and one podman container per task group of the session's job,
+    started into its namespace (``_local.task_start``).
+
+    The containers start as soon as their namespaces exist, while the CNI plugin attaches them (what a Nomad client
+    does too: the task starts once its network is set up, and its peers template renders as the other groups register):
+    each starts with the templates rendered with the peers known then (none), and the peers file is rendered again,
+    whole, once every container has its address; the entrypoint waits for it (as it waits on Nomad) and writes
+    ``/etc/hosts`` from it. Starting them after the network made a session wait for its N ADDs, then for its N
+    ``podman run``; the two now overlap (the ADDs wait on the ``iptables`` lock, ``podman run`` on podman's)."""
     hosts = session.hostnames
     conf = write_conf(os.path.join(paths.state_root, ENGINE_DIR))
     for d in (paths.logs_dir, paths.cni_dir, paths.ssh_dir):
@@ -158,16 +172,10 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
     for n in STATE_KEY_FILES:
         create_file(os.path.join(paths.ssh_dir, n), keys[n][0], mode=keys[n][1])
     published = {c.hostname: ("127.0.0.1", free_local_port()) for c in session.containers if c.publish}
-
-    addresses, network, t_net = _network_up(session, paths, names, published, journal)
     main = hosts[0]
-    if main in published:
-        write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
-                                                          session.ssh_port, session.user.name), mode=0o644)
 
     job = engine.job
     secret = dict(zip(engine.task.key_items, (session.keys.private_key, session.keys.public_key + "\n")))
-    peers = peers_text({h: addresses[h] for h in hosts})  # what nomadService renders once every task registered
     host_volumes = {engine.task.runtime_volume: engine.task.runtime_dir}
     for group in job["TaskGroups"]:  # the spec's mounts: each group volume's host path, by its mount target
         by_target = {m.target: m.source for m in session.mounts}
@@ -178,28 +186,52 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
     core_mhz = mhz_per_core()
     containers = {h: "bai-%s-%s" % (names["digest"], h) for h in hosts}
     images = {g["Name"]: g["Tasks"][0]["Config"]["image"] for g in job["TaskGroups"]}
-    journal.record("engine", containers=list(containers.values()), conf=conf)
-    t_ready = time.monotonic()
-    runs: t.Dict[str, t.Tuple[t.List[str], str, str]] = {}
+    envs = {g["Name"]: task_env(job, g) for g in job["TaskGroups"]}
     pidfiles = {h: os.path.join(paths.container_dir(h), ENGINE_PIDFILE) for h in hosts}
+    runs: t.Dict[str, t.Tuple[t.List[str], str, str]] = {}
     for group in job["TaskGroups"]:
         host = group["Name"]
         cdir = paths.container_dir(host)
-        env = task_env(job, group)
-        for rel, (text, mode) in task_files(group, env, secret, peers).items():
+        for rel, (text, mode) in task_files(group, envs[host], secret, "").items():
             path = os.path.join(cdir, "task", rel)
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             create_file(path, text, mode=mode)
         for sub in ("task/local", "task/secrets", "alloc"):
             os.makedirs(os.path.join(cdir, sub), mode=0o700, exist_ok=True)
-        create_file(os.path.join(cdir, "hosts"), hosts_text(BASE_HOSTS, {h: addresses[h] for h in hosts}), mode=0o644)
+        # the peers block stays empty until the entrypoint writes it from the peers file (the docker driver's hosts
+        # file has no peers either)
+        create_file(os.path.join(cdir, "hosts"), hosts_text(BASE_HOSTS, {}), mode=0o644)
         args = run_args(job, host, name=containers[host], netns_path=netns_path(names["netns"][host]),
                         task_dir=os.path.join(cdir, "task"), alloc_dir=os.path.join(cdir, "alloc"),
                         hosts_file=os.path.join(cdir, "hosts"), host_volumes=host_volumes, core_mhz=core_mhz,
                         extra=["--label", "backendai-cluster.session=" + paths.root, "--pidfile", pidfiles[host],
                                "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)])
         runs[host] = (["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host]))
-    pids = _start_engine_containers(session, paths, names, addresses, published, journal, conf, runs, pidfiles)
+
+    t_ready = time.monotonic()
+    starts = _EngineStarts(paths, conf, runs, pidfiles, {c.hostname for c in session.containers if c.command})
+
+    def start() -> None:  # once the namespaces exist
+        journal.record("engine", containers=list(containers.values()), conf=conf)
+        starts.submit()
+
+    try:
+        addresses, network, t_net = _network_up(session, paths, names, published, journal, start)
+        if main in published:
+            write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
+                                                              session.ssh_port, session.user.name), mode=0o644)
+        peers = peers_text({h: addresses[h] for h in hosts})  # what nomadService renders once every task registered
+        for group in job["TaskGroups"]:  # the templates that change with the peers, rendered again (replaced whole)
+            host = group["Name"]
+            before = task_files(group, envs[host], secret, "")
+            for rel, (text, mode) in task_files(group, envs[host], secret, peers).items():
+                if before[rel][0] != text:
+                    write_file(os.path.join(paths.container_dir(host), "task", rel), text, mode=mode)
+        _await_sshd(session, paths, names, addresses, published, journal, 30.0 + 0.5 * len(runs), starts.check,
+                    started=starts.pids.__contains__, retry_interval=ENGINE_PROBE_INTERVAL)
+        pids = starts.wait()
+    finally:
+        starts.close()
     t_ready = time.monotonic() - t_ready
 
     records = []
@@ -218,59 +250,64 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                       "cpu_mhz_per_core": round(core_mhz, 1)}}, (t_net, t_ready, t0))
 
 
-def _start_engine_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
-                             addresses: t.Dict[str, str], published: t.Dict[str, t.Tuple[str, int]], journal: Journal,
-                             conf: str, runs: t.Dict[str, t.Tuple[t.List[str], str, str]], pidfiles: t.Dict[str, str]
-                             ) -> t.Dict[str, int]:
-    """Run every container (``runs``: host -> podman arguments, working directory, what to name in an error) and wait
-    until every sshd answers; each container's first process, by host.
+class _EngineStarts:
+    """The ``podman run`` of a session's containers (``runs``: host -> podman arguments, working directory, what to name
+    in an error), run at once: each waits for its container's start, so N in a row took N times as long.
 
-    The ``podman run`` run at once (each waits for its container's start: N in a row took N times as long), and the
-    wait for the sshd runs beside them from the start: a container's entrypoint and sshd start while later containers
-    are still being made, as each ``podman run`` returns. While it waits, a container that ended, or a ``podman run``
-    that failed, fails the start at once (with the container's log tail): what the container's first process is comes
-    from its ``--pidfile``, read once its ``podman run`` returned, so the poll is a read of ``/proc``, not a podman
-    call (one ``podman inspect`` every 50 ms took a core of this 2-core machine from the starting containers).
-    Podman pulls an image it does not have, as Nomad's driver does: where no registry is reachable, only local images
-    run, and the failure names the image."""
-    pids: t.Dict[str, int] = {}
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(runs), ENGINE_STARTS)))
-    started = {host: pool.submit(podman, argv, conf, cwd=cdir, what=what, owner=paths.root)
-               for host, (argv, cdir, what) in runs.items()}
-    batch = {c.hostname for c in session.containers if c.command}
-    done: t.Set[str] = set()
+    While the session waits for the containers' sshd, :meth:`check` fails the start at once when a ``podman run``
+    failed or a container ended (with the container's log tail), but for a batch container whose command ended (the
+    entrypoint runs it after starting sshd, as a Nomad task may complete before its peers started): that one is done.
+    What a container's first process is comes from its ``--pidfile``, read once its ``podman run`` returned, so the
+    check is a read of ``/proc``, not a podman call (one ``podman inspect`` every 50 ms took a core of this 2-core
+    machine from the starting containers). Podman pulls an image it does not have, as Nomad's driver does: where no
+    registry is reachable, only local images run, and the failure names the image."""
 
-    def check() -> t.Set[str]:
-        """Raises when a container ended during start-up, but for a batch container whose command ended (the
-        entrypoint runs it after starting sshd, as a Nomad task may complete before its peers started): that one is
-        done, and returned (with its published port) as no longer to wait for."""
-        for host, run_done in started.items():
-            if host not in pids and run_done.done():
+    def __init__(self, paths: SessionPaths, conf: str, runs: t.Dict[str, t.Tuple[t.List[str], str, str]],
+                 pidfiles: t.Dict[str, str], batch: t.Set[str]) -> None:
+        self.paths, self.conf, self.runs, self.pidfiles, self.batch = paths, conf, runs, pidfiles, batch
+        self.pids: t.Dict[str, int] = {}
+        self.done: t.Set[str] = set()
+        self.started: t.Dict[str, "concurrent.futures.Future[t.Any]"] = {}
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(runs), ENGINE_STARTS)))
+
+    def submit(self) -> None:
+        self.started = {host: self.pool.submit(podman, argv, self.conf, cwd=cdir, what=what, owner=self.paths.root)
+                        for host, (argv, cdir, what) in self.runs.items()}
+
+    def check(self) -> t.Set[str]:
+        """Raises when a ``podman run`` failed or a container ended during start-up; returns the targets no longer
+        to wait for (a batch container whose command ended, and its published port)."""
+        for host, run_done in self.started.items():
+            if host not in self.pids and run_done.done():
                 failed = run_done.exception()
                 if failed is not None:
                     raise failed
-                pids[host] = _read_pid(pidfiles[host])
-        for host, pid in pids.items():
-            if host not in done and not is_alive(pid):
-                name = runs[host][0][runs[host][0].index("--name") + 1]
-                code = inspect_containers([name], conf, "{{.State.ExitCode}}").get(name, [""])[0] if host in batch else ""
+                self.pids[host] = _read_pid(self.pidfiles[host])
+        for host, pid in self.pids.items():
+            if host not in self.done and not is_alive(pid):
+                argv = self.runs[host][0]
+                name = argv[argv.index("--name") + 1]
+                code = inspect_containers([name], self.conf, "{{.State.ExitCode}}").get(name, [""])[0] \
+                    if host in self.batch else ""
                 if code and code not in ENTRYPOINT_REFUSED:
-                    done.add(host)
+                    self.done.add(host)
                     continue
                 raise LocalRuntimeError("container %s ended during start-up:\n%s" % (host, "\n".join(
-                    engine_log_tail(paths.log(host), 15))))
-        return done | {"%s (published)" % h for h in done}
+                    engine_log_tail(self.paths.log(host), 15))))
+        return self.done | {"%s (published)" % h for h in self.done}
 
-    try:
-        _await_sshd(session, paths, names, addresses, published, journal, 30.0 + 0.5 * len(runs), check)
-        concurrent.futures.wait(started.values())  # every sshd answered: each podman run returns, if it has not
-        check()
-    finally:
-        # after a failure, no podman run is left to make its container after the rollback removed the others
-        for run_done in started.values():
+    def wait(self) -> t.Dict[str, int]:
+        """Every container's first process, by host, once every ``podman run`` returned (every sshd answered: each
+        returns, if it has not yet)."""
+        concurrent.futures.wait(self.started.values())
+        self.check()
+        return self.pids
+
+    def close(self) -> None:
+        """After a failure too: no ``podman run`` is left to make its container after the rollback removed the rest."""
+        for run_done in self.started.values():
             run_done.cancel()
-        pool.shutdown(wait=True)
-    return pids
+        self.pool.shutdown(wait=True)
 
 
 def _read_pid(path: str) -> int:
@@ -286,10 +323,12 @@ def engine_log_tail(path: str, count: int) -> t.List[str]:
 
 def _await_sshd(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
                 published: t.Dict[str, t.Tuple[str, int]], journal: Journal, timeout: float,
-                check: t.Callable[[], t.Optional[t.Set[str]]]) -> None:
+                check: t.Callable[[], t.Optional[t.Set[str]]], started: t.Optional[t.Callable[[str], bool]] = None,
+                retry_interval: float = 0.01) -> None:
     """Wait until every container's sshd answers, and main1's published port too (``check`` raises when a container
-    ended meanwhile, or returns the targets no longer to wait for). Behind agents the containers are reachable only over the overlay: every sshd is probed from
-    main1's namespace (so across agents), and main1 is published by a relay, started here."""
+    ended meanwhile, or returns the targets no longer to wait for; ``started(host)``: whether a container is worth a
+    connection yet, by default every one). Behind agents the containers are reachable only over the overlay: every
+    sshd is probed from main1's namespace (so across agents), and main1 is published by a relay, started here."""
     hosts = session.hostnames
     targets = {h: (addresses[h], session.ssh_port) for h in hosts}
     make_socket = None
@@ -299,7 +338,8 @@ def _await_sshd(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t
             journal.record("relay", host=host, published="%s:%d" % addr)
             start_relay(paths, netns_path(names["netns"][host]), addr, session.ssh_port, paths.system_log(host))
     targets.update({"%s (published)" % h: addr for h, addr in published.items()})
-    wait_for_ssh(targets, timeout, check, make_socket=make_socket)
+    ready = None if started is None else (lambda key: started(key.split(" ", 1)[0]))
+    wait_for_ssh(targets, timeout, check, make_socket=make_socket, ready=ready, retry_interval=retry_interval)
 
 
 def _overlay_prober(main_ns: str) -> t.Callable[[str], socket.socket]:

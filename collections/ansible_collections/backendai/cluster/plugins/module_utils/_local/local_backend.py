@@ -41,6 +41,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime i
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.protocol import absent_name
+from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import failure_reason
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import needs_repair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import broken_summary, plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
@@ -145,24 +146,29 @@ def _view(status: t.Mapping[str, t.Any], record: t.Optional[t.Mapping[str, t.Any
         containers.append({
             "hostname": c["hostname"], "role": known.get("role", ""), "idx": known.get("idx", 0),
             "agent": known.get("agent") or LOCAL_AGENT, "address": c.get("address") or "", "status": c["state"],
-            "command": c.get("command"), "exit_code": c.get("exit_code"), "restarts": 0, "reason": c.get("reason", ""),
+            "command": c.get("command"), "exit_code": c.get("exit_code"), "restarts": c.get("restarts", 0), "reason": c.get("reason", ""),
             "log_tail": list(c.get("log_tail", [])), "log": c.get("log", ""),
         })
+        if c.get("last_failure"):
+            containers[-1]["last_failure"] = dict(c["last_failure"])
     batch = any(c.get("command") not in (None, "none") for c in containers)
     published = status.get("published") or ""
     host, _sep, port = published.rpartition(":")
     ssh_config = os.path.join(status.get("state_dir", ""), "ssh_config") if status.get("state_dir") else ""
     plan = record.get("plan", {})
-    return {
+    view: t.Dict[str, t.Any] = {
         "name": status["name"], "backend": "local", "session_id": status.get("session_id", plan.get("session_id", "")),
         "state": "SCHEDULED" if status["state"] == "CREATING" else status["state"], "mode": plan.get("mode", ""), "network_mode": plan.get("network_mode", ""),
         "underlay_encryption": status.get("underlay_encryption") or "none",
         "state_dir": status.get("state_dir", ""), "containers": containers,
-        "reason": broken_summary(containers) or status.get("message", ""),
+        "reason": failure_reason(status.get("failure")) or broken_summary(containers) or status.get("message", ""),
         "main1": {"address": host, "ssh_port": int(port) if port.isdigit() else None,
                   "ssh_command": "ssh -F %s main1" % ssh_config if ssh_config else ""},
         "progress": wait_progress(containers, batch=batch),
     }
+    if status.get("failure"):
+        view["failure"] = dict(status["failure"])
+    return view
 
 
 def _planned_view(summary: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:

@@ -35,6 +35,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.cni impor
     REQUIRED_PLUGINS,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import netns_path
+from ansible_collections.backendai.cluster.plugins.module_utils._local.gang_view import apply_gang_status
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, engine_log_tail, public_info
@@ -268,9 +269,13 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
     inspected = inspect_containers(engine_names, conf, ENGINE_STATE_FIELDS) if engine_names and conf else {}
     containers = [_engine_container_status(paths, c, inspected.get(c["engine"]), log_lines) for c in info["containers"]]
     _check_wireguard(info, containers)
-    state = session_state([c["state"] for c in containers], stopped=not has_journal)
+    failure = apply_gang_status(paths, containers)
+    state = session_state([c["state"] for c in containers], stopped=not has_journal,
+                          healing=bool(failure) and failure["state"] == "restarting")
     public = public_info(info)
     public.update(exists=True, state=state, containers=containers)
+    if failure:
+        public["failure"] = failure
     return public
 
 

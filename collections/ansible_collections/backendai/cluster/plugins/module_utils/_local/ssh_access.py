@@ -69,14 +69,17 @@ def free_local_port(host: str = "127.0.0.1") -> int:
 
 def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check: t.Callable[[], t.Optional[t.Set[str]]],
                  check_interval: float = 0.05, attempt_timeout: float = 1.0,
-                 make_socket: t.Optional[t.Callable[[str], socket.socket]] = None) -> float:
+                 make_socket: t.Optional[t.Callable[[str], socket.socket]] = None,
+                 ready: t.Optional[t.Callable[[str], bool]] = None, retry_interval: float = 0.01) -> float:
     """Connect to every target until each sends an SSH banner; returns the seconds taken.
 
     ``check`` is called periodically and may raise (e.g. a container's supervisor died), or return the targets no
     longer to wait for (a batch container whose command ended).
-    An attempt that gets no answer within ``attempt_timeout`` (a lost SYN) is retried.
+    An attempt that gets no answer within ``attempt_timeout`` (a lost SYN) is retried; one that is
+    refused or closed, after ``retry_interval``.
     ``make_socket(key)`` makes the (non-blocking) socket of a target, e.g. in another network
-    namespace; by default a plain one of this process.
+    namespace; by default a plain one of this process. ``ready(key)``: whether a target is worth a
+    connection yet (its container started); by default every target is, from the start.
     """
     start = time.monotonic()
     deadline = start + timeout
@@ -91,7 +94,7 @@ def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check:
         sel.unregister(sock)
         sock.close()
         if retry:
-            retry_at[key] = time.monotonic() + 0.01
+            retry_at[key] = time.monotonic() + retry_interval
 
     try:
         while pending:
@@ -108,7 +111,7 @@ def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check:
             for key in [k for k, a in active.items() if now - a[2] > attempt_timeout]:
                 drop(key, retry=True)
             for key, addr in pending.items():
-                if key not in active and retry_at[key] <= now:
+                if key not in active and retry_at[key] <= now and (ready is None or ready(key)):
                     if make_socket is None:
                         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                         sock.setblocking(False)
@@ -117,7 +120,7 @@ def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check:
                     err = sock.connect_ex(addr)
                     if err not in (0, errno.EINPROGRESS):
                         sock.close()
-                        retry_at[key] = now + 0.01
+                        retry_at[key] = now + retry_interval
                         continue
                     active[key] = (sock, bytearray(), now)
                     sel.register(sock, selectors.EVENT_READ, key)

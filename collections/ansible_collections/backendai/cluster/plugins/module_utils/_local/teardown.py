@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
@@ -29,13 +30,14 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     errors = kill_session_processes(begin["netns"] if begin else [], paths.root)
     if errors:
         return errors
-    for entry in reversed(entries):
-        op = entry["op"]
-        if op == "engine":
+    for entry in entries:  # the engine's containers before the network they are attached to (recorded before it)
+        if entry["op"] == "engine":
             if keep_logs:
                 _keep_exit_codes(paths, entry["containers"], entry["conf"])
             errors += remove_containers(entry["containers"], entry["conf"])
-        elif op == "network":
+    for entry in reversed(entries):
+        op = entry["op"]
+        if op == "network":
             errors += _local_network.network_down(paths, entry)
         elif op == "slot" and not errors:  # only once the session's network is gone from every agent
             _local_network.release_slots(entry["slots_dir"], entry["owner"])
@@ -70,12 +72,24 @@ def _keep_exit_codes(paths: SessionPaths, names: t.List[str], conf: str) -> None
             write_file(paths.exitcode(fields[0].split("-", 2)[2]), fields[2] + "\n", mode=0o644)
 
 
+#: How many times ``podman rm`` is tried (see :func:`remove_containers`).
+RM_ATTEMPTS = 3
+
+
 def remove_containers(names: t.List[str], conf: str) -> t.List[str]:
     """``podman rm --force`` of the session's engine containers and their storage (anonymous volumes too); one that
-    is not there (never made: a create killed before its start) is no error. Images stay."""
+    is not there (never made: a create killed before its start) is no error. Images stay.
+
+    The containers' processes were killed just before (``kill_session_processes``), so podman may still be recording
+    their exit (conmon's cleanup) while ``rm`` stops them: podman 4.3 then fails that container ("could not be
+    stopped: ... container state improper: stopped", seen at 64 containers under load) and removes the others; ``rm``
+    is tried again for what is left, once the exit is recorded."""
     if not names:
         return []
-    got = podman(["rm", "--force", "--ignore", "--volumes", "--time", "0"] + names, conf, check=False)
-    if got.returncode != 0:
-        return ["podman rm %s: %s" % (" ".join(names), got.stderr.decode(errors="replace").strip())]
-    return []
+    for attempt in range(RM_ATTEMPTS):
+        got = podman(["rm", "--force", "--ignore", "--volumes", "--time", "0"] + names, conf, check=False)
+        if got.returncode == 0:
+            return []
+        if attempt + 1 < RM_ATTEMPTS:
+            time.sleep(0.2 * (attempt + 1))
+    return ["podman rm %s: %s" % (" ".join(names), got.stderr.decode(errors="replace").strip())]

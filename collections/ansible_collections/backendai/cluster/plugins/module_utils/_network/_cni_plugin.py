@@ -245,6 +245,7 @@ def _remove_session(cfg: Config, sid: str) -> None:
         system.links_down(st)
         others = {k: v for k, v in _sessions(cfg).items() if k != sid}
         system.rules_down(sid, last_session=not others, encrypted=st.get("encryption") == "wireguard")
+        system.sets_down(st, last_session=not others)
         if st.get("encryption") == "wireguard":
             system.wireguard_prune(cfg, others)
         ipam = cfg.path("ipam", sid)

@@ -158,6 +158,7 @@ class NomadClient:
         self._allocations = nomad_api.Allocations(**settings)
         self._evaluation = nomad_api.Evaluation(**settings)
         self._logs = _NomadStreamLogs(**settings)
+        self._cat = nomad_api.client.cat(**settings)
 
     def __repr__(self) -> str:
         return "NomadClient(%r)" % (self.connection,)
@@ -305,6 +306,16 @@ class NomadClient:
                           lambda: self._logs.stream(_quote_id(alloc_id), task, type, follow=False,
                                                     offset=int(max_bytes), origin="end", plain=True))
         return tail_lines(text or "", lines)
+
+    def read_alloc_file(self, alloc_id: str, path: str) -> t.Optional[str]:
+        """``GET /v1/client/fs/cat/:alloc_id?path=PATH``: a file of the allocation directory (the token needs the
+        namespace's ``read-fs``: command/agent/fs_endpoint.go ``FsRequest``), or None when it cannot be read (no such
+        allocation or file: Nomad answers 404 or 500; no permission; a client that does not answer). Not retried."""
+        try:
+            return self._call("reading %s of allocation %r" % (path, alloc_id),
+                              lambda: self._cat.read_file(_quote_id(alloc_id), path))
+        except NomadError:
+            return None
 
     # Nodes ------------------------------------------------------------------------------------
     def list_nodes(self, prefix: t.Optional[str] = None, resources: bool = False,

@@ -59,6 +59,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     session_network,
     session_slots,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import gang_meta
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import Container, SessionPlan
@@ -115,6 +116,13 @@ DISCONNECT = {"LostAfter": 5 * MINUTE, "Replace": False, "Reconcile": "keep_orig
 #: Never reschedule (the job's ``reschedule``): a container is pinned to its agent, it restarts in place a few
 #: times (each group's ``RestartPolicy``) and then fails.
 RESCHEDULE = {"Attempts": 0, "Unlimited": False}
+#: Each group's ``RestartPolicy`` (api.RestartPolicy): restart in place twice in 5 minutes, then fail.
+RESTART_POLICY = {"Attempts": 2, "Interval": 300 * SECOND, "Delay": 5 * SECOND, "Mode": "fail"}
+#: ... and under a failure policy (``_session.gang``): never. The entrypoint supervises the command and ends only when
+#: the gang failed, gave up or the command completed: a Nomad restart of that one task would bring back a container
+#: the gang has given up on (Attempts 0: the client's restart tracker answers "no restarts allowed" and does not restart
+#: the task, client/allocrunner/taskrunner/restarts/restarts.go ``RestartTracker.GetState``).
+GANG_RESTART_POLICY = {"Attempts": 0, "Interval": 300 * SECOND, "Delay": 5 * SECOND, "Mode": "fail"}
 #: The peers template's change script (Nomad 1.4+: ``change_mode = "script"``), run in the task after every
 #: re-render: ``/local/backendai/hosts``, a script the entrypoint writes before it waits for its peers (a shebang
 #: of a shell the task has, the image's /bin/sh or else the bundle's, then ``_session.hosts.HOSTS_SCRIPT`` from
@@ -231,6 +239,9 @@ D="$D -o AuthorizedKeysFile=.ssh/authorized_keys -o PermitRootLogin=$([ "$U" = r
 if [ $# -eq 0 ]; then exec $D -D -e; fi
 $D
 export HOME="$H"
+if [ -n "${NOMAD_META_BACKENDAI_GANG_SCRIPT:-}" ]; then  # a failure policy: supervise the command (_session.gang)
+  printf '%s\n' "$NOMAD_META_BACKENDAI_GANG_SCRIPT" > /run/backendai/gang.sh; . /run/backendai/gang.sh
+fi
 if [ "$RUN" = su ]; then exec su -m -s "$X" "$U" -c 'exec "$0" "$@"' "$@"; fi
 exec $RUN "$@"
 """.replace("@RUNTIME_MOUNT@", RUNTIME_MOUNT)  # the bundle's mount point: one source, the volume_mount's Destination
@@ -396,8 +407,9 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
         "Networks": [network],
         "Services": [{"Name": service, "Provider": "nomad", "AddressMode": "alloc",
                       "PortLabel": str(spec.ssh.port), "Tags": [container.hostname, "role-" + container.role]}],
-        # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere.
-        "RestartPolicy": {"Attempts": 2, "Interval": 300 * SECOND, "Delay": 5 * SECOND, "Mode": "fail"},
+        # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere; under a failure
+        # policy the gang restarts commands itself, and a task that ends has ended (:data:`GANG_RESTART_POLICY`).
+        "RestartPolicy": dict(GANG_RESTART_POLICY if spec.failure.active else RESTART_POLICY),
         "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }
@@ -459,6 +471,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     meta[HOSTS_SCRIPT_META_KEY] = HOSTS_SCRIPT
     meta[RUNTIME_META_KEY] = RUNTIME_VERSION
     meta.update(zip(USER_META_KEYS, (spec.user.name, str(spec.user.uid), str(spec.user.gid))))
+    meta.update(gang_meta(spec.failure, [c.hostname for c in plan.containers if c.command]))
     meta[MANAGED_META_KEY] = spec.name
     meta["backendai_cluster_service"] = service
     meta["backendai_secrets_backend"] = spec.secrets.backend

@@ -40,7 +40,7 @@ import typing as t
 from dataclasses import dataclass, field
 
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import PlanError
-from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import wireguard_peers
+from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import wireguard_public_key
 from ansible_collections.backendai.cluster.plugins.module_utils._network._session_network import (
     ARGS_VERSIONS,
     TABLE_ARGS_VERSION,
@@ -52,18 +52,19 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
     SUBNET_PREFIX,
     VNI_BASE,
     NetworkError,
+    GroupSigner,
     NetworkParams,
+    agent_secrets,
     check_params,
-    derive_agent_key,
+    derive_agent_keys,
     ip4_text,
-    network_mac_key,
     net4,
-    signed_args,
     signing_key,
     overlay_mtu,
     slot_count,
     slot_network,
     table_items,
+    tunnel_prefix,
 )
 
 #: The MAC of a job rendered without the cluster key (the plugin refuses it).
@@ -121,7 +122,7 @@ def placeholder_wg_key(index: int) -> bytes:
 
 def slots_needed(agent_count: int, max_per_agent: int) -> int:
     """How many slots (a power of two) a session needs: the smallest subnet of whole /24s in which each agent's
-    block (``_session_network.agent_blocks``) holds its containers besides the bridge's address."""
+    block (``_session_network.agent_block``) holds its containers besides the bridge's address."""
     pool = ipaddress.IPv4Network(SUBNET_POOL).prefixlen
     for prefix in range(SUBNET_PREFIX, pool - 1, -1):
         if ((1 << (32 - prefix)) - 2) // max(1, agent_count) - 1 >= max(1, max_per_agent):
@@ -152,6 +153,8 @@ class RenderedNetwork:
     #: agent -> the key its groups are signed with (secret: never in a result or repr), derived once per render
     #: with the WireGuard keys from the same agent keys; {} when unsigned.
     signing: t.Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    #: (namespace, job ID) -> the GroupSigner of its groups: made with the first group, used for the others.
+    signers: t.Dict[t.Tuple[str, str], GroupSigner] = field(default_factory=dict, compare=False, repr=False)
 
     def table(self) -> t.List[t.Tuple[str, t.Dict[str, str]]]:
         """(variable path, items) of the session's agent table, in ``params.table_namespace``: what must be written
@@ -182,7 +185,7 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
 
     ``encryption`` (the spec's ``network.underlay_encryption``) applies to a session spanning agents in args
     version 3: the control node derives every agent's WireGuard public key and the tunnel prefix from the cluster
-    key (``_session.keys.wireguard_peers``); an unsigned render shows placeholder keys. A session on one agent, or
+    key (``_session.keys.wireguard_public_key``); an unsigned render shows placeholder keys. A session on one agent, or
     one whose job carries version 1 or 2, has no underlay traffic to encrypt, or keeps its plaintext format."""
     network = network or JobNetwork()
     if len(agents) < 2 or network.args_version not in ("3", TABLE_ARGS_VERSION):
@@ -199,16 +202,19 @@ def session_network(session_id: str, agents: t.Sequence[str], namespace: str, jo
     try:
         vni, subnet = block_network(slot, slots)
         prefix, wg_keys = "", ()  # type: t.Tuple[str, t.Tuple[bytes, ...]]
-        agent_keys = {a: derive_agent_key(network.key, a) for a in agents} if network.key is not None else {}
+        # each agent's MAC key and WireGuard private key, from its agent key (each HKDF extract made once)
+        secrets = {a: agent_secrets(k) for a, k in derive_agent_keys(network.key, agents).items()} \
+            if network.key is not None else {}
         if encryption == "wireguard":
-            prefix, wg_keys = (wireguard_peers(network.key, agents, agent_keys) if network.key is not None
+            prefix, wg_keys = ((tunnel_prefix(network.key), tuple(wireguard_public_key(secrets[a][1]) for a in agents))
+                               if network.key is not None
                                else (PLACEHOLDER_TUNNEL_PREFIX, tuple(placeholder_wg_key(i) for i in range(len(agents)))))
         params = check_params(NetworkParams(str(session_id), vni, subnet, tuple(ips),
                                             overlay_mtu(network.underlay_mtu, encryption), encryption, wg_keys, prefix,
                                             network.table_namespace))
         return RenderedNetwork(params, slot, network.key is not None and not placeholders, tuple(placeholders),
                                params.args(network.args_version), slots,
-                               {a: network_mac_key(k) for a, k in agent_keys.items()})
+                               {a: mac_key for a, (mac_key, _wg) in secrets.items()})
     except NetworkError as err:
         raise PlanError("session %s: the session network cannot be laid out: %s" % (job_id, err)) from None
 
@@ -224,7 +230,11 @@ def group_args(rendered: RenderedNetwork, key: t.Optional[bytes], namespace: str
                group: str) -> t.Dict[str, str]:
     """One group's ``cni { args }`` as rendered (``key``: its agent's, :func:`signing_keys`)."""
     if rendered.signed and key is not None:
-        return signed_args(key, namespace or DEFAULT_NAMESPACE, job_id, group, rendered.args)
+        where = (namespace or DEFAULT_NAMESPACE, job_id)
+        signer = rendered.signers.get(where)
+        if signer is None:
+            signer = rendered.signers[where] = GroupSigner(where[0], job_id, rendered.args)
+        return signer.sign(key, group)
     args = dict(rendered.args)
     args[MAC_KEY] = UNSIGNED_MAC
     return args

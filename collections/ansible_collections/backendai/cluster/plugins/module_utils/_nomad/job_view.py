@@ -21,6 +21,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job import MANAGED_META_KEY, TASK_NAME, USER_META_KEYS
 
+from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import apply_status, failure_reason
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import (
     BROKEN,
     LIVE,
@@ -168,8 +169,10 @@ def group_identity(group: t.Mapping[str, t.Any]) -> t.Tuple[str, str]:
 
 def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.Any]],
                full: t.Mapping[str, t.Mapping[str, t.Any]], logs: t.Optional[t.Mapping[str, t.List[str]]] = None,
-               secret: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
-    """The session view; ``full`` maps allocation ID -> full allocation, ``logs`` hostname -> log tail."""
+               secret: t.Optional[t.Mapping[str, t.Any]] = None,
+               gangs: t.Optional[t.Mapping[str, t.Mapping[str, t.Any]]] = None) -> t.Dict[str, t.Any]:
+    """The session view; ``full`` maps allocation ID -> full allocation, ``logs`` hostname -> log tail, ``gangs``
+    hostname -> its supervisor's parsed status file under a failure policy (``_session.gang``)."""
     meta = job.get("Meta") or {}
     current = current_allocations(stubs)
     containers = []
@@ -203,6 +206,7 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
         if logs is not None:
             item["log_tail"] = list(logs.get(name) or [])
         containers.append(item)
+    failure = apply_status(containers, gangs or {})
     statuses = [c["status"] for c in containers]
     view: t.Dict[str, t.Any] = {
         "name": job.get("ID"),
@@ -210,17 +214,20 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
         "job_id": job.get("ID"),
         "namespace": job.get("Namespace") or "default",
         "session_id": meta.get("BACKENDAI_SESSION_ID", ""),
-        "state": session_state(statuses, stopped=bool(job.get("Stop"))),
+        "state": session_state(statuses, stopped=bool(job.get("Stop")),
+                               healing=bool(failure) and failure["state"] == "restarting"),
         "mode": meta.get("BACKENDAI_CLUSTER_MODE", ""),
         "network_mode": network_mode,
         "underlay_encryption": underlay_encryption,
         "containers": containers,
-        "reason": broken_summary(containers),
+        "reason": failure_reason(failure) or broken_summary(containers),
         "main1": _main1(job, current, full),
         "progress": wait_progress(containers, batch=job.get("Type") == "batch"),
     }
     if secret is not None:
         view["secret"] = dict(secret)
+    if failure:
+        view["failure"] = failure
     return view
 
 

@@ -20,6 +20,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_view 
     container_status,
     current_allocations,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session import gang
 from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps import WaitFailed, last_event
 
@@ -55,6 +56,19 @@ class Watcher:
                 out.append("[%s unavailable: %s]" % (stream, err))
         return out
 
+    def _gangs(self, current: t.Mapping[str, t.Mapping[str, t.Any]]) -> t.Dict[str, t.Dict[str, t.Any]]:
+        """Each started allocation's supervisor status file (``_session.gang.STATUS_FILE`` in its allocation
+        directory), parsed, by group; one it cannot read (the file not written yet, a token without ``read-fs``,
+        a client that does not answer) is left out: the view then shows what Nomad knows."""
+        out = {}
+        for group, alloc in current.items():
+            if container_status(alloc) in ("pending", "unplaced"):
+                continue
+            text = self.nomad.read_alloc_file(alloc["ID"], "alloc/" + gang.STATUS_FILE)
+            if text:
+                out[group] = gang.parse_status(text)
+        return out
+
     def view(self, job: t.Mapping[str, t.Any], log_lines: int = 0,
              stubs: t.Optional[t.List[t.Dict[str, t.Any]]] = None) -> t.Dict[str, t.Any]:
         """The session view of a job (allocations read now, or ``stubs``: the job's allocation list just read)."""
@@ -70,7 +84,8 @@ class Watcher:
         if log_lines > 0:
             logs = {group: self._logs(alloc, log_lines) for group, alloc in current.items()}
         location = location_of_job(job)
-        view = build_view(job, stubs, full, logs, location.public() if location else None)
+        gangs = self._gangs(current) if gang.POLICY_META_KEY in (job.get("Meta") or {}) else None
+        view = build_view(job, stubs, full, logs, location.public() if location else None, gangs)
         if any(c["node_id"] and not c["address"] for c in view["containers"]):
             # no address of its own reported (host networking, or an older Nomad): the node's address
             listed = self.node_catalogue.known(self.nomad) if self.node_catalogue is not None else self.nomad.list_nodes()

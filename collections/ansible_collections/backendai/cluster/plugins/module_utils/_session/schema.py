@@ -42,6 +42,11 @@ SECRET_BACKENDS = ("nomad-variables", "vault")
 #: How a multi-node session's VXLAN crosses the underlay between agents (``_network._session_network``).
 UNDERLAY_ENCRYPTIONS = ("wireguard", "none")
 STRATEGIES = ("concentrated", "dispersed")
+#: What the gang does when a container's command fails (``_session.gang``, docs/failure-policy.md).
+FAILURE_POLICIES = ("none", "fail", "restart_all", "restart_one")
+#: Exit codes that never heal by running again: 2 (a usage error: argparse, getopt, shells' builtins), 126 (the
+#: command cannot be executed), 127 (not found). The default of ``failure.fail_on_exit_codes``.
+NO_RETRY_EXIT_CODES = (2, 126, 127)
 
 #: Variables the session sets in every container; user ``env`` may not override them.
 RESERVED_ENV = frozenset((
@@ -110,6 +115,14 @@ SCHEMA: t.Dict[str, t.Dict[str, t.Any]] = {
         "uid": {"type": "int", "default": 1000},
         "gid": {"type": "int", "default": 1000},
         "allow_root": {"type": "bool", "default": False}}},
+    "failure": {"type": "dict", "suboptions": {
+        "policy": {"type": "str", "choices": list(FAILURE_POLICIES), "default": "none"},
+        "max_restarts": {"type": "int", "default": 3},
+        "window": {"type": "int", "default": 600},
+        "fail_on_exit_codes": {"type": "list", "elements": "int", "default": list(NO_RETRY_EXIT_CODES)},
+        "hang_timeout": {"type": "int", "default": 0},
+        "rejoin_timeout": {"type": "int", "default": 360},
+        "port": {"type": "int", "default": 2201}}},
 }
 
 
@@ -203,6 +216,27 @@ class Role:
 
 
 @dataclass(frozen=True)
+class FailureSpec:
+    """The session's failure policy (the spec's ``failure``; what each field means: docs/failure-policy.md)."""
+
+    policy: str = _default("failure", "policy")
+    #: restarts (of the gang, or of one container under restart_one) within ``window`` seconds before it gives up
+    max_restarts: int = _default("failure", "max_restarts")
+    window: int = _default("failure", "window")
+    fail_on_exit_codes: t.Tuple[int, ...] = NO_RETRY_EXIT_CODES
+    #: seconds the command's heartbeat file may stay unchanged (0: not watched)
+    hang_timeout: int = _default("failure", "hang_timeout")
+    #: seconds the gang waits for a container that is gone or does not answer to come back
+    rejoin_timeout: int = _default("failure", "rejoin_timeout")
+    #: the TCP port every container's supervisor listens on, on the session network
+    port: int = _default("failure", "port")
+
+    @property
+    def active(self) -> bool:
+        return self.policy != "none"
+
+
+@dataclass(frozen=True)
 class SessionSpec:
     name: str
     image: str
@@ -226,6 +260,7 @@ class SessionSpec:
     user: UserSpec = field(default=UserSpec())
     #: wireguard (session VXLAN only inside WireGuard between agents) or none (an underlay encrypted already)
     underlay_encryption: str = field(default="wireguard")
+    failure: FailureSpec = field(default=FailureSpec())
 
 
 #: Where the session's runtime bundle is mounted read-only in every container (``_nomad.job.RUNTIME_MOUNT``; the

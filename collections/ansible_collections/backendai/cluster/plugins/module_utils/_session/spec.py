@@ -16,6 +16,7 @@ import typing as t
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import Problem, SpecError
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import (
     ENV_NAME_RE,
+    FailureSpec,
     MAX_CLUSTER_SIZE,
     MAX_ID,
     NAME_RE,
@@ -225,6 +226,7 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
     mpi = c.mapping(top.get("mpi"), path + ".mpi", _keys("mpi"))
     mpi_slots = c.integer(mpi, "slots", path + ".mpi", _default("mpi", "slots"), 1, 4096, unit="OpenMPI slots per container")
     user = _parse_user(c, top.get("user"), path + ".user")
+    failure = _parse_failure(c, top.get("failure"), path + ".failure", (ssh_port, master_port) + tuple(p.port for p in ports))
     _check_mount_targets(c, mounts, path + ".mounts", user)
 
     size_given = top.get("cluster_size") is not None
@@ -253,8 +255,48 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
         cluster_mode=cluster_mode, resources=resources, mounts=mounts, ssh=ssh, secrets=secrets,
         network_mode=network_mode, master_port=master_port, env=tuple(sorted(env.items())),
         roles=tuple(roles), strategy=strategy, datacenters=datacenters, ports=ports, mpi_slots=mpi_slots,
-        heterogeneous=heterogeneous, user=user, underlay_encryption=underlay_encryption,
+        heterogeneous=heterogeneous, user=user, underlay_encryption=underlay_encryption, failure=failure,
     )
+
+
+#: Bounds of the failure block's durations, in seconds: a window of a week at most, timeouts of a day.
+MAX_WINDOW = 7 * 86400
+MAX_TIMEOUT = 86400
+#: The shortest hang and rejoin timeouts: a heartbeat is read once a second and a peer is probed once a second (two
+#: missed answers make it gone), so anything shorter would fire on scheduling noise.
+MIN_TIMEOUT = 5
+
+
+def _parse_failure(c: _Checker, raw: t.Any, path: str, taken: t.Tuple[int, ...]) -> FailureSpec:
+    """The failure policy: every field checked and named (see docs/failure-policy.md for what each means)."""
+    f = c.mapping(raw, path, _keys("failure"))
+    policy = c.choice(f, "policy", path, *_choices("failure", "policy"))
+    max_restarts = c.integer(f, "max_restarts", path, _default("failure", "max_restarts"), 0, 1000,
+                             unit="restarts within failure.window before the policy becomes fail")
+    window = c.integer(f, "window", path, _default("failure", "window"), 1, MAX_WINDOW, unit="seconds")
+    hang = f.get("hang_timeout")
+    hang_timeout = 0
+    if hang != 0:
+        hang_timeout = c.integer(f, "hang_timeout", path, _default("failure", "hang_timeout"), MIN_TIMEOUT, MAX_TIMEOUT,
+                                 unit="seconds; 0 turns the heartbeat watch off")
+    rejoin_timeout = c.integer(f, "rejoin_timeout", path, _default("failure", "rejoin_timeout"), MIN_TIMEOUT, MAX_TIMEOUT,
+                               unit="seconds the gang waits for a container that is gone to come back")
+    port = c.integer(f, "port", path, _default("failure", "port"), 1, 65535,
+                     unit="the port the containers' supervisors listen on, on the session network")
+    if port in taken:
+        c.bad(path + ".port", "collides with ssh.port, master_port or a published port (%s)"
+              % ", ".join(str(p) for p in sorted(set(taken))), port)
+    codes = _default("failure", "fail_on_exit_codes")
+    raw_codes = f.get("fail_on_exit_codes")
+    if raw_codes is not None:
+        if not isinstance(raw_codes, list) or not all(
+                not isinstance(x, bool) and isinstance(x, int) and 1 <= x <= 255 for x in raw_codes):
+            c.bad(path + ".fail_on_exit_codes", "must be a list of exit codes from 1 to 255 (e.g. [2, 126, 127]; [] "
+                  "retries every code)", raw_codes)
+        else:
+            codes = sorted(set(raw_codes))
+    return FailureSpec(policy=policy, max_restarts=max_restarts, window=window, fail_on_exit_codes=tuple(codes),
+                       hang_timeout=hang_timeout, rejoin_timeout=rejoin_timeout, port=port)
 
 
 def _parse_mounts(c: _Checker, raw: t.Any, path: str) -> t.Tuple[Mount, ...]:

@@ -16,6 +16,8 @@ SCHEDULED  placed, some container still starting (none broken)
 RUNNING    every container runs
 DEGRADED   some container failed, was lost or is restarting while others are up; or some
            completed while others still run
+RESTARTING the session's failure policy is bringing its commands back (``_session.gang``): its
+           containers stop their commands and wait for the whole gang (one that is gone included)
 TERMINATED the session was stopped, or every container completed (exit 0)
 ERROR      every container is down and at least one failed or was lost
 ======== ==================================================================================
@@ -31,6 +33,8 @@ RUNNING = "RUNNING"
 DEGRADED = "DEGRADED"
 TERMINATED = "TERMINATED"
 ERROR = "ERROR"
+#: The session state while the gang restarts its commands by its failure policy (``_session.gang``).
+HEALING = "RESTARTING"
 
 UNPLACED = "unplaced"
 RESTARTING = "restarting"
@@ -39,12 +43,15 @@ BROKEN = frozenset(("failed", "lost", RESTARTING))
 LIVE = frozenset(("running", "pending"))
 
 
-def session_state(statuses: t.Sequence[str], stopped: bool = False) -> str:
-    """The session state of its containers' statuses (``stopped``: the session was stopped)."""
+def session_state(statuses: t.Sequence[str], stopped: bool = False, healing: bool = False) -> str:
+    """The session state of its containers' statuses (``stopped``: the session was stopped; ``healing``: its gang
+    restarts commands by the failure policy, so a ``restarting`` container is on its way back, not broken)."""
     if stopped:
         return TERMINATED
     if not statuses:
         return PENDING
+    if healing and any(s in ("running", RESTARTING) for s in statuses):
+        return HEALING
     broken = any(s in BROKEN for s in statuses)
     live = any(s in LIVE for s in statuses)
     if broken:

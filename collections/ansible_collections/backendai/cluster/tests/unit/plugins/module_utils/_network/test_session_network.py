@@ -208,6 +208,18 @@ def test_layout_splits_the_subnet_into_disjoint_agent_blocks():
         net.layout(p, "10.0.0.4")
 
 
+def test_agent_blocks_are_disjoint_and_fill_the_subnet_in_order():
+    for subnet, count in (("10.200.5.0/24", 3), ("10.200.0.0/17", 10000), ("10.200.0.0/24", 1)):
+        blocks = [net.agent_block(subnet, count, i) for i in range(count)]
+        nw = ipaddress.IPv4Network(subnet)
+        spans = [(int(ipaddress.IPv4Address(g)), int(ipaddress.IPv4Address(e))) for g, _s, e in blocks]
+        assert spans[0][0] == int(nw.network_address) + 1 and spans[-1][1] < int(nw.broadcast_address)
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+        assert all(int(ipaddress.IPv4Address(s)) == g + 1 for (g, _e), (_g, s, _x) in zip(spans, blocks))
+    with pytest.raises(net.NetworkError, match="too small"):
+        net.agent_block("10.200.0.0/24", 200, 0)
+
+
 @pytest.mark.parametrize("change,message", [
     ({"session_id": "nope"}, "BAI_SID must be a UUID"),
     ({"vni": 5}, "BAI_VNI must be from"),
@@ -304,7 +316,9 @@ def test_ip4_agrees_with_ipaddress(text):
 
 
 @pytest.mark.parametrize("text", ["10.0.0", "10.0.0.256", "a.b.c.d", "10.0.0.01", "1.2.3.4.5", "", "\u0661.1.1.1",
-                                  "+1.2.3.4", " 1.2.3.4", "1.2.3.4 ", "1_0.2.3.4", "-0.2.3.4", "1..3.4", "10.0.0.1\n"])
+                                  "+1.2.3.4", " 1.2.3.4", "1.2.3.4 ", "1_0.2.3.4", "-0.2.3.4", "1..3.4", "10.0.0.1\n",
+                                  # what inet_aton (ip4's fast path) takes but is not a dotted quad in its one form
+                                  "1", "127.1", "10.1.2", "0x7f.0.0.1", "017.0.0.1", "10.0.0.1\0", "1.2.3.4\t"])
 def test_ip4_refuses_what_ipaddress_refuses(text):
     with pytest.raises(ValueError):
         ipaddress.IPv4Address(text)
@@ -325,3 +339,25 @@ def test_net4_and_overlaps_agree_with_ipaddress(a, b):
                                          or na.subnet_of(ipaddress.IPv4Network("192.168.0.0/16")))
     with pytest.raises(net.NetworkError, match="host bits"):
         net.net4("10.200.5.1/24")
+
+
+def test_keys_derived_together_are_the_keys_derived_one_by_one():
+    """A render derives every agent's keys with one HKDF extract of the cluster key and one of each agent key: the
+    same keys as each derivation on its own (what an agent and the plugin do)."""
+    cluster = bytes(range(32))
+    names = ["node-%d" % i for i in range(5)] + ["ünïcode"]
+    together = net.derive_agent_keys(cluster, names)
+    assert together == {n: net.derive_agent_key(cluster, n) for n in names}
+    for key in together.values():
+        assert net.agent_secrets(key) == (net.network_mac_key(key), net.wireguard_private_key(key))
+    with pytest.raises(net.NetworkError):
+        net.derive_agent_keys(cluster, ["bad\nname"])
+
+
+def test_a_group_signer_signs_as_signed_args_and_the_plugin_admits_it():
+    p = params()
+    args = p.args()
+    signer = net.GroupSigner("team-a", "train", args)
+    for group in ("main1", "sub1", "grüppe"):
+        key = net.signing_key(KEY, "agent-x")
+        assert signer.sign(key, group) == net.signed_args(key, "team-a", "train", group, args)

@@ -1,0 +1,265 @@
+# Copyright (c) 2026, backendai.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gang: the failure policy every container of a session applies to itself (docs/failure-policy.md). Pure.
+
+When the spec's ``failure.policy`` is not ``none``, the session's job carries :data:`GANG_SCRIPT` in its Meta
+(:func:`gang_meta`), and the entrypoint (``_nomad.job.ENTRYPOINT``, the one container start of both backends) runs
+it instead of exec'ing the command: a supervisor in the bundle's busybox sh that
+
+* listens on ``failure.port`` on the session network (busybox ``nc -ll``; one line in, ``<generation> <state>`` out);
+* runs the command as the session user in its own process group (``setsid``), with ``BACKENDAI_RESTART_COUNT``
+  and ``BACKENDAI_HEARTBEAT_FILE``, and notices within :data:`TICK` when it ends, or when its heartbeat file is
+  older than ``hang_timeout``;
+* probes the next :data:`WATCHED` members of the ring of containers once a second (a peer that answers neither of
+  two probes is gone), and learns a newer generation or a failure from every answer (what a lost message missed);
+* on a failure decides what the policy says (``fail_on_exit_codes`` and ``max_restarts`` within ``window`` turn any
+  policy into ``fail``) and tells every member directly: ``restart <generation> ...``, ``fail ...``, ``note ...``;
+* under ``restart_all`` stops its command (TERM to the group, KILL after :data:`GRACE`), and starts it again only
+  when every member answers at the new generation or a later one (the barrier: a half of a split network never
+  runs its command, and gives up after ``rejoin_timeout``);
+* writes what it knows to ``$NOMAD_ALLOC_DIR/backendai/gang`` (:data:`STATUS_FILE`), which ``session_info``
+  reads (:func:`parse_status`): policy, state, generation, restarts, the last and the first failure.
+
+Messages (one line each, fields separated by one space, the reason last): ``ping HOST`` (the probe), ``restart GEN
+HOST CODE REASON`` (restart_all: everyone moves to GEN), ``fail GEN STATE TIME HOST CODE REASON`` (everyone stops;
+the first failure as the container that saw it had it, which every probe's answer carries too),
+``note GEN HOST CODE REASON`` (restart_one: HOST restarted itself), ``done HOST`` (HOST's command completed).
+CODE is ``-`` when there is none (a hang, a container gone).
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import FailureSpec
+
+#: Job Meta keys (the task sees them as NOMAD_META_<KEY>).
+SCRIPT_META_KEY = "BACKENDAI_GANG_SCRIPT"
+POLICY_META_KEY = "BACKENDAI_FAILURE"
+MEMBERS_META_KEY = "BACKENDAI_GANG_MEMBERS"
+#: Under the allocation directory (``$NOMAD_ALLOC_DIR``): the supervisor's status, for session_info.
+STATUS_FILE = "backendai/gang"
+#: Where the command's heartbeat file is (a directory the session user owns).
+HEARTBEAT_FILE = "/run/backendai-heartbeat/heartbeat"
+#: The supervisor's poll interval (s), how many ring successors each container probes, the stop grace (s).
+TICK = "0.2"
+WATCHED = 2
+GRACE = 5
+#: States the status file names (``state`` line).
+STARTING, RUNNING, STOPPING, WAITING, DONE, FAILED, GAVE_UP, STOPPED = (
+    "starting", "running", "stopping", "waiting", "done", "failed", "gave_up", "stopped")
+#: States in which the gang is bringing commands back (the session shows RESTARTING).
+HEALING = frozenset((STOPPING, WAITING))
+
+# Runs in the entrypoint after sshd started, as root, with the entrypoint's variables: B (the runtime bundle), L
+# (the task's local dir), RUN (how to run as the user, or "su"), X (a shell), U/UI/GI (the user), and "$@" the
+# command. Never returns.
+GANG_SCRIPT = r"""
+set +eu  # not the entrypoint's -e and -u: a supervisor outlives a failed probe and an empty answer
+[ -n "$BOK" ] || fail 78 "the failure policy needs the session runtime bundle at $B (its busybox supervises the command)"
+GD=/run/backendai/gang SD=${NOMAD_ALLOC_DIR:-/alloc}/backendai HB=@HB@ ME=$BACKENDAI_CLUSTER_HOST
+mkdir -p $GD $SD "${HB%/*}"; rm -f $GD/in.* $GD/rc $GD/pid; chown "$UI:$GI" "${HB%/*}"
+read -r GP GMAX GWIN GHANG GREJ GPORT GCODES <<EOF
+$NOMAD_META_BACKENDAI_FAILURE
+EOF
+MEMBERS=$(echo "$NOMAD_META_BACKENDAI_GANG_MEMBERS" | tr , ' ')
+G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG=
+export BACKENDAI_HEARTBEAT_FILE=$HB
+up() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }  # centiseconds
+publish() {
+  echo "$G $ST $FIRST" > $GD/now.t; mv -f $GD/now.t $GD/now  # what a probe gets back
+  { echo "policy $GP"; echo "state $ST"; echo "generation $G"; echo "restarts $R"
+    [ -z "$LAST" ] || echo "last $LAST"; [ -z "$FIRST" ] || echo "first $FIRST"; } > $SD/gang.t
+  mv -f $SD/gang.t $SD/gang
+}
+{ echo "#!$B/bin/sh"; echo "read -t 2 -r m; case \"\$m\" in ping*|'') ;; *) echo \"\$m\" > $GD/t.\$\$; mv $GD/t.\$\$ $GD/in.\$\$;; esac"
+  echo "cat $GD/now"; } > $GD/handle
+chmod 700 $GD/handle; TW=$(up); publish
+nc -ll -p "$GPORT" -e $GD/handle &
+addr() { A=; while read -r a h; do [ "$h" != "$1" ] || { A=$a; return 0; }; done < $L/peers; }  # (no fork)
+others() { for m in $MEMBERS; do [ "$m" = "$ME" ] || case " $DONE " in *" $m "*) ;; *) echo "$m";; esac; done; }
+ask() { addr "$1"; [ -n "$A" ] && echo "$2" | nc -w 1 "$A" "$GPORT" 2>/dev/null; }
+tell() { ps=; for m in $(others); do ask "$m" "$1" >/dev/null & ps="$ps $!"; done; [ -z "$ps" ] || wait $ps; }
+stamp() { echo "$(date +%s) $1 $2 $3"; }
+stop_cmd() {  # TERM to the command's process group, KILL after the grace
+  [ -n "$CPID" ] || return 0
+  kill -TERM -"$CPID" 2>/dev/null; i=0
+  while [ ! -e $GD/rc ] && [ $i -lt $((@GRACE@ * 10)) ]; do sleep 0.1; i=$((i+1)); done
+  kill -KILL -"$CPID" 2>/dev/null; while [ ! -e $GD/rc ]; do sleep 0.05; done; CPID=
+}
+trap 'stop_cmd; ST=stopped; publish; exit 143' TERM INT
+give_up() {  # host code reason [state [told]]: every container stops, the first failure is kept
+  [ -n "$FIRST" ] || FIRST=$(stamp "$1" "$2" "$3"); LAST=$FIRST; ST=${4:-failed}; publish
+  [ -n "${5:-}" ] || tell "fail $G $ST $FIRST"
+  stop_cmd; echo "backendai: failure policy $GP: $ST: $1: $3" >&2
+  if [ "$1" = "$ME" ] && [ "$2" != - ] && [ "$2" -gt 0 ] 2>/dev/null; then exit "$2"; fi; exit 1
+}
+adopt_fail() {  # state first...: the end another container told (its first failure as it was seen: time host code why)
+  s=$1; shift; [ -n "$FIRST" ] || FIRST="$*"; give_up "$2" "$3" "$*" "$s" told
+}
+recent() { n=0; now=$(up); for x in $HIST; do [ $((now - x)) -ge $((GWIN * 100)) ] || n=$((n+1)); done; echo $n; }
+restart_all() {  # gen host code reason: stop the command, then wait (the barrier) for every member at gen
+  LAST=$(stamp "$2" "$3" "$4"); ST=stopping; publish; stop_cmd
+  G=$1 R=$1 HIST="$HIST $(up)" ST=waiting TW=$(up); publish
+}
+failed() {  # host code reason command...: what the policy says about a failure seen here
+  case ",$GCODES," in *",$2,"*) give_up "$1" "$2" "$3 (exit code $2 is in fail_on_exit_codes)";; esac
+  [ "$GP" != fail ] || give_up "$1" "$2" "$3"
+  [ "$GP" != restart_all ] || [ -z "$DONE" ] || give_up "$1" "$2" "$3 (after$DONE completed)"
+  [ "$(recent)" -lt "$GMAX" ] || give_up "$1" "$2" "$3 (after $GMAX restarts within ${GWIN}s)" gave_up
+  if [ "$GP" = restart_all ]; then tell "restart $((G+1)) $1 $2 $3"; restart_all $((G+1)) "$1" "$2" "$3"
+  elif [ "$1" = "$ME" ]; then
+    R=$((R+1)) HIST="$HIST $(up)" LAST=$(stamp "$1" "$2" "$3"); tell "note $G $1 $2 $3"; shift 3; start "$@"
+  else LOST="$LOST $1@$(up)" LAST=$(stamp "$1" "$2" "$3"); publish; fi
+}
+start() {
+  rm -f $GD/rc $GD/pid; : > "$HB"; chown "$UI:$GI" "$HB"
+  export BACKENDAI_RESTART_COUNT=$R
+  if [ "$RUN" = su ]; then
+    (setsid su -m -s "$X" "$U" -c 'exec "$0" "$@"' "$@" & echo $! > $GD/pid; wait $!; echo $? > $GD/rc.t; mv $GD/rc.t $GD/rc) &
+  else (setsid $RUN "$@" & echo $! > $GD/pid; wait $!; echo $? > $GD/rc.t; mv $GD/rc.t $GD/rc) & fi
+  while [ ! -s $GD/pid ]; do sleep 0.02; done; read -r CPID < $GD/pid; ST=running T0=$(date +%s); publish
+}
+answer() {  # member: asks its "generation state"; learns a failure or (restart_all) a later generation from it
+  r=$(ask "$1" "ping $ME") && [ -n "$r" ] || return 1
+  set -- "$1" $r; AG=$2
+  case "${3:-}" in failed|gave_up) shift 2; adopt_fail "$@";; esac
+  [ "$GP" != restart_all ] || [ "$AG" -le "$G" ] || restart_all "$AG" "$1" - "learned from $1 that the gang restarts"
+}
+barrier() {  # every member answers at this generation (its old command is stopped)
+  for m in $(others); do BM=$m; answer "$m" && [ "$AG" -eq "$G" ] || return 1; done
+}
+watch() {  # the next WATCHED members of the ring after this one: an answer, or two missed ones (gone)
+  set -- $MEMBERS $MEMBERS; n=0
+  while [ $# -gt 0 ] && [ "$1" != "$ME" ]; do shift; done; shift
+  for m in "$@"; do
+    [ "$m" != "$ME" ] && [ $n -lt @WATCHED@ ] || break
+    case " $DONE " in *" $m "*) continue;; esac; n=$((n+1))
+    if answer "$m"; then
+      MISS=$(for x in $MISS; do [ "$x" = "$m" ] || echo "$x"; done)
+      LOST=$(for x in $LOST; do [ "${x%@*}" = "$m" ] || echo "$x"; done)
+    else case " $(echo $MISS) " in
+      *" $m "*) case " $(echo $LOST) " in *" $m@"*) ;; *)
+        failed "$m" - "$m does not answer on the session network (its container is gone or cut off)";; esac;;
+      *) MISS="$MISS $m";;
+    esac; fi
+    [ "$ST" = running ] || break
+  done
+}
+while :; do
+  for f in $GD/in.*; do
+    [ -e "$f" ] || continue; read -r k g rest < "$f"; rm -f "$f"
+    h=${rest%% *} x=${rest#* }; c=${x%% *} why=${x#* }
+    case "$k" in
+      fail) adopt_fail $rest;;
+      restart) [ "$GP" != restart_all ] || [ "$g" -le "$G" ] || restart_all "$g" "$h" "$c" "$why";;
+      note) LAST=$(stamp "$h" "$c" "$why"); publish;;
+      done) DONE="$DONE $g";;
+    esac
+  done
+  case "$ST" in
+    running)
+      if [ -e $GD/rc ]; then
+        read -r rc < $GD/rc; kill -KILL -"$CPID" 2>/dev/null; CPID=
+        if [ "$rc" = 0 ]; then ST=done; publish; tell "done $ME"; exit 0; fi
+        why="the command exited with code $rc"
+        [ "$rc" -le 128 ] || why="the command was killed by signal $((rc - 128))"
+        [ "$rc" != 137 ] || why="$why (SIGKILL: kill -9, or the kernel's OOM killer)"
+        failed "$ME" "$rc" "$why" "$@"
+      elif [ "$GHANG" -gt 0 ] && [ $(( $(date +%s) - $(stat -c %Y "$HB" 2>/dev/null || echo "$T0") )) -ge "$GHANG" ]; then
+        stop_cmd; failed "$ME" - "the command hung: its heartbeat file was not touched for ${GHANG}s" "$@"
+      fi
+      for x in $LOST; do
+        [ $(( $(up) - ${x#*@} )) -lt $((GREJ * 100)) ] || give_up "${x%@*}" - "${x%@*} did not come back within ${GREJ}s (rejoin_timeout)"
+      done
+      if [ "$ST" = running ] && [ "$(up)" -ge "$NEXTW" ]; then NEXTW=$(( $(up) + 100 )); watch; fi;;
+    starting|waiting)
+      if barrier; then start "$@"
+      elif [ $(( $(up) - TW )) -ge $((GREJ * 100)) ]; then
+        give_up "$BM" - "the gang did not come back together within ${GREJ}s (rejoin_timeout): no answer from $BM"
+      fi;;
+  esac
+  sleep @TICK@
+done
+""".replace("@HB@", HEARTBEAT_FILE).replace("@GRACE@", str(GRACE)).replace("@WATCHED@", str(WATCHED)).replace(
+    "@TICK@", TICK)
+
+
+def policy_line(failure: FailureSpec) -> str:
+    """The Meta value the script reads its policy from: ``policy max window hang rejoin port codes``."""
+    return "%s %d %d %d %d %d %s" % (failure.policy, failure.max_restarts, failure.window, failure.hang_timeout,
+                                     failure.rejoin_timeout, failure.port,
+                                     ",".join(str(c) for c in failure.fail_on_exit_codes) or "-")
+
+
+def gang_meta(failure: FailureSpec, members: t.Sequence[str]) -> t.Dict[str, str]:
+    """Job Meta of a session whose policy is not none (``members``: the hostnames of the containers that run a
+    command, in the session's order); empty for none (the job is what it was before the policy existed)."""
+    if not failure.active or not members:
+        return {}
+    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(failure), MEMBERS_META_KEY: ",".join(members)}
+
+
+def parse_status(text: str) -> t.Dict[str, t.Any]:
+    """The status file's content as a dict: policy, state, generation, restarts, and ``last``/``first`` failure as
+    ``{time, host, exit_code, reason}`` (exit_code None when there was none). Unknown lines are ignored."""
+    out: t.Dict[str, t.Any] = {}
+    for line in text.splitlines():
+        key, value = (line.split(" ", 1) + [""])[:2]
+        if key in ("policy", "state"):
+            out[key] = value
+        elif key in ("generation", "restarts") and value.isdigit():
+            out[key] = int(value)
+        elif key in ("last", "first"):
+            parts = value.split(" ", 3)
+            if len(parts) == 4 and parts[0].isdigit():
+                code = int(parts[2]) if parts[2].isdigit() else None
+                out[key] = {"time": int(parts[0]), "host": parts[1], "exit_code": code, "reason": parts[3]}
+    return out
+
+
+def apply_status(containers: t.List[t.Dict[str, t.Any]], gangs: t.Mapping[str, t.Mapping[str, t.Any]],
+                 key: str = "status") -> t.Optional[t.Dict[str, t.Any]]:
+    """Update the session view's ``containers`` (by ``hostname``; ``key``: the field holding the container status)
+    with their parsed status files (``gangs``, by hostname): ``restarts``, ``last_failure``, ``restarting`` while the
+    gang brings the command back, and the failure that stopped a container the policy ended. Returns the session's
+    ``failure`` summary (policy; state running, restarting, failed or gave_up; restarts; the first failure), or
+    None when no status file was read (no policy, or none readable)."""
+    gangs = {h: g for h, g in gangs.items() if g}
+    if not gangs:
+        return None
+    # the first failure: as the container that had it tells it (it knows the reason), else the earliest told
+    firsts = [g["first"] for g in gangs.values() if g.get("first")]
+    own = [g["first"] for h, g in gangs.items() if g.get("first") and g["first"]["host"] == h]
+    first = min(own or firsts, key=lambda f: f["time"]) if firsts else None
+    states = {g.get("state") for g in gangs.values()}
+    for c in containers:
+        g = gangs.get(c["hostname"])
+        if g is None:
+            continue
+        c["restarts"] = g.get("restarts", 0)
+        if g.get("last"):
+            c["last_failure"] = dict(g["last"])
+        if c[key] == "running" and g.get("state") in HEALING:
+            c[key] = "restarting"
+            c["reason"] = "the failure policy restarts the command (generation %s)" % g.get("generation", 0)
+        elif c[key] == "failed" and g.get("state") in (FAILED, GAVE_UP) and first:
+            own_failure = first["host"] == c["hostname"]
+            c["reason"] = "%s by the failure policy: %s" % (
+                "gave up" if g.get("state") == GAVE_UP else "stopped",
+                first["reason"] if own_failure else "%s: %s" % (first["host"], first["reason"]))
+    state = GAVE_UP if GAVE_UP in states else FAILED if FAILED in states else (
+        "restarting" if states & HEALING else "running")
+    policy = next(iter(gangs.values())).get("policy", "")
+    restarts = max(g.get("generation", 0) if policy == "restart_all" else g.get("restarts", 0) for g in gangs.values())
+    return {"policy": policy, "state": state, "restarts": restarts, "first_failure": first}
+
+
+def failure_reason(summary: t.Optional[t.Mapping[str, t.Any]]) -> str:
+    """One line for a session the policy ended: the first failure's container, exit code and reason ('' otherwise)."""
+    if not summary or summary["state"] not in (FAILED, GAVE_UP) or not summary.get("first_failure"):
+        return ""
+    first = summary["first_failure"]
+    code = ", exit code %d" % first["exit_code"] if first.get("exit_code") is not None else ""
+    return "failure policy %s %s: %s%s: %s" % (summary["policy"], "gave up" if summary["state"] == GAVE_UP else "failed",
+                                               first["host"], code, first["reason"])

@@ -80,6 +80,7 @@ class Session:
         self.address = {c["hostname"]: c["address"] for c in self.info["containers"]}
         self.agent = {c["hostname"]: c["agent"] for c in self.info["containers"]}
         self.pid = {c["hostname"]: c["pid"] for c in self.info["containers"]}
+        self.netns = {c["hostname"]: c["netns"] for c in self.info["containers"]}
 
     def container(self, hostname: str) -> t.Any:
         """The container as a testinfra host, over ssh with the session's ssh_config (no control master)."""
@@ -90,9 +91,16 @@ class Session:
                               timeout=120, check=False)
 
     def command_env(self, hostname: str) -> t.Dict[str, str]:
-        """The environment the container's command (`env`) printed into its log."""
+        """The environment the container's command (`env`) printed into its log (the engine's k8s-file log:
+        ``<time> <stream> <F|P> <text>`` a line)."""
         with open(os.path.join(self.dir, "logs", hostname + ".log"), encoding="utf-8") as f:
-            return dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+            lines = [line.split(" ", 3)[3] for line in f.read().splitlines() if line.count(" ") >= 3]
+        return dict(line.split("=", 1) for line in lines if "=" in line)
+
+    def in_netns(self, hostname: str, command: str) -> str:
+        """``command`` (a shell line of this machine's tools) in the container's network namespace."""
+        return subprocess.run(["ip", "netns", "exec", self.netns[hostname], "sh", "-c", command], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
 
     def on_each(self, fn: t.Callable[[str], t.Any], hosts: t.Optional[t.Sequence[str]] = None) -> t.Dict[str, t.Any]:
         """``fn(hostname)`` for every container at once (each ssh login costs ~0.3 s here)."""

@@ -1,5 +1,7 @@
-"""Fixtures for the local runtime tests: they bring real sessions up, so they need root,
-containernetworking-plugins, openssh-server/-client, iproute2, iptables and util-linux."""
+"""Fixtures for the local runtime tests: they bring real sessions up (engine containers of images built here, in
+network namespaces the session network's CNI plugin makes), so they need root, podman with the images
+``scripts/setup`` builds, the session runtime bundle, containernetworking-plugins, openssh-client, iproute2 and
+iptables."""
 from __future__ import annotations
 
 import contextlib
@@ -18,6 +20,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+import images  # tests/images.py: the images built here (scripts/build-images)
 import leaks  # tests/leaks.py: the one leak check
 import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
 
@@ -28,6 +31,8 @@ if COLLECTIONS not in sys.path:
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env  # noqa: E402
 
 
 def _skip_reason() -> str | None:
@@ -39,6 +44,10 @@ def _skip_reason() -> str | None:
         rt._check_environment()
     except rt.LocalRuntimeError as e:
         return "local runtime prerequisites missing: %s" % e.message
+    if images.engine_missing():
+        return images.engine_missing()
+    if not os.path.isfile(os.path.join(nomad_job.RUNTIME_DIR, "VERSION")):
+        return "the session runtime bundle is not at %s (scripts/setup makes it)" % nomad_job.RUNTIME_DIR
     return None
 
 
@@ -60,41 +69,28 @@ def keypair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 def make_session(name: str, keypair: tuple[str, str], size: int = 3, command: list[str] | None = None,
                  mounts: list[dict[str, Any]] | None = None, port: int = 2200,
-                 user: dict[str, Any] | None = None, resources: dict[str, int] | None = None) -> dict[str, Any]:
-    """The dict the collection's core code produces for a single-node cluster session (``resources``: every
-    container's cpu MHz and memory MB; the spec's defaults when not given)."""
+                 user: dict[str, Any] | None = None, resources: dict[str, int] | None = None,
+                 image: str | None = None) -> dict[str, Any]:
+    """A single-node session as a dict (``tests/local_session_dict.py``): engine containers of ``image`` (default: the
+    example image), every container's ``env`` the one its Nomad task gets (with the user variable ``TRICKY``),
+    ``resources`` every container's cpu MHz and memory MB (the spec's defaults when not given)."""
     sid = str(uuid.uuid4())
     hosts = ["main1"] + ["sub%d" % i for i in range(1, size)]
     containers = []
     for rank, host in enumerate(hosts):
         role, idx = ("main", 1) if rank == 0 else ("sub", rank)
-        env = {
-            "BACKENDAI_CLUSTER_HOST": host,
-            "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts),
-            "BACKENDAI_CLUSTER_IDX": str(idx),
-            "BACKENDAI_CLUSTER_MODE": "single-node",
-            "BACKENDAI_CLUSTER_ROLE": role,
-            "BACKENDAI_CLUSTER_SIZE": str(size),
-            "BACKENDAI_CLUSTER_REPLICAS": "main:1,sub:%d" % (size - 1),
-            "BACKENDAI_CLUSTER_LOCAL_RANK": str(rank),
-            "BACKENDAI_KERNEL_ID": sid if rank == 0 else str(uuid.uuid4()),
-            "BACKENDAI_SESSION_ID": sid,
-            "WORLD_SIZE": str(size),
-            "WORLD_RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "main1",
-            "MASTER_PORT": "12345",
-            "TF_CONFIG": json.dumps({"cluster": {"worker": ["%s:12345" % h for h in hosts]},
-                                     "task": {"type": "worker", "index": rank}}),
-            "TRICKY": "a b \"c\" 'd' # e \\ f $HOME %h",
-        }
-        containers.append({"hostname": host, "role": role, "idx": idx, "agent": "local", "env": env,
+        containers.append({"hostname": host, "role": role, "idx": idx, "agent": "local",
                            "command": list(command or []), "publish": rank == 0})
         if resources:
             containers[-1]["resources"] = dict(resources)
-    return {"name": name, "session_id": sid, "containers": containers,
-            "ssh": {"port": port, "key_type": "ed25519", "private_key": keypair[0], "public_key": keypair[1]},
-            "mounts": list(mounts or []), **({"user": user} if user else {})}
+    session = {"name": name, "session_id": sid, "image": image or local_session_dict.DEFAULT_IMAGE,
+               "env": {"TRICKY": "a b \"c\" 'd' # e \\ f $HOME %h"}, "containers": containers,
+               "ssh": {"port": port, "key_type": "ed25519", "private_key": keypair[0], "public_key": keypair[1]},
+               "mounts": list(mounts or []), **({"user": user} if user else {})}
+    plan = local_session_dict.plan_of(session)
+    for c, planned in zip(containers, plan.containers):
+        c["env"] = container_env(plan, planned)
+    return session
 
 
 #: A TCP connect from inside a namespace: ``python -c PROBE ADDRESS PORT`` prints "open" or "closed ...".
@@ -165,6 +161,8 @@ def _sweep(path: str) -> None:
 
 @pytest.fixture(scope="session")
 def run_dir() -> Iterator[str]:
+    if _skip_reason() is None:  # the image the sessions of the tests run (built once, kept while its recipe matches)
+        images.image("example")
     while True:  # another run may remove RUNS_DIR when it ends
         os.makedirs(RUNS_DIR, mode=0o700, exist_ok=True)
         try:
@@ -212,6 +210,22 @@ def sessions(state_root: str, keypair: tuple[str, str]) -> Iterator[Callable[...
     assert_clean(before, state_root, made)
 
 
+@contextlib.contextmanager
+def module_session(run_dir: str, keypair: tuple[str, str], name: str, **kw: Any) -> Iterator[dict[str, Any]]:
+    """A session that the tests of a module share (``make_session``'s arguments), in a state root of its own; at the
+    end it is destroyed and nothing it made may be left. Its leak check is the record's (what it made, read from its
+    state before the destroy), not a diff of the machine: between its tests the machine lock is free and other runs
+    change the machine."""
+    root = os.path.join(run_dir, "m-" + uuid.uuid4().hex[:8])
+    session = make_session(name, keypair, **kw)
+    try:
+        yield dict(local_session_dict.create_session(session, root, MOUNT_ROOTS), spec=session)
+    finally:
+        made = leaks.record(root, [name])
+        rt.destroy_session(name, root)
+        assert leaks.leaks(None, made) == []
+
+
 def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run a command in a container through the session's user-facing ssh_config."""
     return subprocess.run(["ssh", "-F", result["ssh_config"], host, command], stdin=subprocess.DEVNULL,
@@ -255,7 +269,7 @@ def start_creator(session: dict[str, Any], state_root: str, kill: str = "") -> s
 def helpers() -> types.SimpleNamespace:
     """This file's helpers, for the tests (a second ``conftest`` module cannot be imported by name)."""
     return types.SimpleNamespace(collections=COLLECTIONS, make_session=make_session, host_snapshot=host_snapshot,
-                                 assert_clean=assert_clean, ssh=ssh, start_creator=start_creator, new_keypair=new_keypair,
+                                 assert_clean=assert_clean, ssh=ssh, module_session=module_session, start_creator=start_creator, new_keypair=new_keypair,
                                  MOUNT_ROOTS=MOUNT_ROOTS)
 
 

@@ -1,4 +1,5 @@
-"""Multi-node sessions of the local runtime: containers behind local agents, joined by the session network.
+"""Multi-node sessions of the local runtime: engine containers of the example image behind local agents, joined by
+the session network.
 
 Three local agents (network namespaces on a private underlay of MTU 1400) carry a 6-container
 session that cannot fit on one of them, placed by the real planner through the local backend.
@@ -48,7 +49,7 @@ AGENT_OF = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agen
 
 
 def spec(name: str, size: int = 6, cpu: int = 1000, **extra: t.Any) -> dict[str, t.Any]:
-    out = {"name": name, "image": "local", "cluster_size": size, "cluster_mode": "multi-node",
+    out = {"name": name, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": size, "cluster_mode": "multi-node",
            "resources": {"cpu": cpu, "memory": 512}}
     out.update(extra)
     return out
@@ -170,11 +171,16 @@ def mn_root(run_dir: str) -> str:
 
 @pytest.fixture(scope="module")
 def mn(fabric: Fabric, mn_root: str) -> t.Iterator[Live]:
-    result = local_backend.LocalBackend(mn_root).present(spec("mn"), agents=fabric.agents)
+    result = backend(mn_root).present(spec("mn"), agents=fabric.agents)
     try:
         yield Live(mn_root, result)
     finally:
-        local_backend.LocalBackend(mn_root).absent("mn")
+        backend(mn_root).absent("mn")
+
+
+def backend(state_root: str) -> local_backend.LocalBackend:
+    """The local backend as the session module makes it (the Nomad job's renderer for the engine's container start)."""
+    return local_backend.LocalBackend(state_root, task=local_session_dict.TASK)
 
 
 def test_spread_over_agents_with_per_agent_local_rank(mn: Live) -> None:
@@ -273,7 +279,7 @@ def test_df_bit_and_20mb_transfer_cross_agents_without_fragmentation(mn: Live, f
 
 
 def test_sessions_on_the_same_agents_are_isolated(mn: Live, fabric: Fabric, mn_root: str) -> None:
-    result = local_backend.LocalBackend(mn_root).present(spec("other", size=3, cpu=1500), agents=fabric.agents)
+    result = backend(mn_root).present(spec("other", size=3, cpu=1500), agents=fabric.agents)
     try:
         other = Live(mn_root, result)
         assert sorted(c["agent"] for c in other.view["containers"]) == ["agent1", "agent2", "agent3"]
@@ -288,16 +294,16 @@ def test_sessions_on_the_same_agents_are_isolated(mn: Live, fabric: Fabric, mn_r
         for c in mn.by_host.values():
             assert other.python_in("sub1", PROBE, c["address"], port).stdout.startswith("closed")
     finally:
-        assert local_backend.LocalBackend(mn_root).absent("other")["changed"] is True
+        assert backend(mn_root).absent("other")["changed"] is True
 
 
 def test_backend_is_idempotent_and_pending_says_why(mn: Live, fabric: Fabric, mn_root: str) -> None:
-    again = local_backend.LocalBackend(mn_root).present(spec("mn"), agents=fabric.agents)
+    again = backend(mn_root).present(spec("mn"), agents=fabric.agents)
     assert again["changed"] is False and again["session"]["session_id"] == mn.view["session_id"]
     with pytest.raises(Exception, match="PENDING on the local agents: the eligible agents together can hold only 6 of 7"):
-        local_backend.LocalBackend(mn_root).present(spec("toobig", size=7), agents=fabric.agents)
+        backend(mn_root).present(spec("toobig", size=7), agents=fabric.agents)
     with pytest.raises(Exception, match="local agents"):
-        local_backend.LocalBackend(mn_root).present(spec("nolocal"), agents=[{"name": "x", "cpu": 9000, "memory": 9000}])
+        backend(mn_root).present(spec("nolocal"), agents=[{"name": "x", "cpu": 9000, "memory": 9000}])
     assert not os.path.exists(os.path.join(mn_root, "toobig")) and not os.path.exists(os.path.join(mn_root, "nolocal"))
 
 
@@ -318,9 +324,8 @@ def assert_went_through_wireguard(mn: Live, fabric: Fabric, before: dict[str, in
     assert all(n >= at_least for n in grew.values()), grew
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/bin/mpirun"), reason="needs openmpi-bin (scripts/setup installs it)")
 def test_mpirun_over_ssh_runs_one_rank_per_container_across_agents_as_the_user(mn: Live, fabric: Fabric) -> None:
-    """OpenMPI launched from main1 by the session user reaches every other container (two per agent) with
+    """OpenMPI (the example image's) launched from main1 by the session user reaches every other container (two per agent) with
     `ssh subN orted ...`; the hostfile is the session's (``main1 slots=1`` per container, in global order: the
     local runtime writes none, so it is made from BACKENDAI_CLUSTER_HOSTS, the injected list)."""
     before = fabric.wireguard_bytes()
@@ -372,7 +377,7 @@ def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: st
     helpers.assert_clean(before, state_root, [session])
 
 
-# journal records of a 3-agent session: begin, netns, slot, network, containers, relay, ready
+# journal records of a 3-agent session: begin, netns, slot, network, engine, relay, ready
 @pytest.mark.parametrize("kill", ["records:2", "records:3", "records:4", "records:5", "after:0.25", "after:0.4"])
 def test_destroy_after_creator_killed(kill: str, fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:
     on_agents = fabric.snapshot()

@@ -1,9 +1,9 @@
 """Real PyTorch across a local session's containers (issue 18, test 5): ``torch.distributed`` with the gloo
 backend and ``init_method="env://"``, one rank per container, started over ``ssh`` from main1 as the session
-user. It reads only what the session injects (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK), resolves main1
+user, in engine containers of the example image, on this machine and behind two local agents (multi-node). It reads only what the session injects (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK), resolves main1
 and the ranks' own names inside the session network, and all_reduce must add every rank's value.
 
-torch runs from a venv of the machine's ``/usr/bin/python3`` kept under the repository's ``.cache/`` (between
+torch runs from a venv of the machine's ``/usr/bin/python3`` (Debian's, as the example image's) kept under the repository's ``.cache/`` (between
 runs, ignored by git), which the session mounts read-only at ``~/torch-venv`` of the session user as a user's job would mount its
 environment: a spec mount, from a mount root (``mount_roots``) that is the venv's folder. So the containers reach
 it wherever the repository is cloned (under a 0700 home, under /tmp, which containers have private), by the
@@ -22,6 +22,8 @@ import uuid
 
 import pytest
 
+import local_session_dict  # tests/local_session_dict.py: the example image, the Nomad job's renderer
+from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local import local_backend
 
 from conftest import REPO
@@ -68,17 +70,25 @@ def torch_python() -> str:
     return _torch_python()
 
 
-def test_gloo_all_reduce_across_containers_as_the_session_user(torch_python: str, run_dir: str, helpers: t.Any) -> None:
+@pytest.mark.parametrize("mode", ["single-node", "multi-node"])
+def test_gloo_all_reduce_across_containers_as_the_session_user(mode: str, torch_python: str, run_dir: str,
+                                                               helpers: t.Any) -> None:
     before = helpers.host_snapshot()
     root = os.path.join(run_dir, uuid.uuid4().hex[:8])
+    agents_root = os.path.join(run_dir, "agents-" + uuid.uuid4().hex[:8])
     hosts = ["main1", "sub1", "sub2"]
-    spec = {"name": "gloo", "image": "local", "cluster_size": len(hosts), "cluster_mode": "single-node",
-            "resources": {"cpu": 1500, "memory": 1536}, "master_port": 29500,
+    spec = {"name": "gloo", "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": len(hosts), "cluster_mode": mode,
+            "resources": {"cpu": 1000, "memory": 1024}, "master_port": 29500,
             "mounts": [{"source": VENV, "target": VENV_IN_CONTAINER, "read_only": True}]}
-    backend = local_backend.LocalBackend(root, mount_roots=[CACHE])
-    result = backend.present(spec)
-    before.record(root, ["gloo"])
+    agents = None
+    if mode == "multi-node":  # two local agents, neither of which holds the whole session
+        agents = local_agents.create_agents([{"name": "agent%d" % i, "cpu": 2000, "memory": 2048} for i in (1, 2)],
+                                            agents_root)["agents"]
+    backend = local_backend.LocalBackend(root, mount_roots=[CACHE], task=local_session_dict.TASK)
     try:
+        result = backend.present(spec, agents=agents)
+        before.record(root, ["gloo"])
+        assert result["session"]["mode"] == mode
         script = base64.b64encode(ALL_REDUCE.encode()).decode()
         # every rank at once, each over ssh from main1 (as mpirun or torchrun's ssh launchers do)
         p = subprocess.run(
@@ -95,4 +105,6 @@ def test_gloo_all_reduce_across_containers_as_the_session_user(torch_python: str
                          for i, h in enumerate(hosts)], p.stdout
     finally:
         backend.absent("gloo")
+        if agents is not None:
+            local_agents.destroy_agents(agents_root)
     before.assert_clean()

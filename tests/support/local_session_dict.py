@@ -3,24 +3,69 @@
 """A local session given as a dict, for the runtime's tests and benchmarks (the collection ships no such way in).
 
 The collection brings a session up from its typed plan only (``_local.runtime.create_planned_session``, through
-``_local.session.local_session``). The runtime's tests and benchmarks want sessions no spec can describe (any
-command and environment per container, containers pinned to chosen agents), and a form that goes through JSON (to
-a creator process of its own): a dict. :func:`local_session` makes the runtime's typed session of such a dict,
-filling in what it leaves out as a plan would; :func:`session_dict` is the way back; :func:`create_session` brings
-a session up through the runtime's own steps after the plan path (the checks of ``_local.session._prepare``, then
-``_local.runtime._create``), so it is rolled back and journaled alike.
+``_local.session.local_session``). The runtime's tests and benchmarks want sessions no spec can describe
+(containers pinned to chosen agents, a session ID of their own), and a form that goes through JSON (to a creator
+process of its own): a dict. :func:`plan_of` makes the placed plan of such a dict (the spec it implies, each
+container on the agent the dict names); :func:`local_session` makes the runtime's typed session of it, filling in
+what it leaves out as a plan would; :func:`session_dict` is the way back; :func:`create_session` brings a session up
+through the runtime's own steps after the plan path (the checks of ``_local.session._prepare``, then
+``_local.runtime._create`` with the engine start of the plan's rendered Nomad job), so it is rolled back and
+journaled alike, and its containers are engine containers of the dict's ``image`` (default :data:`DEFAULT_IMAGE`,
+the example image ``scripts/setup`` builds).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_MOUNT_ROOTS
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._local import session as ls
+from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import EngineRun, NomadTask
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import Mount, Resources
+from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import Agent
+from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import MULTI_NODE, SINGLE_NODE, SessionPlan, build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
+
+#: The image a dict without ``image`` runs (``scripts/setup`` builds it from Debian packages).
+DEFAULT_IMAGE = "localhost/backendai-cluster/example:bookworm"
+#: What the _ansible layer hands the local backend (``_ansible.backends.session_backend``): the Nomad job's renderer.
+TASK = NomadTask(nomad_job.render_job, nomad_job.RUNTIME_VOLUME, nomad_job.RUNTIME_DIR,
+                 (nomad_job.PRIVATE_KEY_ITEM, nomad_job.PUBLIC_KEY_ITEM))
+
+
+def spec_of(session: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """The spec a session dict implies: every container with the first one's command and resources, the dict's
+    ``image``, ``env`` (the user's), mounts, user and ssh port."""
+    containers = session["containers"]
+    agents = {c.get("agent", ls.LOCAL_AGENT) for c in containers}
+    spec = {"name": session["name"], "image": session.get("image") or DEFAULT_IMAGE, "cluster_size": len(containers),
+            "cluster_mode": MULTI_NODE if len(agents) > 1 else SINGLE_NODE,
+            "command": list(containers[0].get("command") or []), "env": dict(session.get("env") or {}),
+            "ssh": {"port": session["ssh"]["port"]},
+            "mounts": [dict(m) for m in session.get("mounts") or []]}
+    if containers[0].get("resources"):
+        spec["resources"] = {k: v for k, v in containers[0]["resources"].items() if k in ("cpu", "memory")}
+    user = session.get("user")
+    if isinstance(user, dict):
+        spec["user"] = {k: v for k, v in user.items() if k != "home"}
+    return spec
+
+
+def plan_of(session: t.Mapping[str, t.Any]) -> SessionPlan:
+    """The placed plan of a session dict: its spec's plan, each container on the agent the dict names."""
+    pinned = [c.get("agent", ls.LOCAL_AGENT) for c in session["containers"]]
+    agents = [Agent(a, 10 ** 7, 10 ** 7) for a in dict.fromkeys(pinned)]
+    plan = build_plan(parse_spec(spec_of(session)), agents, session["session_id"])
+    per_agent: t.Dict[str, int] = {}
+    containers = []
+    for c, agent in zip(plan.containers, pinned):
+        containers.append(dataclasses.replace(c, agent=agent, local_rank=per_agent.get(agent, 0)))
+        per_agent[agent] = per_agent.get(agent, 0) + 1
+    return dataclasses.replace(plan, containers=tuple(containers), mode=MULTI_NODE if len(per_agent) > 1 else SINGLE_NODE)
 
 
 def local_session(session: t.Mapping[str, t.Any]) -> ls.LocalSession:
@@ -58,5 +103,7 @@ def session_dict(session: ls.LocalSession) -> t.Dict[str, t.Any]:
 
 def create_session(session: t.Mapping[str, t.Any], state_root: str,
                    mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS) -> t.Dict[str, t.Any]:
-    """Bring ``session`` up as the runtime brings up a plan: checked for this machine first, rolled back on failure."""
-    return rt._create(ls._prepare(local_session(session), state_root, mount_roots), state_root)  # pylint: disable=protected-access
+    """Bring ``session`` up as the runtime brings up a plan (engine containers of its image, started as the tasks of
+    the plan's rendered Nomad job): checked for this machine first, rolled back on failure."""
+    prepared = ls._prepare(local_session(session), state_root, mount_roots)  # pylint: disable=protected-access
+    return rt._create(prepared, state_root, EngineRun(TASK.render(plan_of(session)), TASK))  # pylint: disable=protected-access

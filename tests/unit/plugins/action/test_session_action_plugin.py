@@ -21,6 +21,7 @@ import typing as t
 
 import pytest
 
+import local_session_dict  # the example image (scripts/setup builds it)
 from module_helpers import ENV_VARS, NOMAD_TOKEN
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
@@ -63,7 +64,8 @@ GROUP_PLAYBOOK = """
 
 
 def local_spec(name: str = "act1", **extra: t.Any) -> t.Dict[str, t.Any]:
-    out: t.Dict[str, t.Any] = {"name": name, "image": "local", "cluster_size": 2, "resources": {"cpu": 100, "memory": 64}}
+    out: t.Dict[str, t.Any] = {"name": name, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": 2,
+                               "resources": {"cpu": 100, "memory": 64}}
     out.update(extra)
     return out
 

@@ -14,6 +14,8 @@ import uuid
 import pytest
 import yaml
 
+import local_session_dict  # the example image (scripts/setup builds it)
+
 from ansible_collections.backendai.cluster.plugins.modules import session as session_module
 from ansible_collections.backendai.cluster.plugins.modules import session_info, session_render
 from module_helpers import NOMAD_TOKEN, ModuleRun, spec
@@ -143,8 +145,8 @@ def test_nomad_backend_results_match_return(nomad: NomadAPIDouble, run: ModuleRu
 # --- local backend (a real session on this machine) ---------------------------------------------------
 
 def _local_reason() -> t.Optional[str]:
-    if os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge") or not shutil.which("sshd"):
-        return "the local backend needs root, the CNI plugins and sshd (scripts/setup)"
+    if os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/bridge") or not shutil.which("podman"):
+        return "the local backend needs root, the CNI plugins and podman (scripts/setup)"
     return None
 
 
@@ -154,7 +156,7 @@ def test_local_backend_results_match_return(run: ModuleRun, tmp_path: t.Any) -> 
     sessions, infos = Results(session_module), Results(session_info)
     state = str(tmp_path / "state")
     name = "ret-" + uuid.uuid4().hex[:8]
-    s = {"name": name, "image": "local", "cluster_size": 2, "resources": {"cpu": 100, "memory": 64},
+    s = {"name": name, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": 2, "resources": {"cpu": 100, "memory": 64},
          "command": ["sh", "-c", "echo hi"]}
     base = {"backend": "local", "state_dir": state}
     try:

@@ -45,7 +45,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.cni impor
     cni_del,
     result_ipv4,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import netns_path
+from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     Journal,
     LocalRuntimeError,

@@ -35,7 +35,7 @@ import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_AGENTS_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import LOCAL_AGENT_NAME, delete_netns, netns_path
+from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import LOCAL_AGENT_NAME, delete_netns, netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import ip_batch, run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (

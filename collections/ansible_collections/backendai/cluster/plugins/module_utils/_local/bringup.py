@@ -16,41 +16,35 @@ import socket
 import time
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local import account
-from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as _cgroups
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
-    PRIVATE_DIRS,
-    ContainerSetup,
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import (
+    ENGINE_DIR,
+    inspect_containers,
+    mhz_per_core,
+    podman,
+    write_conf,
+)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import (
     add_netns,
-    container_start,
     is_alive,
     link_exists,
     netns_path,
-    proc_entries,
-    proc_stat,
-    render_container,
-    sshd_of,
     socket_in_netns,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import ENGINE_DIR, podman, write_conf
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
+from ansible_collections.backendai.cluster.plugins.module_utils._local.ssh_access import (
+    STATE_KEY_FILES,
+    free_local_port,
+    key_files,
+    user_ssh_config,
+    wait_for_ssh,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import (
     PIDS_LIMIT,
     EngineRun,
     run_args,
     task_env,
     task_files,
-)
-from ansible_collections.backendai.cluster.plugins.module_utils._local.spawn import Container, mount_calls, spawn, wait_started
-from ansible_collections.backendai.cluster.plugins.module_utils._local.sshd import (
-    STATE_KEY_FILES,
-    client_config,
-    free_local_port,
-    key_files,
-    sshd_config,
-    user_ssh_config,
-    wait_for_ssh,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, resource_names
@@ -60,7 +54,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     Journal,
     LocalRuntimeError,
     SessionPaths,
-    flocked,
     read_text,
     tail_lines,
 )
@@ -68,8 +61,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
 
 #: The session hosts file's own lines; the peers block follows (``_session.hosts.hosts_text``).
 BASE_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-#: No DNS on the private network: lookups fail at once instead of timing out.
-RESOLV_CONF = "# backendai.cluster local session: no DNS, peers are in /etc/hosts\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
 
 def _host_networks() -> t.List[ipaddress.IPv4Network]:
@@ -84,31 +75,8 @@ def _host_networks() -> t.List[ipaddress.IPv4Network]:
     return nets
 
 
-def _missing_dirs(targets: t.List[str], private: t.Tuple[str, ...]) -> t.List[str]:
-    """Directories (parents first) to create on the host for the mount targets (those
-    under a container's private /tmp, /run or /home are made in there, by mount)."""
-    out: t.List[str] = []
-    for target in targets:
-        if any(target == d or target.startswith(d + "/") for d in private):
-            continue
-        chain = []
-        d = target
-        while not os.path.exists(d) and d not in out:
-            chain.append(d)
-            d = os.path.dirname(d)
-        out += [c for c in reversed(chain) if c not in out]
-    return out
-
-
-def bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: t.Optional[EngineRun] = None) -> t.Dict[str, t.Any]:
-    """``engine``: the session's containers are engine containers of its images, started as the job's tasks
-    (``_local.task_start``); None: the host-files mode (image ``local``)."""
-    write_file(paths.start_gate, "", mode=0o600)
-    with flocked(paths.start_gate):  # the batch commands wait for it (see SessionPaths.start_gate)
-        return _bring_up(session, paths, journal, engine)
-
-
-def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: t.Optional[EngineRun]) -> t.Dict[str, t.Any]:
+def bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun) -> t.Dict[str, t.Any]:
+    """The session's containers are engine containers of its images, started as the job's tasks (``_local.task_start``)."""
     t0 = time.monotonic()
     names = resource_names(paths, session)
     hosts = session.hostnames
@@ -123,54 +91,7 @@ def _bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engi
     if taken:
         raise LocalRuntimeError("network namespace %s already exists (left over by another session?)"
                                 % ", ".join(taken))
-    if engine:
-        return _engine_bring_up(session, paths, journal, engine, names, t0)
-    hier = _cgroups.detect()
-    cgroup_dirs = {h: hier.dirs(names["netns"][h]) for h in hosts}
-    published, starts = _write_files(session, paths, names, cgroup_dirs)
-
-    missing = _missing_dirs(targets, PRIVATE_DIRS + (() if session.user.is_root else (account.HOME_ROOT,)))
-    if missing:
-        journal.record("mkdirs", paths=missing)
-        for d in missing:
-            os.mkdir(d, 0o755)
-
-    addresses, network, t_net = _network_up(session, paths, names, published, journal)
-
-    main = hosts[0]
-    # every container has this one file bind-mounted as /etc/hosts (none has started yet)
-    create_file(paths.hosts_file, hosts_text(BASE_HOSTS, {h: addresses[h] for h in hosts}), mode=0o644)
-    if main in published:
-        write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
-                                                          session.ssh_port, session.user.name), mode=0o644)
-
-    isolation = _make_cgroups(session, names, hier, cgroup_dirs, journal)
-    for host in hosts if isolation["warnings"] else []:  # said where a container's start-up is logged
-        with open(paths.system_log(host), "a", encoding="utf-8") as log:
-            log.write("".join("backendai.cluster: warning: %s\n" % w for w in isolation["warnings"]))
-
-    journal.record("containers", hosts=hosts)
-    t_ready = time.monotonic()
-    pids = _start_containers(session, paths, names, addresses, published, starts, journal)
-    t_ready = time.monotonic() - t_ready
-    for host in hosts:  # before any command starts (see _cgroups.set_cpu_quota)
-        isolation["warnings"] += _cgroups.set_cpu_quota(hier, names["netns"][host], isolation["cpu_quota_us"][host])
-
-    containers = []
-    for c in session.containers:
-        host = c.hostname
-        pid = pids[host]
-        sshd_pid = sshd_of(pid)  # it answered: it runs as sshd
-        containers.append({
-            "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
-            "address": addresses[host], "pid": pid, "sshd_pid": sshd_pid,
-            "pid_starttime": _starttime(pid), "sshd_starttime": _starttime(sshd_pid),
-            "has_command": bool(c.command), "log": paths.log(host), "system_log": paths.system_log(host),
-            "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory}, "cgroups": cgroup_dirs[host],
-            "published": "%s:%d" % published[host] if host in published else None,
-        })
-    return _record_ready(session, paths, journal, names, network, containers, main in published,
-                         {"isolation": isolation}, (t_net, t_ready, t0))
+    return _engine_bring_up(session, paths, journal, engine, names, t0)
 
 
 def _record_ready(session: LocalSession, paths: SessionPaths, journal: Journal, names: t.Dict[str, t.Any],
@@ -195,7 +116,6 @@ def _record_ready(session: LocalSession, paths: SessionPaths, journal: Journal, 
                     "total": round(time.monotonic() - t0, 3)},
     }, **runtime)
     write_file(paths.session_json, json.dumps(info, indent=1), mode=0o644, durable=True)
-    write_file(paths.started, "%f\n" % time.time(), mode=0o644)  # the batch commands start now
     journal.record("ready")
     return dict(public_info(info), changed=True, state="RUNNING")
 
@@ -223,6 +143,9 @@ def _network_up(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t
 
 #: How many ``podman run`` of a session's containers run at once.
 ENGINE_STARTS = 64
+#: The exit codes of the job's entrypoint when it cannot start the task (``_nomad.job.ENTRYPOINT``'s ``fail``: 77 not
+#: started as root, 78 the image lacks what it needs), as ``podman inspect`` shows them.
+ENTRYPOINT_REFUSED = ("77", "78")
 #: The file in a container's directory that ``podman run --pidfile`` writes the container's first process into.
 ENGINE_PIDFILE = "pid"
 #: How long after a refused connection an engine container's sshd is tried again (s): the wait runs beside the
@@ -232,8 +155,8 @@ ENGINE_PROBE_INTERVAL = 0.05
 
 def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journal, engine: EngineRun,
                      names: t.Dict[str, t.Any], t0: float) -> t.Dict[str, t.Any]:
-    """The engine mode: the same namespaces and network as the host-files mode, and one podman container per task
-    group of the session's job, started into its namespace (``_local.task_start``).
+    """The session's namespaces and network, and one podman container per task group of the session's job,
+    started into its namespace (``_local.task_start``).
 
     The containers start as soon as their namespaces exist, while the CNI plugin attaches them (what a Nomad client
     does too: the task starts once its network is set up, and its peers template renders as the other groups register):
@@ -260,7 +183,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         for m in mounts:
             if m["Destination"] in by_target:
                 host_volumes[group["Volumes"][m["Volume"]]["Source"]] = by_target[m["Destination"]]
-    core_mhz = _cgroups.mhz_per_core()
+    core_mhz = mhz_per_core()
     containers = {h: "bai-%s-%s" % (names["digest"], h) for h in hosts}
     images = {g["Name"]: g["Tasks"][0]["Config"]["image"] for g in job["TaskGroups"]}
     envs = {g["Name"]: task_env(job, g) for g in job["TaskGroups"]}
@@ -286,7 +209,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         runs[host] = (["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host]))
 
     t_ready = time.monotonic()
-    starts = _EngineStarts(paths, conf, runs, pidfiles)
+    starts = _EngineStarts(paths, conf, runs, pidfiles, {c.hostname for c in session.containers if c.command})
 
     def start() -> None:  # once the namespaces exist
         journal.record("engine", containers=list(containers.values()), conf=conf)
@@ -316,7 +239,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         host = c.hostname
         records.append({
             "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
-            "address": addresses[host], "pid": pids[host], "engine": containers[host],
+            "address": addresses[host], "pid": pids[host] or None, "engine": containers[host],
             "image": images[host], "has_command": bool(c.command), "log": paths.log(host),
             "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory},
             "published": "%s:%d" % published[host] if host in published else None,
@@ -332,24 +255,28 @@ class _EngineStarts:
     in an error), run at once: each waits for its container's start, so N in a row took N times as long.
 
     While the session waits for the containers' sshd, :meth:`check` fails the start at once when a ``podman run``
-    failed or a container ended (with the container's log tail). What a container's first process is comes from its
-    ``--pidfile``, read once its ``podman run`` returned, so the check is a read of ``/proc``, not a podman call (one
-    ``podman inspect`` every 50 ms took a core of this 2-core machine from the starting containers). Podman pulls an
-    image it does not have, as Nomad's driver does: where no registry is reachable, only local images run, and the
-    failure names the image."""
+    failed or a container ended (with the container's log tail), but for a batch container whose command ended (the
+    entrypoint runs it after starting sshd, as a Nomad task may complete before its peers started): that one is done.
+    What a container's first process is comes from its ``--pidfile``, read once its ``podman run`` returned, so the
+    check is a read of ``/proc``, not a podman call (one ``podman inspect`` every 50 ms took a core of this 2-core
+    machine from the starting containers). Podman pulls an image it does not have, as Nomad's driver does: where no
+    registry is reachable, only local images run, and the failure names the image."""
 
     def __init__(self, paths: SessionPaths, conf: str, runs: t.Dict[str, t.Tuple[t.List[str], str, str]],
-                 pidfiles: t.Dict[str, str]) -> None:
-        self.paths, self.conf, self.runs, self.pidfiles = paths, conf, runs, pidfiles
+                 pidfiles: t.Dict[str, str], batch: t.Set[str]) -> None:
+        self.paths, self.conf, self.runs, self.pidfiles, self.batch = paths, conf, runs, pidfiles, batch
         self.pids: t.Dict[str, int] = {}
+        self.done: t.Set[str] = set()
         self.started: t.Dict[str, "concurrent.futures.Future[t.Any]"] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(runs), ENGINE_STARTS)))
 
     def submit(self) -> None:
-        self.started = {host: self.pool.submit(podman, argv, self.conf, cwd=cdir, what=what)
+        self.started = {host: self.pool.submit(podman, argv, self.conf, cwd=cdir, what=what, owner=self.paths.root)
                         for host, (argv, cdir, what) in self.runs.items()}
 
-    def check(self) -> None:
+    def check(self) -> t.Set[str]:
+        """Raises when a ``podman run`` failed or a container ended during start-up; returns the targets no longer
+        to wait for (a batch container whose command ended, and its published port)."""
         for host, run_done in self.started.items():
             if host not in self.pids and run_done.done():
                 failed = run_done.exception()
@@ -357,9 +284,17 @@ class _EngineStarts:
                     raise failed
                 self.pids[host] = _read_pid(self.pidfiles[host])
         for host, pid in self.pids.items():
-            if not is_alive(pid):
+            if host not in self.done and not is_alive(pid):
+                argv = self.runs[host][0]
+                name = argv[argv.index("--name") + 1]
+                code = inspect_containers([name], self.conf, "{{.State.ExitCode}}").get(name, [""])[0] \
+                    if host in self.batch else ""
+                if code and code not in ENTRYPOINT_REFUSED:
+                    self.done.add(host)
+                    continue
                 raise LocalRuntimeError("container %s ended during start-up:\n%s" % (host, "\n".join(
                     engine_log_tail(self.paths.log(host), 15))))
+        return self.done | {"%s (published)" % h for h in self.done}
 
     def wait(self) -> t.Dict[str, int]:
         """Every container's first process, by host, once every ``podman run`` returned (every sshd answered: each
@@ -386,111 +321,14 @@ def engine_log_tail(path: str, count: int) -> t.List[str]:
     return [line.split(" ", 3)[3] if line.count(" ") >= 3 else line for line in tail_lines(path, count)]
 
 
-def _make_cgroups(session: LocalSession, names: t.Dict[str, t.Any], hier: _cgroups.Hierarchies,
-                  cgroup_dirs: t.Dict[str, t.List[str]], journal: Journal) -> t.Dict[str, t.Any]:
-    """Every container's cgroups with its limits (journaled first); returns what the session's containers
-    are confined by and the warnings of what is missing (the isolation table of docs/local-runtime.md says what that means)."""
-    warnings = ["no %s cgroup controller on this machine: the containers run without %s" % (
-        c, {"memory": "a memory limit", "cpu": "a CPU quota", "pids": "a pids limit"}[c]) for c in hier.missing]
-    core_mhz = _cgroups.mhz_per_core()
-    if "cpu" in hier.places and core_mhz <= 0:
-        warnings.append("this machine tells no CPU MHz (cpufreq, /proc/cpuinfo): the containers run without a CPU quota")
-    dirs = [d for h in session.hostnames for d in cgroup_dirs[h]]
-    if dirs:
-        journal.record("cgroups", dirs=dirs)
-    try:
-        _cgroups.enable(hier)
-    except OSError as e:
-        raise LocalRuntimeError("cannot enable the cgroup controllers %s: %s" % (", ".join(sorted(hier.places)), e)) from None
-    quotas = {}
-    for c in session.containers:
-        quotas[c.hostname] = _cgroups.cpu_quota_us(c.resources.cpu, core_mhz, os.cpu_count() or 1)
-        try:
-            warnings += _cgroups.create(hier, names["netns"][c.hostname], c.resources.memory)
-        except OSError as e:
-            raise LocalRuntimeError("cannot make the cgroups of container %s: %s" % (c.hostname, e)) from None
-    versions = sorted({"v%d" % v for _m, v in hier.places.values()})
-    return {"cgroups": "+".join(versions) or "none", "controllers": sorted(hier.places),
-            "cpu_mhz_per_core": round(core_mhz, 1), "pids_limit": _cgroups.PIDS_LIMIT if "pids" in hier.places else None,
-            "warnings": warnings, "cpu_quota_us": quotas}
-
-
-def _write_files(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any],
-                 cgroup_dirs: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str, t.Tuple[str, int]], t.Dict[str, Container]]:
-    """Everything in the state dir a container needs (no journal: destroy removes the dir): its directories, then
-    every file rendered, then made (the directory is new: files are made, not replaced); returns the published
-    address of each container that publishes its ssh port, and how to start each."""
-    user = session.user
-    for d in (paths.logs_dir, paths.cni_dir, paths.ssh_dir):
-        os.makedirs(d, mode=0o700, exist_ok=True)
-    os.makedirs(os.path.dirname(paths.passwd), mode=0o755, exist_ok=True)
-    homes = {}
-    for c in session.containers:
-        os.makedirs(os.path.join(paths.container_dir(c.hostname), "run"), mode=0o700, exist_ok=True)
-        homes[c.hostname] = account.make_home(paths.home_dir(c.hostname), user)
-
-    keys = key_files(session.keys.private_key, session.keys.public_key)
-    # the containers' /etc/passwd and /etc/group: the host's, with the session user (never the host's own files)
-    passwd, group = account.account_files(user, read_text("/etc/passwd") or "", read_text("/etc/group") or "",
-                                          account.login_shell())
-    files: t.Dict[str, t.Tuple[str, int, t.Optional[t.Tuple[int, int]]]] = {  # path -> text, mode, owner
-        paths.resolv_conf: (RESOLV_CONF, 0o644, None), paths.passwd: (passwd, 0o644, None), paths.group: (group, 0o644, None),
-        os.path.join(paths.ssh_dir, "config"): (client_config(session.ssh_port, user.name, user.home), 0o644, None),
-    }
-    files.update({os.path.join(paths.ssh_dir, n): keys[n] + (None,) for n in STATE_KEY_FILES})
-    published: t.Dict[str, t.Tuple[str, int]] = {}
-    starts = {}
-    proc_mounts = mount_calls(proc_entries())  # the same for every container
-    for c in session.containers:
-        host = c.hostname
-        cdir = paths.container_dir(host)
-        files.update({os.path.join(homes[host], n): (text, mode, (user.uid, user.gid)) for n, (text, mode) in keys.items()})
-        files[os.path.join(cdir, "sshd_config")] = (sshd_config(paths, session.ssh_port, c.env, user.name), 0o600, None)
-        setup = ContainerSetup(host, names["netns"][host], c.env, c.command, session.mounts, user,
-                               cgroups=cgroup_dirs[host], shm_mb=_cgroups.shm_size_mb(c.resources.memory))
-        files.update({os.path.join(cdir, f): (text, 0o600, None) for f, text in render_container(paths, setup).items()})
-        starts[host] = container_start(paths, setup, proc_mounts)
-        if c.publish:
-            published[host] = ("127.0.0.1", free_local_port())
-    for path, (text, mode, owner) in files.items():
-        create_file(path, text, mode=mode, owner=owner)
-    return published, starts
-
-
-def _start_containers(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
-                      published: t.Dict[str, t.Tuple[str, int]], starts: t.Dict[str, Container], journal: Journal,
-                      ) -> t.Dict[str, int]:
-    """Start every container (all at once: each one's setup runs while the next is forked) and wait until
-    each sshd (and each published port) answers; each container's init pid (the session record keeps it)."""
-    hosts = session.hostnames
-    starting = []
-    pids: t.Dict[str, int] = {}
-    failed = None
-    try:
-        for host in hosts:
-            starting.append(spawn(starts[host]))
-    finally:
-        for s in starting:  # every one collected, also after a failure (no setup process is left a zombie)
-            try:
-                # the init's pid on this machine, as the runtime records pids
-                pids[s.hostname] = wait_started(s)
-            except LocalRuntimeError as e:
-                failed = failed or e
-    if failed:
-        raise failed
-    _await_sshd(session, paths, names, addresses, published, journal, 20.0 + 0.25 * len(hosts),
-                lambda: _check_started(paths, pids))
-    return pids
-
-
 def _await_sshd(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t.Any], addresses: t.Dict[str, str],
                 published: t.Dict[str, t.Tuple[str, int]], journal: Journal, timeout: float,
-                check: t.Callable[[], None], started: t.Optional[t.Callable[[str], bool]] = None,
+                check: t.Callable[[], t.Optional[t.Set[str]]], started: t.Optional[t.Callable[[str], bool]] = None,
                 retry_interval: float = 0.01) -> None:
     """Wait until every container's sshd answers, and main1's published port too (``check`` raises when a container
-    ended meanwhile; ``started(host)``: whether a container is worth a connection yet, by default every one). Behind
-    agents the containers are reachable only over the overlay: every sshd is probed from main1's namespace (so across
-    agents), and main1 is published by a relay, started here."""
+    ended meanwhile, or returns the targets no longer to wait for; ``started(host)``: whether a container is worth a
+    connection yet, by default every one). Behind agents the containers are reachable only over the overlay: every
+    sshd is probed from main1's namespace (so across agents), and main1 is published by a relay, started here."""
     hosts = session.hostnames
     targets = {h: (addresses[h], session.ssh_port) for h in hosts}
     make_socket = None
@@ -515,21 +353,8 @@ def _overlay_prober(main_ns: str) -> t.Callable[[str], socket.socket]:
     return make_socket
 
 
-def _starttime(pid: t.Optional[int]) -> t.Optional[int]:
-    stat = proc_stat(pid) if pid else None
-    return stat[1] if stat else None
-
-
 def public_info(info: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
     out = dict(info)
     out["containers"] = [{k: v for k, v in c.items() if not k.endswith("_starttime") and k != "has_command"}
                          for c in info["containers"]]
     return out
-
-
-def _check_started(paths: SessionPaths, pids: t.Mapping[str, int]) -> None:
-    """A container whose init ended (an interactive one's ends with its sshd) fails the start at once."""
-    for host, pid in pids.items():
-        if not is_alive(pid):
-            raise LocalRuntimeError("container %s: supervisor exited during start-up:\n%s" % (
-                host, "\n".join(tail_lines(paths.system_log(host), 15))))

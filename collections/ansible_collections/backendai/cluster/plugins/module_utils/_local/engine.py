@@ -22,7 +22,7 @@ import subprocess
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
-from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SANE_PATH, LocalRuntimeError
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SANE_PATH, LocalRuntimeError, owner_env
 
 PODMAN = "podman"
 CONF_ENV = "CONTAINERS_CONF"
@@ -95,11 +95,14 @@ def write_conf(directory: str) -> str:
 
 
 def podman(args: t.Sequence[str], conf: str, check: bool = True, what: str = "",
-           timeout: t.Optional[float] = 120, cwd: t.Optional[str] = None) -> "subprocess.CompletedProcess[bytes]":
+           timeout: t.Optional[float] = 120, cwd: t.Optional[str] = None,
+           owner: t.Optional[str] = None) -> "subprocess.CompletedProcess[bytes]":
     """``podman ARGS`` with this collection's containers.conf (``conf``, from :func:`write_conf`), in ``cwd`` (its
     conmon's too: see :data:`OOM_MARKER`); a failure raises naming ``what`` (default: the command) and podman's
-    message, or is returned with ``check=False``."""
-    env = {"PATH": SANE_PATH, CONF_ENV: conf}
+    message, or is returned with ``check=False``. ``owner``: the session's state directory, in podman's environment
+    (``_local.state.owner_env``), so that a teardown kills a ``podman run`` a killed creator left running before it
+    removes the session's containers (else that run makes its container after the removal)."""
+    env = dict(owner_env(owner) if owner else {"PATH": SANE_PATH}, **{CONF_ENV: conf})
     try:
         proc = subprocess.run([PODMAN] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                               check=False, timeout=timeout, cwd=cwd)
@@ -109,6 +112,30 @@ def podman(args: t.Sequence[str], conf: str, check: bool = True, what: str = "",
         raise LocalRuntimeError("%s failed: %s" % (what or "podman " + " ".join(args[:2]),
                                                    proc.stderr.decode(errors="replace").strip()))
     return proc
+
+
+def mhz_per_core(cpuinfo: str = "/proc/cpuinfo", cpufreq: str = "/sys/devices/system/cpu/cpu0/cpufreq") -> float:
+    """The machine's MHz per core, the way Nomad's fingerprint reads it: the nominal maximum (cpufreq's
+    ``cpuinfo_max_freq``, kHz) if the kernel has it, else the highest ``cpu MHz`` of /proc/cpuinfo; 0 when
+    neither tells (some VMs and arm machines): then no CPU quota is set, with a warning."""
+    try:
+        with open(os.path.join(cpufreq, "cpuinfo_max_freq"), encoding="ascii") as f:
+            return int(f.read().strip()) / 1000.0
+    except (OSError, ValueError):
+        pass
+    best = 0.0
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _sep, value = line.partition(":")
+                if key.strip().lower() == "cpu mhz":
+                    try:
+                        best = max(best, float(value))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return best
 
 
 def inspect_containers(names: t.Sequence[str], conf: str, fields: str) -> t.Dict[str, t.List[str]]:

@@ -31,7 +31,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._defaults import
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LOCAL_AGENT
-from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask
+from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask, refuse_host_files
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import (
     create_planned_session,
     destroy_session,
@@ -204,6 +204,7 @@ class LocalBackend:
         (this machine's capacity does not change while waiting); ``diff`` is always returned."""
         root = self.root
         spec = parse_spec(spec_raw)
+        refuse_host_files(spec_raw)
         behind = local_agents(agents)
         record = _read_record(root, spec.name)
         status = session_status(spec.name, root)

@@ -9,13 +9,12 @@ Public API::
     session_status(name, state_root, log_lines=0) -> dict
     list_sessions(state_root) -> list[dict]
 
-and ``LocalRuntimeError``.  Every container of the session is a process tree with its own
-network, UTS, IPC, PID and mount namespaces (``_local.containers``) in cgroups holding its memory, CPU
-and pids limits (``_local.cgroups``), attached by the CNI plugins to the
-session's network, and runs sshd on the session's ssh port (``_local.sshd``).  Each side effect is
-journaled before it is made (``_local.bringup``); a failed create is rolled back and destroy
-replays the journal backwards (``_local.teardown``), so a creator killed at any point leaves
-nothing that destroy cannot remove.
+and ``LocalRuntimeError``.  Every container of the session is an engine (podman) container of the spec's image,
+started as a task of the session's rendered Nomad job (``_local.task_start``: the same entrypoint, env, templates
+and mounts as on Nomad) into a network namespace the CNI plugin attached to the session's network, with the
+spec's resources as the engine's limits (``_local.engine``).  Each side effect is journaled before it is made
+(``_local.bringup``); a failed create is rolled back and destroy replays the journal backwards
+(``_local.teardown``), so a creator killed at any point leaves nothing that destroy cannot remove.
 
 The network is the one every backend uses: the ``backendai`` CNI plugin with the agent's one
 static config, admitted by signed parameters (``_local.agent_network``). Without ``agents`` this
@@ -35,18 +34,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.cni impor
     CNI_PATH,
     REQUIRED_PLUGINS,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._local.cgroups import oom_kills
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
-    SSHD,
-    is_alive,
-    netns_path,
-)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._local.gang_view import apply_gang_status
 from ansible_collections.backendai.cluster.plugins.module_utils._local.run import run
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import local_container_status, session_state
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import bring_up, engine_log_tail, public_info
 from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import OOM_MARKER, inspect_containers
-from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import EngineRun, NomadTask, uses_engine
+from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import EngineRun, NomadTask
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LocalSession, from_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._local.teardown import teardown
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import SSHKeypair
@@ -62,25 +56,19 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     read_json,
     read_text,
     session_names,
-    tail_lines,
 )
 
 __all__ = ["LocalRuntimeError", "create_planned_session", "destroy_session",
            "list_sessions", "session_status"]
 
-# executable -> Debian package that provides it
+# executable -> Debian package that provides it (podman: ``_local.engine`` checks it, and runc where it is needed)
 _TOOLS = {
     "ip": "iproute2",
     "iptables": "iptables",
     "iptables-save": "iptables",
     "iptables-restore": "iptables",
     "nsenter": "util-linux",
-    "flock": "util-linux",
     "setsid": "util-linux",
-    "setpriv": "util-linux",
-    "mount": "mount",
-    "ssh": "openssh-client",
-    "env": "coreutils",
     "sh": "dash",
 }
 
@@ -101,12 +89,6 @@ def _check_environment() -> None:
         if not os.access(path, os.X_OK):
             raise LocalRuntimeError("containernetworking-plugins is not installed: %s missing; install it with "
                                     "apt-get install containernetworking-plugins" % path)
-    if not os.access(SSHD, os.X_OK):
-        raise LocalRuntimeError("openssh-server is not installed: %s missing; install it with "
-                                "apt-get install openssh-server" % SSHD)
-    if not os.path.isfile("/etc/ssh/ssh_config"):
-        raise LocalRuntimeError("openssh-client is not installed: /etc/ssh/ssh_config missing; install it with "
-                                "apt-get install openssh-client")
     for tool, package in _TOOLS.items():
         if shutil.which(tool, path=SANE_PATH) is None:
             raise LocalRuntimeError("%s is not installed: %s missing from %s; install it with apt-get install %s"
@@ -117,23 +99,19 @@ def create_planned_session(plan: SessionPlan, keys: SSHKeypair, agents: t.Option
                            state_root: str = DEFAULT_STATE_ROOT,
                            mount_roots: t.Sequence[str] = DEFAULT_MOUNT_ROOTS,
                            task: t.Optional[NomadTask] = None) -> t.Dict[str, t.Any]:
-    """Bring up a placed plan (``agents``: name -> local mapping of local agents, None for this machine). A plan
-    whose images are container images runs them on the engine as the tasks of its Nomad job (``task``: the job's
-    renderer); image ``local`` runs the host's files (the host-files mode)."""
-    engine = None
-    if uses_engine(c.image for c in plan.containers):
-        if task is None:
-            raise LocalRuntimeError("image %s runs on the container engine as the session's Nomad job does: this caller "
-                                    "gave no job renderer (use the session module)" % plan.containers[0].image)
-        if not os.path.isfile(os.path.join(task.runtime_dir, "VERSION")):
-            raise LocalRuntimeError("the session runtime bundle is not at %s (what every container mounts read-only, as on "
-                                    "a Nomad agent): run scripts/setup, or the overlay_agent role on this machine"
-                                    % task.runtime_dir)
-        engine = EngineRun(task.render(plan), task)
-    return _create(from_plan(plan, keys, agents, state_root, mount_roots), state_root, engine)
+    """Bring up a placed plan (``agents``: name -> local mapping of local agents, None for this machine): its images
+    run on the engine as the tasks of its Nomad job (``task``: the job's renderer)."""
+    if task is None:
+        raise LocalRuntimeError("image %s runs on the container engine as the session's Nomad job does: this caller "
+                                "gave no job renderer (use the session module)" % plan.containers[0].image)
+    if not os.path.isfile(os.path.join(task.runtime_dir, "VERSION")):
+        raise LocalRuntimeError("the session runtime bundle is not at %s (what every container mounts read-only, as on "
+                                "a Nomad agent): run scripts/setup, or the overlay_agent role on this machine"
+                                % task.runtime_dir)
+    return _create(from_plan(plan, keys, agents, state_root, mount_roots), state_root, EngineRun(task.render(plan), task))
 
 
-def _create(session: LocalSession, state_root: str, engine: t.Optional[EngineRun] = None) -> t.Dict[str, t.Any]:
+def _create(session: LocalSession, state_root: str, engine: EngineRun) -> t.Dict[str, t.Any]:
     _check_environment()
     state_root = os.path.abspath(os.path.expanduser(state_root))
     os.makedirs(state_root, mode=0o700, exist_ok=True)
@@ -215,6 +193,9 @@ def _engine_container_status(paths: SessionPaths, c: t.Dict[str, t.Any], inspect
     kernel's OOM killer ended it at its memory limit."""
     host = c["hostname"]
     state, code, oom = (list(inspected) + ["", "", ""])[:3] if inspected is not None else ("gone", "", "")
+    kept = (read_text(paths.exitcode(host)) or "").strip() if state == "gone" else ""
+    if kept:  # removed by a destroy that kept the logs, and its exit code with them
+        state, code = "exited", kept
     has_command = bool(c.get("has_command", True))
     exit_code = None
     if state == "running":
@@ -239,38 +220,6 @@ def _engine_container_status(paths: SessionPaths, c: t.Dict[str, t.Any], inspect
            "published": c.get("published"), "log": paths.log(host), "engine": c["engine"], "image": c.get("image")}
     if log_lines > 0:
         out["log_tail"] = engine_log_tail(paths.log(host), log_lines)
-    return out
-
-
-def _container_status(paths: SessionPaths, c: t.Dict[str, t.Any], log_lines: int) -> t.Dict[str, t.Any]:
-    """A container's status in the job model both backends share (see ``_session.status.local_container_status``)."""
-    host = c["hostname"]
-    supervisor = is_alive(c.get("pid"), c.get("pid_starttime"))
-    sshd = is_alive(c.get("sshd_pid"), c.get("sshd_starttime"))
-    code_text = (read_text(paths.exitcode(host)) or "").strip()
-    exit_code = int(code_text) if code_text.lstrip("-").isdigit() else None
-    has_command = bool(c.get("has_command", True))
-    status, reason = local_container_status(has_command, supervisor, sshd, exit_code)
-    killed = oom_kills(c.get("cgroups") or []) if status == "failed" else 0
-    if killed and exit_code in (None, 137):
-        # The kernel's OOM killer, at the container's memory limit: its SIGKILL is what 137 (128 + 9) means.
-        exit_code = 137
-        reason = "OOM: the kernel killed %d process(es) at the container's memory limit (%s MB)" % (
-            killed, (c.get("resources") or {}).get("memory", "?"))
-    elif killed:
-        reason += " (the kernel's OOM killer also killed %d process(es) in it)" % killed
-    if not has_command:
-        command = "none"
-    elif exit_code is not None:
-        command = "exited"
-    else:
-        command = "running" if supervisor else "killed"
-    out = {"hostname": host, "state": status, "command": command, "reason": reason,
-           "exit_code": exit_code, "address": c.get("address"), "netns": c.get("netns"),
-           "pid": c.get("pid"), "sshd_pid": c.get("sshd_pid"), "published": c.get("published"),
-           "log": paths.log(host)}
-    if log_lines > 0:
-        out["log_tail"] = tail_lines(paths.log(host), log_lines)
     return out
 
 
@@ -315,11 +264,10 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
         if state == "DEGRADED":
             result["message"] = "creation did not complete (creator killed?); destroy the session"
         return result
-    conf = (info.get("engine") or {}).get("conf")
-    engine_names = [c["engine"] for c in info["containers"] if c.get("engine")] if conf else []
-    inspected = inspect_containers(engine_names, conf, ENGINE_STATE_FIELDS) if engine_names else {}
-    containers = [_engine_container_status(paths, c, inspected.get(c["engine"]), log_lines) if c.get("engine") and conf
-                  else _container_status(paths, c, log_lines) for c in info["containers"]]
+    conf = (info.get("engine") or {}).get("conf", "")
+    engine_names = [c["engine"] for c in info["containers"]]
+    inspected = inspect_containers(engine_names, conf, ENGINE_STATE_FIELDS) if engine_names and conf else {}
+    containers = [_engine_container_status(paths, c, inspected.get(c["engine"]), log_lines) for c in info["containers"]]
     _check_wireguard(info, containers)
     failure = apply_gang_status(paths, containers)
     state = session_state([c["state"] for c in containers], stopped=not has_journal,

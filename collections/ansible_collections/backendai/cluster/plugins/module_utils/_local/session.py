@@ -27,7 +27,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._defaults import
     DEFAULT_NETWORK_KEY_FILE,
     DEFAULT_STATE_ROOT,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import LOCAL_AGENT_NAME, netns_path
+from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import LOCAL_AGENT_NAME, netns_path
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError, SessionPaths
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from ansible_collections.backendai.cluster.plugins.module_utils._session.env import container_env

@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import BackendAIClusterError
 from ansible_collections.backendai.cluster.plugins.module_utils._files import fsync_dir
 
-# Path under which a container sees its session's state directory.
-CONTAINER_STATE_DIR = "/run/backendai-cluster"
-
 SANE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Set (to the session's state dir) in the environment of every process started for a
 # session, so destroy finds them all, even those of a creator that was killed.
@@ -64,14 +61,6 @@ class SessionPaths:
         return self._p("session.json")
 
     @property
-    def hosts_file(self) -> str:
-        return self._p("hosts")
-
-    @property
-    def resolv_conf(self) -> str:
-        return self._p("resolv.conf")
-
-    @property
     def user_ssh_config(self) -> str:
         return self._p("ssh_config")
 
@@ -94,19 +83,6 @@ class SessionPaths:
     def container_dir(self, host: str) -> str:
         return self._p("containers", host)
 
-    @property
-    def passwd(self) -> str:
-        """The containers' /etc/passwd: the host's with the session user in (``_local.account``)."""
-        return self._p("etc", "passwd")
-
-    @property
-    def group(self) -> str:
-        return self._p("etc", "group")
-
-    def home_dir(self, host: str) -> str:
-        """The container's own home (the session user's): removed with the session, never a host's home."""
-        return self._p("containers", host, "home")
-
     def log(self, host: str) -> str:
         return self._p("logs", host + ".log")
 
@@ -116,25 +92,8 @@ class SessionPaths:
     def exitcode(self, host: str) -> str:
         return self._p("logs", host + ".exitcode")
 
-    @property
-    def started(self) -> str:
-        """Written once every container's sshd answers: the commands start then (as on Nomad, where the
-        entrypoint runs the command only once every peer is registered)."""
-        return self._p("started")
-
-    @property
-    def start_gate(self) -> str:
-        """Locked by the creator until the session is up (or its create failed, or it died): the batch commands
-        wait for it (a shared lock: no polling), then start if ``started`` exists."""
-        return self._p("start.lock")
-
     def cni_cache(self, host: str) -> str:
         return self._p("cni", host + ".json")
-
-    def in_container(self, host_path: str) -> str:
-        """The path under which a container sees ``host_path`` (a path inside this state dir)."""
-        rel = os.path.relpath(host_path, self.root)
-        return CONTAINER_STATE_DIR if rel == "." else os.path.join(CONTAINER_STATE_DIR, rel)
 
 
 def read_text(path: str) -> t.Optional[str]:

@@ -42,6 +42,7 @@ import json
 import re
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import Problem, SpecError
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import LocalRuntimeError
 
 META_REF = re.compile(r"\$\{(NOMAD_META_[A-Za-z0-9_]+)\}")
@@ -65,8 +66,8 @@ _SECRET_ITEM = re.compile(r"\{\{ with (?:nomadVar|secret) \"[^\"]*\" \}\}\{\{ \.
 _ENV_REF = re.compile(r"\{\{ env \"([A-Za-z0-9_]+)\" \}\}$")
 
 
-#: The spec's ``image`` that runs the host's own files instead of an image (the host-files mode, chosen explicitly).
-HOST_FILES_IMAGE = "local"
+#: What the host-files runtime was named by (the spec's ``image: local``, removed): refused when planning (``refuse_host_files``).
+REMOVED_IMAGE = "local"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,14 +90,17 @@ class EngineRun:
     task: NomadTask
 
 
-def uses_engine(images: t.Iterable[str]) -> bool:
-    """Whether a session of containers with these images runs on the engine (every image but ``local``); a session
-    that mixes ``local`` with images is refused."""
-    images = set(images)
-    if HOST_FILES_IMAGE in images and len(images) > 1:
-        raise LocalRuntimeError("image %r (the host's files) and container images (%s) cannot be mixed in one session"
-                                % (HOST_FILES_IMAGE, ", ".join(sorted(images - {HOST_FILES_IMAGE}))))
-    return HOST_FILES_IMAGE not in images
+def refuse_host_files(spec_raw: t.Mapping[str, t.Any]) -> None:
+    """``image: local`` named the host-files runtime, which the engine replaced: a planning-time error naming the field
+    (the session's ``image``, or a role's: ``spec_raw`` is the spec as given, already parsed), never a fallback."""
+    fields = [("session.image", spec_raw.get("image"))] + [
+        ("session.roles[%d].image" % i, r.get("image")) for i, r in enumerate(spec_raw.get("roles") or [])]
+    problems = [Problem(where, "the host-files runtime (image %r) was removed: the local backend runs the spec's container "
+                               "image on podman, as Nomad runs the job; name an image (scripts/setup builds "
+                               "localhost/backendai-cluster/example:bookworm)" % REMOVED_IMAGE, image, True)
+                for where, image in fields if image == REMOVED_IMAGE]
+    if problems:
+        raise SpecError(problems)
 
 
 def group_of(job: t.Mapping[str, t.Any], name: str) -> t.Mapping[str, t.Any]:

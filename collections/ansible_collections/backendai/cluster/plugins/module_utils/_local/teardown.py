@@ -9,21 +9,16 @@ import shutil
 import time
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local import cgroups as _cgroups
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.cni import (
     prune_shared_chains,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import podman
-from ansible_collections.backendai.cluster.plugins.module_utils._local.containers import (
-    delete_netns,
-    kill_session_processes,
-)
+from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import delete_netns, kill_session_processes
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
-    Journal,
     LocalRuntimeError,
     SessionPaths,
-    session_names,
 )
 
 
@@ -32,12 +27,13 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     begin = next((e for e in entries if e["op"] == "begin"), None)
     # First every process of the session: containers, and whatever a killed creator left
     # running (a CNI plugin finishing its ADD after our DEL would leave its rules behind).
-    _cgroups.release_cpu([d for e in entries if e["op"] == "cgroups" for d in e["dirs"]])
     errors = kill_session_processes(begin["netns"] if begin else [], paths.root)
     if errors:
         return errors
     for entry in entries:  # the engine's containers before the network they are attached to (recorded before it)
         if entry["op"] == "engine":
+            if keep_logs:
+                _keep_exit_codes(paths, entry["containers"], entry["conf"])
             errors += remove_containers(entry["containers"], entry["conf"])
     for entry in reversed(entries):
         op = entry["op"]
@@ -45,12 +41,8 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
             errors += _local_network.network_down(paths, entry)
         elif op == "slot" and not errors:  # only once the session's network is gone from every agent
             _local_network.release_slots(entry["slots_dir"], entry["owner"])
-        elif op == "cgroups":
-            errors += _cgroups.remove(entry["dirs"])
         elif op == "netns":
             errors += delete_netns(entry["names"])
-        elif op == "mkdirs":
-            errors += _remove_dirs(paths, entry["paths"])
     if errors:
         return errors
     if any(e["op"] == "network" for e in entries):
@@ -68,6 +60,16 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     else:
         shutil.rmtree(paths.root)
     return []
+
+
+def _keep_exit_codes(paths: SessionPaths, names: t.List[str], conf: str) -> None:
+    """Beside the kept logs, each ended engine container's exit code (``logs/<host>.exitcode``: the status of a session
+    whose containers are gone reads it), before the containers go. A container is named ``bai-<digest>-<host>``."""
+    got = podman(["inspect", "--format", "{{.Name}} {{.State.Status}} {{.State.ExitCode}}"] + names, conf, check=False)
+    for line in got.stdout.decode(errors="replace").splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[1] in ("exited", "stopped") and fields[0].count("-") >= 2:
+            write_file(paths.exitcode(fields[0].split("-", 2)[2]), fields[2] + "\n", mode=0o644)
 
 
 #: How many times ``podman rm`` is tried (see :func:`remove_containers`).
@@ -91,31 +93,3 @@ def remove_containers(names: t.List[str], conf: str) -> t.List[str]:
         if attempt + 1 < RM_ATTEMPTS:
             time.sleep(0.2 * (attempt + 1))
     return ["podman rm %s: %s" % (" ".join(names), got.stderr.decode(errors="replace").strip())]
-
-
-def _other_sessions(paths: SessionPaths) -> t.List[str]:
-    return [n for n in session_names(paths.state_root)
-            if n != paths.name and os.path.exists(os.path.join(paths.state_root, n, "journal"))]
-
-
-def _remove_dirs(paths: SessionPaths, created: t.List[str]) -> t.List[str]:
-    """rmdir the mount targets this session created, unless another session mounts there
-    (removing a mountpoint would detach it in that session's containers)."""
-    in_use: t.List[str] = []
-    for other in _other_sessions(paths):
-        for e in Journal.replay(os.path.join(paths.state_root, other, "journal")):
-            if e["op"] == "begin":
-                in_use += e.get("targets", [])
-    errors = []
-    for d in reversed(created):
-        if any(t == d or t.startswith(d.rstrip("/") + "/") for t in in_use):
-            continue
-        try:
-            os.rmdir(d)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            if os.path.isdir(d) and os.listdir(d):
-                continue  # someone put files there: not ours to delete
-            errors.append("rmdir %s: %s" % (d, e))
-    return errors

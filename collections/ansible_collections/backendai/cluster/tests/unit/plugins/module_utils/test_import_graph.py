@@ -51,11 +51,9 @@ LOADS = {
                                  "_nomad", "_local"}, {"_ansible", "_errors", "_defaults", "_session"}),
     "modules/session_render.py": ({"_ansible", "_errors", "_defaults", "_files", "_session", "_network", "_vault",
                                    "_nomad"}, None),
-    # the clients come with the module base (ClusterModule.nomad(), .vault()), imported only when called;
-    # _session: the containers' user (_local.account reads the spec's user type)
+    # the clients come with the module base (ClusterModule.nomad(), .vault()), imported only when called
     "modules/local_agents.py": ({"_ansible", "_errors", "_defaults", "_files", "_session", "_network", "_vault",
-                                 "_nomad", "_local"}, {"_ansible", "_errors", "_defaults", "_files", "_network", "_local",
-                                                       "_session"}),
+                                 "_nomad", "_local"}, {"_ansible", "_errors", "_defaults", "_files", "_network", "_local"}),
     # _network: the underlay MTU default, one source (_nomad.nodes imports it from _session_network, stdlib only)
     "inventory/nomad_nodes.py": ({"_errors", "_defaults", "_nomad", "_network"}, {"_errors", "_defaults", "_nomad", "_network"}),
 }
@@ -207,7 +205,7 @@ def test_local_agents_load_no_planning_code_at_once() -> None:
     """``local_agents`` installs agents through ``_local.agent_network``, which names the local session's type only for
     type checking: importing it loads none of the planning code (nor the key generation's cryptography)."""
     loaded = _closure(["_local.agents"], eager=True)
-    assert sorted(n for n in loaded if n.startswith("_session.") or n == "_local.session") == ["_session.schema"]
+    assert sorted(n for n in loaded if n.startswith("_session.") or n == "_local.session") == []
 
 
 #: Helpers that live in tests/ and once shipped for the tests' sake alone: a local session given as a dict

@@ -1,13 +1,12 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""SSH of the local runtime: key files, sshd and client configs, readiness polling.
+"""How this machine reaches a local session over ssh: the session's key files in its state directory, the user's
+``ssh_config`` (main1 on its published port, the others through it), a free port to publish on, and the wait until
+every container's sshd answers.
 
-One keypair per session serves as every container's host key and as the authorized
-key; known_hosts pins it for every host name (``* <pubkey>``), so clients run with
-StrictHostKeyChecking=yes and never prompt.  A container's environment reaches ssh
-shells through sshd's ``SetEnv``.  sshd runs as root and lets in only the session user
-(``AllowUsers``), never root unless the spec's user is root; the user's keys are in its
-``~/.ssh`` (``_local.account.make_home`` makes it; the bring-up writes :func:`key_files` there).
+One keypair per session serves as every container's host key and as the authorized key (the job's entrypoint puts
+it in the user's ``~/.ssh`` inside each container); ``known_hosts`` pins it for every host name (``* <pubkey>``), so
+the client runs with StrictHostKeyChecking=yes and never prompts.
 """
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
     LocalRuntimeError,
     SessionPaths,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import ROOT_USER
 
 _CLIENT_OPTIONS = (
     "IdentitiesOnly yes",
@@ -35,63 +33,17 @@ _CLIENT_OPTIONS = (
 )
 
 
-#: What the state directory's ``ssh/`` holds of the session's key files (:func:`key_files`): the key pair (the
-#: containers' host key, and the host's client key for the state directory's ssh_config) and the known_hosts
-#: that ssh_config names. Logins use the user's own ``~/.ssh``, which holds them all.
+#: What the state directory's ``ssh/`` holds (:func:`key_files`): the key pair (the host's client key for the state
+#: directory's ssh_config) and the known_hosts that ssh_config names.
 STATE_KEY_FILES = ("id_cluster", "id_cluster.pub", "known_hosts")
 
 
 def key_files(private_key: str, public_key: str) -> t.Dict[str, t.Tuple[str, int]]:
-    """The session's key files, name -> (text, mode): the key pair, ``authorized_keys`` (the private key and it
-    0600: what sshd's StrictModes wants) and ``known_hosts`` pinning the key for every host name."""
+    """The session's key files of the state directory (:data:`STATE_KEY_FILES`), name -> (text, mode): the key pair
+    and ``known_hosts`` pinning the key for every host name."""
     pub = public_key.strip() + "\n"
     return {"id_cluster": (private_key.strip() + "\n", 0o600), "id_cluster.pub": (pub, 0o644),
-            "authorized_keys": (pub, 0o600), "known_hosts": ("* " + pub, 0o644)}
-
-
-def client_config(port: int, user: str, home: str) -> str:
-    """The ssh client config of the containers (bound over /etc/ssh/ssh_config): the user's own copies of the keys,
-    by absolute path (root entering a container with nsenter logs in as the user too)."""
-    client = ["Host *", "    Port %d" % port, "    User " + user, "    IdentityFile %s/.ssh/id_cluster" % home,
-              "    UserKnownHostsFile %s/.ssh/known_hosts" % home]
-    return "\n".join(client + ["    " + o for o in _CLIENT_OPTIONS]) + "\n"
-
-
-def _setenv_token(name: str, value: str) -> str:
-    # sshd_config tokens: double quotes group, backslash escapes '"' and '\'.
-    return '"%s=%s"' % (name, value.replace("\\", "\\\\").replace('"', '\\"'))
-
-
-def sshd_config(paths: SessionPaths, port: int, env: t.Dict[str, str], user: str) -> str:
-    ssh_dir = paths.in_container(paths.ssh_dir)
-    lines = [
-        "# backendai.cluster local runtime",
-        "Port %d" % port,
-        "AddressFamily inet",
-        "ListenAddress 0.0.0.0",
-        "HostKey %s/id_cluster" % ssh_dir,
-        # the user's own ~/.ssh/authorized_keys (0600, owned by it: StrictModes holds)
-        "AuthorizedKeysFile .ssh/authorized_keys",
-        "PermitRootLogin %s" % ("prohibit-password" if user == ROOT_USER else "no"),
-        "AllowUsers " + user,
-        "AuthenticationMethods publickey",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        "StrictModes yes",
-        "PidFile none",
-        "UseDNS no",
-        "PrintMotd no",
-        "PrintLastLog no",
-        "AllowTcpForwarding yes",
-        "X11Forwarding no",
-        "MaxStartups 100:30:200",
-        "Subsystem sftp internal-sftp",
-    ]
-    if env:
-        lines.append("SetEnv " + " ".join(_setenv_token(k, v) for k, v in sorted(env.items())))
-    return "\n".join(lines) + "\n"
+            "known_hosts": ("* " + pub, 0o644)}
 
 
 def user_ssh_config(paths: SessionPaths, main: str, subs: t.List[str], published: t.Tuple[str, int],
@@ -115,13 +67,14 @@ def free_local_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check: t.Callable[[], None],
+def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check: t.Callable[[], t.Optional[t.Set[str]]],
                  check_interval: float = 0.05, attempt_timeout: float = 1.0,
                  make_socket: t.Optional[t.Callable[[str], socket.socket]] = None,
                  ready: t.Optional[t.Callable[[str], bool]] = None, retry_interval: float = 0.01) -> float:
     """Connect to every target until each sends an SSH banner; returns the seconds taken.
 
-    ``check`` is called periodically and may raise (e.g. a container's supervisor died).
+    ``check`` is called periodically and may raise (e.g. a container's supervisor died), or return the targets no
+    longer to wait for (a batch container whose command ended).
     An attempt that gets no answer within ``attempt_timeout`` (a lost SYN) is retried; one that is
     refused or closed, after ``retry_interval``.
     ``make_socket(key)`` makes the (non-blocking) socket of a target, e.g. in another network
@@ -147,7 +100,10 @@ def wait_for_ssh(targets: t.Dict[str, t.Tuple[str, int]], timeout: float, check:
         while pending:
             now = time.monotonic()
             if now >= next_check:
-                check()
+                for key in set(check() or ()) & set(pending):
+                    del pending[key]
+                    if key in active:
+                        drop(key, retry=False)
                 next_check = now + check_interval
             if now > deadline:
                 raise LocalRuntimeError("sshd did not accept connections within %.0f s on: %s" % (

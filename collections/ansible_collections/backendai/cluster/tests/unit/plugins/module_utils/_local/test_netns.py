@@ -1,6 +1,6 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Whether a container's process still runs, from ``/proc/<pid>/stat``: a zombie, a process in its exit (a PID
+"""Whether a process of a session (the relay, a CNI plugin a killed creator left) still runs, from ``/proc/<pid>/stat``: a zombie, a process in its exit (a PID
 namespace's init killed from outside, while the kernel ends the rest of its namespace) and a reused pid are not."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typing as t
 
 import pytest
 
-from ansible_collections.backendai.cluster.plugins.module_utils._local import containers
+from ansible_collections.backendai.cluster.plugins.module_utils._local import netns
 
 ME = os.getpid()
 
@@ -38,10 +38,10 @@ def test_is_alive(monkeypatch: t.Any, state: str, flags: int, starttime: int, al
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", fake_open)
-    assert containers.is_alive(ME, 42) is alive
+    assert netns.is_alive(ME, 42) is alive
 
 
 def test_proc_stat_reads_this_process() -> None:
-    state, starttime, flags = containers.proc_stat(ME)
-    assert state == "R" and starttime > 0 and not flags & containers.PF_EXITING
-    assert containers.is_alive(ME, starttime) and not containers.is_alive(ME, starttime + 1)
+    state, starttime, flags = netns.proc_stat(ME)
+    assert state == "R" and starttime > 0 and not flags & netns.PF_EXITING
+    assert netns.is_alive(ME, starttime) and not netns.is_alive(ME, starttime + 1)

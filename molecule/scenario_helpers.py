@@ -6,7 +6,7 @@ The scenario's variables are its inventory (``molecule.yml``), read with testinf
 converge, verify and destroy read the same values. A container is entered the way users enter it:
 ``ssh -F <state>/<name>/ssh_config main1`` (the subs through main1, by the config's ProxyJump). Expected
 values are computed from the spec and the seed tables, never by the collection. What a session leaves
-behind is checked with the repository's one leak check, ``tests/leaks.py`` (re-exported as ``leaks``; the
+behind is checked with the repository's one leak check, ``tests/support/leaks.py`` (re-exported as ``leaks``; the
 create/destroy playbooks run the same file as a script).
 """
 
@@ -28,8 +28,8 @@ REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.dirname(os.path.d
 if os.path.join(REPO, "tests", "support") not in sys.path:
     sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 
-import leaks  # noqa: E402,F401  (tests/leaks.py)
-import repo_helpers  # noqa: E402  (tests/repo_helpers.py)
+import leaks  # noqa: E402,F401  (tests/support/leaks.py)
+import repo_helpers  # noqa: E402  (tests/support/repo_helpers.py)
 
 #: The Python inside a container (the host's Debian one; a root shell's PATH may start with pyenv shims).
 PY = "/usr/bin/python3"
@@ -59,7 +59,7 @@ def parametrize_hostname(metafunc: pytest.Metafunc) -> None:
 
 def run_playbook(playbook: str, state_root: str, extra: t.Mapping[str, t.Any]) -> subprocess.CompletedProcess:
     """``ansible-playbook playbooks/<playbook>`` from the repository top, as a user runs it (JSON results on
-    stdout: ``tests/repo_helpers.py``)."""
+    stdout: ``tests/support/repo_helpers.py``)."""
     return repo_helpers.run_playbook(
         os.path.join(REPO, "playbooks", playbook), "-e", json.dumps(dict(extra)), "-e", "session_state_dir=" + state_root,
         env={"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),

@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-import images  # tests/images.py: the images built here (scripts/build-images)
-import leaks  # tests/leaks.py: the one leak check
-import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
+import images  # tests/support/images.py: the images built here (scripts/build-images)
+import leaks  # tests/support/leaks.py: the one leak check
+import local_session_dict  # tests/support/local_session_dict.py: a session given as a dict, brought up by the runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(REPO, "collections")
@@ -53,7 +53,7 @@ def _skip_reason() -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test here but the ``no_root`` ones changes this machine: marked ``machine`` (it holds the suite's
-    machine lock, tests/machine_lock.py), and skipped without root and the runtime's prerequisites."""
+    machine lock, tests/support/machine_lock.py), and skipped without root and the runtime's prerequisites."""
     reason = _skip_reason()
     for item in items:
         if "local_runtime" in str(item.fspath) and "no_root" not in item.keywords:
@@ -71,7 +71,7 @@ def make_session(name: str, keypair: tuple[str, str], size: int = 3, command: li
                  mounts: list[dict[str, Any]] | None = None, port: int = 2200,
                  user: dict[str, Any] | None = None, resources: dict[str, int] | None = None,
                  image: str | None = None) -> dict[str, Any]:
-    """A single-node session as a dict (``tests/local_session_dict.py``): engine containers of ``image`` (default: the
+    """A single-node session as a dict (``tests/support/local_session_dict.py``): engine containers of ``image`` (default: the
     example image), every container's ``env`` the one its Nomad task gets (with the user variable ``TRICKY``),
     ``resources`` every container's cpu MHz and memory MB (the spec's defaults when not given)."""
     sid = str(uuid.uuid4())
@@ -105,7 +105,7 @@ except OSError as e:
 
 
 # ------------------------------------------------------------------ host snapshots
-# The one leak check of the repository (tests/leaks.py): a snapshot before, what the sessions made
+# The one leak check of the repository (tests/support/leaks.py): a snapshot before, what the sessions made
 # (recorded from their state directories), and everything that changed on the machine since.
 
 def host_snapshot() -> leaks.LeakCheck:

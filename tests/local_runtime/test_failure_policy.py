@@ -38,7 +38,7 @@ RANK = ('echo "start $BACKENDAI_CLUSTER_HOST $BACKENDAI_RESTART_COUNT"; '
 
 
 def documented(view: dict[str, Any]) -> None:
-    """The view matches the session module's RETURN, key by key and type by type (tests/test_return_docs.py), and
+    """The view matches the session module's RETURN, key by key and type by type (tests/unit/plugins/modules/test_return_docs.py), and
     it has every key only a failure policy returns."""
     modules_tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "unit", "plugins", "modules")
     if modules_tests not in sys.path:  # (where the RETURN checks live: tests/unit/plugins/modules/test_return_docs.py)

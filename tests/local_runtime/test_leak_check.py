@@ -1,6 +1,6 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The leak check (``tests/leaks.py``) can fail: one leftover of each kind it looks for, made by this test in
+"""The leak check (``tests/support/leaks.py``) can fail: one leftover of each kind it looks for, made by this test in
 a namespace, links, chains and directories of its own, is reported; once removed, nothing is.
 """
 

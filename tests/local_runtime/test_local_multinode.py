@@ -29,7 +29,7 @@ import pytest
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import local_backend
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
-import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
+import local_session_dict  # tests/support/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._local import session as local_session
 from ansible_collections.backendai.cluster.plugins.module_utils._local.agent_network import wireguard_interface
@@ -342,7 +342,7 @@ def test_mpirun_over_ssh_runs_one_rank_per_container_across_agents_as_the_user(m
 
 
 def test_env_rendezvous_across_agents_finds_main1(mn: Live, fabric: Fabric) -> None:
-    """tests/rendezvous.py's torch-style ``env://`` rendezvous, one rank per container started over ssh from
+    """tests/support/rendezvous.py's torch-style ``env://`` rendezvous, one rank per container started over ssh from
     main1 at the same time: MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK are only the injected ones."""
     before = fabric.wireguard_bytes()
     script = base64.b64encode(RENDEZVOUS.encode()).decode()

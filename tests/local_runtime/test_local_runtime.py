@@ -1,7 +1,7 @@
 """The local runtime brings real cluster sessions up on this machine and tears them down.
 
 Every container is an engine (podman) container of the example image, started as a task of the session's rendered
-Nomad job (``tests/local_session_dict.py``). Every test that creates a session destroys it and asserts the host
+Nomad job (``tests/support/local_session_dict.py``). Every test that creates a session destroys it and asserts the host
 holds nothing of it (``assert_clean`` in conftest.py): no network namespace, link, iptables rule, process,
 engine container or state file; when no other session is on the host, also that the whole iptables ruleset and
 net.ipv4.ip_forward are exactly as before. Tests that only look at a running session share one per module.
@@ -23,8 +23,8 @@ from typing import Any, Iterator
 import pytest
 
 import faults  # tests/local_runtime/faults.py: faults injected from outside the runtime
-import images  # tests/images.py: the engine's containers.conf, podman as the tests run it
-import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
+import images  # tests/support/images.py: the engine's containers.conf, podman as the tests run it
+import local_session_dict  # tests/support/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import engine_log_tail
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT, peers_text

@@ -3,7 +3,7 @@
 The plugin keeps each session's record (``sessions/<sid>.json``: its links, the delegated ``bridge`` plugin's
 config) and each container's (``containers/<id>.json``: its session) and reads them back on DEL, as root, to run the
 delegated plugin from CNI_PATH, delete links and remove the session's IPAM files. Were the state directory reachable
-by a session (a mount through a symbolic link: ``tests/test_session_mount_sources.py``), a planted record could
+by a session (a mount through a symbolic link: ``tests/unit/plugins/modules/test_session_mount_sources.py``), a planted record could
 choose the program the plugin runs and the files it removes. Each case plants such a record and runs the plugin's
 DEL in a network namespace of its own (``unshare --net``: the agent-wide rules it removes on the last session are
 that namespace's): the planted program never runs and nothing outside the state directory goes. The control is a

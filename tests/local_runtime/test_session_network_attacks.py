@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
+import local_session_dict  # tests/support/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as lnet
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt

@@ -20,7 +20,7 @@ import typing as t
 
 import pytest
 
-import local_session_dict  # tests/local_session_dict.py: a session given as a dict, brought up by the runtime
+import local_session_dict  # tests/support/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import runtime as rt
 from ansible_collections.backendai.cluster.plugins.module_utils._network import _session_network as net
 from conftest import make_session

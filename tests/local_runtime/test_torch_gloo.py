@@ -22,7 +22,7 @@ import uuid
 
 import pytest
 
-import local_session_dict  # tests/local_session_dict.py: the example image, the Nomad job's renderer
+import local_session_dict  # tests/support/local_session_dict.py: the example image, the Nomad job's renderer
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local import local_backend
 

@@ -733,6 +733,10 @@ def bridge_mac(session_id: str, underlay_ip: str) -> str:
     return "02:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
 
 
+#: IPv6's minimum link MTU (RFC 8200): Linux gives a device of a smaller MTU no IPv6 at all.
+IPV6_MIN_MTU = 1280
+
+
 def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     """The session's bridge and, when it spans agents, its VXLAN device: between underlay addresses, or, encrypted,
     between tunnel addresses over the agent's WireGuard interface (``dev``: it routes only there)."""
@@ -740,17 +744,20 @@ def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     # Neither device has an IPv6 address of its own (addrgenmode none: no link-local address, so no DAD, router
     # solicitation or MLD report of theirs): the session network is IPv4, and what the bridge itself sends is flooded
     # to every port, the VXLAN device's copy to every peer agent (at 1,023 peers, ~10 ms of kernel time in the first
-    # ADD). IPv6 between containers is bridged as before.
-    lines = ["link add %s address %s mtu %d type bridge" % (br, bridge_mac(st["sid"], cfg.underlay_ip), mtu),
-             "link set dev %s addrgenmode none" % br,
-             "addr add %s/%d dev %s" % (st["gateway"], st["prefixlen"], br)]
+    # ADD). IPv6 between containers is bridged as before. A device made with an MTU below IPv6's minimum (1,280: VXLAN
+    # inside WireGuard over an IPv6 underlay of 1,400) has no IPv6 at all, and the kernel refuses its addrgenmode
+    # (EAFNOSUPPORT, ``addrconf_notify`` adds no inet6 device below IPV6_MIN_MTU): there is nothing to turn off.
+    no_v6_addr = ["link set dev %s addrgenmode none"] if mtu >= IPV6_MIN_MTU else []
+    lines = ["link add %s address %s mtu %d type bridge" % (br, bridge_mac(st["sid"], cfg.underlay_ip), mtu)]
+    lines += [x % br for x in no_v6_addr] + ["addr add %s/%d dev %s" % (st["gateway"], st["prefixlen"], br)]
     encrypted = st.get("encryption") == "wireguard"
     dests = [tun for _key, tun, _ul in st["wg_peers"]] if encrypted else st["peers"]
     if st["peers"]:
-        lines += ["link add %s mtu %d type vxlan id %d local %s dstport %d%s"
-                  % (vx, mtu, st["vni"], st["tunnel"] if encrypted else cfg.underlay_ip, cfg.vxlan_port,
-                     " dev %s" % cfg.wg_interface if encrypted else ""),
-                  "link set dev %s addrgenmode none" % vx, "link set %s master %s" % (vx, br),
+        lines.append("link add %s mtu %d type vxlan id %d local %s dstport %d%s"
+                     % (vx, mtu, st["vni"], st["tunnel"] if encrypted else cfg.underlay_ip, cfg.vxlan_port,
+                        " dev %s" % cfg.wg_interface if encrypted else ""))
+        lines += [x % vx for x in no_v6_addr]
+        lines += ["link set %s master %s" % (vx, br),
                   # multicast is not flooded to the other agents (broadcast, so ARP, and unicast are): each container
                   # coming up sends a few IPv6 frames (MLD, DAD, RS), which the VXLAN device copied to every peer,
                   # ~20 ms of an ADD's kernel time at 1,023 peers and N^2 packets for a session start

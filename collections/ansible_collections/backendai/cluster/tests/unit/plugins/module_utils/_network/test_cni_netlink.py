@@ -232,3 +232,23 @@ def test_a_session_on_one_agent_has_no_peer_set_and_no_vxlan_rule() -> None:
     alone = _state("none", 1)
     assert system.peer_sets(alone) == [] and system.session_rules6(cfg, alone) == {"mangle": []}
     assert [r for r in system.session_rules(cfg, alone)["mangle"] if system.VXLAN_CHAIN in r] == []
+
+
+@pytest.mark.parametrize("mtu, encryption", [(1250, "wireguard"), (1450, None), (1280, "wireguard")])
+def test_links_up_turns_off_ipv6_addresses_only_where_the_device_has_ipv6(monkeypatch: t.Any, mtu: int,
+                                                                          encryption: t.Optional[str]) -> None:
+    """Below IPv6's minimum MTU (1,280) Linux gives a device no IPv6 at all, and ``addrgenmode`` on it fails the whole
+    ``ip -batch`` ("Address family not supported by protocol": a session of VXLAN inside WireGuard over an IPv6
+    underlay of MTU 1,400 has an overlay MTU of 1,250); at 1,280 and above both devices get ``addrgenmode none``."""
+    batches: t.List[str] = []
+    monkeypatch.setattr(system, "run", lambda argv, stdin="", **_kw: batches.append(stdin))
+    monkeypatch.setattr(system, "fdb_append", lambda dev, dests: None)
+    cfg = t.cast(t.Any, type("Cfg", (), {"underlay_ip": "192.0.2.1", "vxlan_port": 4789, "wg_interface": "baiwg0"}))
+    st = {"bridge": "baib", "vxlan": "baix", "mtu": mtu, "sid": SID, "gateway": "10.201.0.1", "prefixlen": 24,
+          "vni": 65921, "peers": ["192.0.2.2"], "tunnel": "fd00::1", "encryption": encryption,
+          "wg_peers": [("key", "fd00::2", "192.0.2.2")]}
+    system.links_up(cfg, st)
+    (batch,) = batches
+    off = [line for line in batch.splitlines() if "addrgenmode" in line]
+    assert off == ([] if mtu < 1280 else ["link set dev baib addrgenmode none", "link set dev baix addrgenmode none"])
+    assert "link set baix master baib" in batch and batch.endswith("link set baib up\n")

@@ -22,8 +22,9 @@ from ansible_collections.backendai.cluster.tests.unit.plugins.module_utils.clust
 
 def _cpu_args(cpu: int, core_mhz: float) -> t.List[str]:
     job = render_job(make_plan(cluster_size=2, resources={"cpu": cpu, "memory": 64}))
+    volumes = {g["Source"]: "/v" for g in job["TaskGroups"][0]["Volumes"].values()}
     args = run_args(job, "main1", name="c", netns_path="/run/netns/n", task_dir="/t", alloc_dir="/a", hosts_file="/h",
-                     host_volumes={g["Source"]: "/v" for g in job["TaskGroups"][0]["Volumes"].values()}, core_mhz=core_mhz)
+                    host_volumes=volumes, core_mhz=core_mhz)
     return [a for i, a in enumerate(args) if a.startswith("--cpu") or (i and args[i - 1].startswith("--cpu"))]
 
 
@@ -51,8 +52,8 @@ class _Podman:
 
 
 @pytest.mark.parametrize("failures", [0, 1, teardown.RM_ATTEMPTS - 1])
-def test_podman_rm_is_tried_again_while_a_killed_container_exit_is_recorded(monkeypatch: pytest.MonkeyPatch,
-                                                                              failures: int) -> None:
+def test_podman_rm_is_tried_again_while_a_killed_container_exit_is_recorded(
+        monkeypatch: pytest.MonkeyPatch, failures: int) -> None:
     fake = _Podman(failures)
     monkeypatch.setattr(teardown, "podman", fake)
     monkeypatch.setattr(teardown.time, "sleep", lambda _s: None)

@@ -35,6 +35,8 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
             if keep_logs:
                 _keep_exit_codes(paths, entry["containers"], entry["conf"])
             errors += remove_containers(entry["containers"], entry["conf"])
+    # and whatever a start in flight made meanwhile (a runc init that a conmon started before it was killed)
+    errors += kill_session_processes(begin["netns"] if begin else [], paths.root)
     for entry in reversed(entries):
         op = entry["op"]
         if op == "network":

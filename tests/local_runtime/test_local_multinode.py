@@ -19,6 +19,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,7 +89,10 @@ class Fabric:
     def iptables(self, agent: str, family: str = "iptables") -> list[str]:
         out = subprocess.run(["ip", "netns", "exec", self.netns[agent], family + "-save"], capture_output=True,
                              text=True, check=True).stdout
-        return [line for line in out.splitlines() if line.startswith((":", "-A"))]
+        # a table's built-in chains with their default policy show once anything loaded the table in the namespace
+        # (a rule added and removed): the kernel's default, not something left behind
+        return [line for line in out.splitlines() if line.startswith((":", "-A")) and not re.match(
+            r":(PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) ACCEPT \[", line)]
 
     def wireguard_bytes(self) -> dict[str, int]:
         """Per agent, the bytes its WireGuard interface received and sent, over all its peers (``wg show IF transfer``)."""

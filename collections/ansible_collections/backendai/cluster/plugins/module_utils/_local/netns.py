@@ -125,20 +125,11 @@ def _ns_key(path: str) -> t.Optional[t.Tuple[int, int]]:
     return st.st_dev, st.st_ino
 
 
-#: The engine's processes that act for a container (``session_pids``), by program name.
-ENGINE_PROCESSES = (b"podman", b"conmon")
-
-
 def session_pids(netns_names: t.Iterable[str], owner: str) -> t.List[int]:
     """Live processes in one of the network namespaces, or started for the session (see
-    owner_env(); e.g. CNI plugins or ``ip`` still running for a creator that was killed), or the engine's own
-    processes for the session's containers: a ``podman`` or ``conmon`` whose arguments name a path of the session's
-    state directory (its containers' logs and pidfiles are there). Podman starts conmon with an environment of its
-    own, without the session's tag: a conmon whose ``podman run`` was killed would go on to start its container
-    (a ``runc init`` in the session's namespace) after the session's processes were killed."""
+    owner_env(); e.g. CNI plugins or ``ip`` still running for a creator that was killed)."""
     keys = {k for k in (_ns_key(netns_path(n)) for n in netns_names) if k is not None}
     tag = ("%s=%s" % (OWNER_ENV, owner)).encode()
-    inside = (owner.rstrip("/") + "/").encode()
     me = os.getpid()
     found = []
     for entry in os.listdir("/proc"):
@@ -152,11 +143,6 @@ def session_pids(netns_names: t.Iterable[str], owner: str) -> t.List[int]:
             with open("/proc/%d/environ" % pid, "rb") as f:
                 if tag in f.read().split(b"\0"):
                     found.append(pid)
-                    continue
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-            if os.path.basename(argv[0]) in ENGINE_PROCESSES and any(inside in a for a in argv[1:]):
-                found.append(pid)
         except OSError:
             pass
     return [p for p in found if is_alive(p)]

@@ -35,7 +35,10 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
             if keep_logs:
                 _keep_exit_codes(paths, entry["containers"], entry["conf"])
             errors += remove_containers(entry["containers"], entry["conf"])
-    # and whatever a start in flight made meanwhile (a runc init that a conmon started before it was killed)
+    # and what a start in flight made meanwhile: podman gives conmon an environment of its own, without the session's
+    # tag, so the conmon of a podman run killed above goes on to start its container (a runc init in the session's
+    # namespace). Conmon itself is left alone: it removes the container's cgroups when its process ends (podman rm
+    # after a killed conmon leaves them behind).
     errors += kill_session_processes(begin["netns"] if begin else [], paths.root)
     for entry in reversed(entries):
         op = entry["op"]

@@ -14,7 +14,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.cni impor
     prune_shared_chains,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
-from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import podman
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import inspect_containers, podman
 from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import delete_netns, kill_session_processes
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     LocalRuntimeError,
@@ -70,11 +70,9 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
 def _keep_exit_codes(paths: SessionPaths, names: t.List[str], conf: str) -> None:
     """Beside the kept logs, each ended engine container's exit code (``logs/<host>.exitcode``: the status of a session
     whose containers are gone reads it), before the containers go. A container is named ``bai-<digest>-<host>``."""
-    got = podman(["inspect", "--format", "{{.Name}} {{.State.Status}} {{.State.ExitCode}}"] + names, conf, check=False)
-    for line in got.stdout.decode(errors="replace").splitlines():
-        fields = line.split()
-        if len(fields) == 3 and fields[1] in ("exited", "stopped") and fields[0].count("-") >= 2:
-            write_file(paths.exitcode(fields[0].split("-", 2)[2]), fields[2] + "\n", mode=0o644)
+    for name, fields in inspect_containers(names, conf, "{{.State.Status}} {{.State.ExitCode}}").items():
+        if len(fields) == 2 and fields[0] in ("exited", "stopped") and name.count("-") >= 2:
+            write_file(paths.exitcode(name.split("-", 2)[2]), fields[1] + "\n", mode=0o644)
 
 
 #: How many times ``podman rm`` is tried (see :func:`remove_containers`).

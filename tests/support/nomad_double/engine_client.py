@@ -11,7 +11,8 @@ What it does, each :data:`TICK`:
 
 * an allocation it has not seen whose container runs: the task started;
 * a running task whose container exited: ``task_exited`` with podman's exit code and OOM flag (the docker driver
-  reports the container's exit code, 128 + the signal for a killed process, and no signal of its own); when the
+  reports the container's exit code, 128 + the signal for a killed process, and signal 0: drivers/docker/handle.go
+  ``run``); when the
   restart tracker says so, ``podman start`` of the same container after the delay (Nomad's docker driver makes a
   new container of the same config; the task directory, hence its files, stays either way), then ``task_started``;
 * a lost allocation (its node went ``down``: ``set_node_status``) is left alone: its client is gone;

@@ -73,7 +73,9 @@ def test_a_task_restarting_then_failing_makes_the_allocation_failed() -> None:
     task = stub["TaskStates"]["kernel"]
     assert (stub["ClientStatus"], task["State"], task["Restarts"]) == ("pending", "pending", 1)
     assert [e["Type"] for e in task["Events"]][-2:] == ["Terminated", "Restarting"]
-    assert task["Events"][-2]["DisplayMessage"] == "Exit Code: 137" and task["Events"][-2]["Details"]["exit_code"] == "137"
+    assert task["Events"][-2]["DisplayMessage"] == (
+        'Exit Code: 137, Exit Message: "Docker container exited with non-zero exit code: 137"')
+    assert task["Events"][-2]["Details"]["exit_code"] == "137"
     model.task_started(alloc_id)
     assert model.task_exited(alloc_id, 3) is None
     stub = model.alloc_stub(model.allocs[alloc_id])

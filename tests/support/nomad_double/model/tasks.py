@@ -34,6 +34,7 @@ follow-up evaluations, rescheduling of failed allocations (the ``Reschedule`` po
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import typing as t
@@ -151,8 +152,11 @@ class TasksModel(ModelState):
             alloc = self.allocs[alloc_id]
             runner = self._runner(alloc)
             state = runner["state"]
+            # the docker driver's exit error (drivers/docker/handle.go ``run``), which the event carries as its message
+            error = "OOM Killed" if oom else (
+                "Docker container exited with non-zero exit code: %d" % exit_code if exit_code else "")
             message = "Exit Code: %d" % exit_code + (", Signal: %d" % signal if signal else "") + (
-                ', Exit Message: "OOM Killed"' if oom else "")
+                ", Exit Message: %s" % json.dumps(error) if error else "")
             state["Events"].append(_event(TASK_TERMINATED, message, ExitCode=exit_code, Signal=signal, OOMKilled=oom))
             verdict, delay, reason = runner["tracker"].state(exit_code)
             if verdict == TASK_RESTARTING:

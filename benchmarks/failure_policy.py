@@ -51,6 +51,8 @@ TASK = NomadTask(nomad_job.render_job, nomad_job.RUNTIME_VOLUME, nomad_job.RUNTI
                  (nomad_job.PRIVATE_KEY_ITEM, nomad_job.PUBLIC_KEY_ITEM))
 #: Each container's CPU (MHz): its supervisor runs in its cgroup, under its quota, as a rank's would.
 CPU = 500
+#: what this run gives each container (``--cpu``; the machine holds N x this)
+CPU_MHZ = [CPU]
 RANK = ('echo "start $BACKENDAI_CLUSTER_HOST ${BACKENDAI_RESTART_COUNT:-0}"; '
         'while :; do touch "${BACKENDAI_HEARTBEAT_FILE:-/tmp/hb}"; sleep 0.2; done')
 
@@ -62,7 +64,7 @@ def uptime() -> float:
 
 def spec(name: str, size: int, policy: str) -> t.Dict[str, t.Any]:
     return {"name": name, "image": images.image("test-busybox"), "cluster_size": size,
-            "resources": {"cpu": CPU, "memory": 64}, "command": ["sh", "-c", RANK],
+            "resources": {"cpu": CPU_MHZ[0], "memory": 64}, "command": ["sh", "-c", RANK],
             "failure": {"policy": policy, "max_restarts": 10}}
 
 
@@ -158,9 +160,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--flat", action="store_true", help="also heal with the flat broadcast (fan-out N)")
+    parser.add_argument("--cpu", type=int, default=CPU, help="MHz per container (default %(default)s)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root")
+    CPU_MHZ[0] = args.cpu
     knows, agains, repairs, flats = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-heal-") as root:
         for i in range(args.repeat):

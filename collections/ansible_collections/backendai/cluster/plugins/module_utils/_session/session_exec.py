@@ -27,7 +27,6 @@ FAIL_ON = ("any", "all", "none")
 #: ``command_timeout``: its client was killed), ``unreachable`` (it could not be run: the exec or the ssh failed to
 #: start), ``not_running`` (the container is not running: nothing was run in it), ``skipped`` (check mode).
 OK, FAILED, TIMED_OUT, UNREACHABLE, NOT_RUNNING, SKIPPED = "ok", "failed", "timed_out", "unreachable", "not_running", "skipped"
-RESULTS = (OK, FAILED, TIMED_OUT, UNREACHABLE, NOT_RUNNING, SKIPPED)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ Nomad reports not running is not run in, and a main1 whose host key is not the s
 from __future__ import annotations
 
 import os
+import sys
 import typing as t
 import uuid
 
@@ -34,6 +35,9 @@ from module_helpers import NOMAD_TOKEN, ModuleRun, private_key_lines
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "unit", "plugins", "modules"))
+from test_return_docs import Results  # noqa: E402 - RETURN checked against real results, as for the other modules
 
 HOSTS = ["main1"] + ["sub%d" % i for i in range(1, 8)]
 NAME = "ex"
@@ -238,3 +242,14 @@ def test_nomad_path_refuses_a_main1_that_is_not_the_sessions(run: ModuleRun, liv
     result = exec_nomad(run, nomad, command="hostname", fail_on="none")
     assert {c["result"] for c in result["containers"]} == {"unreachable"}
     assert "host key" in result["containers"][0]["reason"].lower()
+
+
+def test_results_of_both_backends_match_return(run: ModuleRun, live: t.Dict[str, t.Any], nomad: NomadAPIDouble) -> None:
+    results = Results(session_exec)
+    results.add(exec_local(run, live, command="hostname"), "local")
+    results.add(exec_local(run, live, command="exit 3", hostnames=["sub1"], fail_on="none"), "local, failing")
+    results.add(run(session_exec, {"name": NAME, "backend": "local", "state_dir": live["root"], "command": "true"},
+                    check=True), "check mode")
+    results.add(exec_nomad(run, nomad, command="hostname", roles=["main"]), "nomad")
+    assert not results.problems, results.problems
+    assert results.never_returned() == []

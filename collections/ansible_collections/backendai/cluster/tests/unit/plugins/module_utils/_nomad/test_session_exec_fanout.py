@@ -36,8 +36,8 @@ def run_script(tmp_path: t.Any, shell: str, script: str, timeout: float = 30) ->
 @pytest.mark.parametrize("shell", SHELLS)
 def test_every_host_gets_a_frame_with_its_output_and_exit_code(tmp_path: t.Any, shell: str) -> None:
     command = "echo \"out $FAKE_HOST\"; printf 'two\\nlines' >&2; [ $FAKE_HOST != sub2 ] || exit 7"
-    frames = ne.parse_frames(run_script(tmp_path, shell, ne.fanout_script(command, ["main1", "sub1", "sub2", "down"],
-                                                                           "main1", 0)))
+    script = ne.fanout_script(command, ["main1", "sub1", "sub2", "down"], "main1", 0)
+    frames = ne.parse_frames(run_script(tmp_path, shell, script))
     assert sorted(frames) == [0, 1, 2, 3]
     assert [(f[0], f[2]) for f in (frames[i] for i in range(3))] == [
         ("0", b"out main1\n"), ("0", b"out sub1\n"), ("7", b"out sub2\n")]

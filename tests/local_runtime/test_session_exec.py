@@ -31,9 +31,9 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job impor
 from ansible_collections.backendai.cluster.plugins.module_utils._session.keys import generate_keypair
 from ansible_collections.backendai.cluster.plugins.modules import session as session_module
 from ansible_collections.backendai.cluster.plugins.modules import session_exec
-from module_helpers import NOMAD_TOKEN, ModuleRun, private_key_lines
+from module_helpers import NOMAD_TOKEN, VAULT_TOKEN, ModuleRun, private_key_lines
 from module_helpers import clean_nomad_env, run  # noqa: F401 - pytest fixtures
-from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
+from nomad_double.fixtures import nomad_double_factory, test_pki, vault_double, vault_double_factory  # noqa: F401
 from nomad_double.server import NomadAPIDouble
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "unit", "plugins", "modules"))
@@ -170,12 +170,22 @@ def test_bad_input_names_the_field(run: ModuleRun, live: t.Dict[str, t.Any]) -> 
 
 @pytest.fixture
 def nomad(nomad_double_factory: t.Any, live: t.Dict[str, t.Any], run: ModuleRun) -> NomadAPIDouble:
-    """A double holding session ``NAME`` (8 containers, registered by the session module) whose main1 allocation
-    publishes ssh where the local session's main1 does, and whose keypair variable holds the local session's keys."""
-    double = nomad_double_factory(token=NOMAD_TOKEN)
+    """A double holding session ``NAME`` whose main1 publishes ssh where the local session's main1 does, and whose
+    keypair variable holds the local session's keys."""
+    double = nomad_standing_in(nomad_double_factory, live, run, {})
+    put_keypair(double, live, *local_keypair(live))
+    return double
+
+
+def nomad_standing_in(factory: t.Any, live: t.Dict[str, t.Any], run: ModuleRun, extra: t.Dict[str, t.Any],
+                      **spec: t.Any) -> NomadAPIDouble:
+    """A double holding session ``NAME`` (8 containers, registered by the session module with ``spec`` and the module
+    options ``extra``) whose main1 allocation publishes ssh where the local session's main1 does."""
+    double = factory(token=NOMAD_TOKEN)
     double.add_node("n1", cpu=16000, memory=32768, address="127.0.0.1")
-    made = run(session_module, {"nomad_addr": double.url, "token": NOMAD_TOKEN, "spec": {
-        "name": NAME, "image": "python:3.11-slim", "cluster_size": len(HOSTS), "resources": {"cpu": 1000, "memory": 1024}}})
+    made = run(session_module, dict({"nomad_addr": double.url, "token": NOMAD_TOKEN, "spec": dict({
+        "name": NAME, "image": "python:3.11-slim", "cluster_size": len(HOSTS), "resources": {"cpu": 1000, "memory": 1024}},
+        **spec)}, **extra))
     assert not made.get("failed"), made.get("msg")
     host, port = live["view"]["main1"]["address"], live["view"]["main1"]["ssh_port"]
     assert host == "127.0.0.1" and port
@@ -184,7 +194,6 @@ def nomad(nomad_double_factory: t.Any, live: t.Dict[str, t.Any], run: ModuleRun)
         for p in double.model.allocs[main1]["Ports"]:
             if p["Label"] == "ssh":
                 p["Value"] = port
-    put_keypair(double, live, *local_keypair(live))
     return double
 
 
@@ -243,6 +252,22 @@ def test_nomad_path_refuses_a_main1_that_is_not_the_sessions(run: ModuleRun, liv
     assert {c["result"] for c in result["containers"]} == {"unreachable"}
     assert "host key" in result["containers"][0]["reason"].lower()
 
+
+
+def test_nomad_path_with_the_keypair_in_vault(run: ModuleRun, live: t.Dict[str, t.Any], nomad_double_factory: t.Any,
+                                               vault_double: t.Any) -> None:
+    vault = {"vault_addr": vault_double.url, "vault_token": VAULT_TOKEN}
+    double = nomad_standing_in(nomad_double_factory, live, run, vault, secrets={
+        "backend": "vault", "mount": "secret", "path": "backendai/sessions", "role": "backendai"})
+    private, public = local_keypair(live)
+    answer = requests.post(vault_double.url + "/v1/secret/data/backendai/sessions/" + NAME, timeout=5,
+                           headers={"X-Vault-Token": VAULT_TOKEN},
+                           json={"data": {PRIVATE_KEY_ITEM: private, PUBLIC_KEY_ITEM: public}})
+    assert answer.status_code == 200, answer.text
+    result = exec_nomad(run, double, command="hostname", hostnames=["main1", "sub4"], **vault)
+    assert not result.get("failed"), result.get("msg")
+    assert [c["stdout"] for c in result["containers"]] == ["main1\n", "sub4\n"]
+    assert not [line for line in private_key_lines(private) if any(line in out for out in run.outputs)]
 
 def test_results_of_both_backends_match_return(run: ModuleRun, live: t.Dict[str, t.Any], nomad: NomadAPIDouble) -> None:
     results = Results(session_exec)

@@ -37,3 +37,14 @@ def test_a_note_reaches_the_grandchildren_through_a_relay_and_around_a_gone_one(
     g.kill_command("main1")
     got = until(lambda: lasts(g), lambda v: all(v[h] == "main1" for h in HOSTS if h != "sub1"), 15)
     assert {h: got[h] for h in HOSTS if h != "sub1"} == {h: "main1" for h in HOSTS if h != "sub1"}, got
+
+
+def test_ranks_that_complete_are_told_through_the_tree_and_the_session_ends_terminated(gang: t.Any) -> None:
+    """Every command exits 0, one after another (rank order): each completion (``done``) goes through the tree, so no
+    container takes a completed one for gone; the session ends TERMINATED, not ERROR."""
+    script = 'echo "start $BACKENDAI_CLUSTER_HOST 0"; sleep $((3 + ${BACKENDAI_CLUSTER_IDX:-0})); exit 0'
+    g = gang(session("fp-done", {"policy": "restart_all"}, size=len(HOSTS), script=script))
+    view = g.until("TERMINATED", 40)
+    assert view["state"] == "TERMINATED", (view["reason"], view["containers"])
+    assert {c["status"] for c in view["containers"]} == {"complete"}, view["containers"]
+    assert view["failure"]["state"] == "running" and view["failure"]["first_failure"] is None, view["failure"]

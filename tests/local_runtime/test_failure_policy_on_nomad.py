@@ -99,7 +99,10 @@ class NomadGang:
 
     def until(self, ok: t.Callable[[t.Dict[str, t.Any]], bool], timeout: float) -> t.Dict[str, t.Any]:
         view = until(self.view, ok, timeout)
-        assert ok(view), view
+        assert ok(view), (view["state"], view["reason"], view.get("failure"), [
+            (c["hostname"], c["status"], c["reason"], c.get("last_failure")) for c in view["containers"]],
+            {h: (a["ClientStatus"], [e["Type"] for e in a["TaskStates"][nomad_job.TASK_NAME]["Events"]])
+             for h, a in self.allocs().items()})
         return view
 
     def starts(self, host: str) -> t.List[str]:
@@ -198,7 +201,7 @@ def test_restart_all_on_nomad_each_fault(nomad_gang: t.Any) -> None:
     assert set(g.nomad_restarts().values()) == {0}
 
     g.signal("main1", "USR1")  # exit 3: do not retry
-    view = g.until(lambda v: v["state"] == "ERROR" and all(c["status"] == "failed" for c in v["containers"]), 20)
+    view = g.until(lambda v: v["state"] == "ERROR" and all(c["status"] == "failed" for c in v["containers"]), 40)
     assert view["reason"] == ("failure policy restart_all failed: main1, exit code 3: the command exited with code 3 "
                               "(exit code 3 is in fail_on_exit_codes)"), view["reason"]
     failed_by_policy(g, view)
@@ -225,7 +228,7 @@ def test_restart_one_on_nomad_each_fault(nomad_gang: t.Any) -> None:
     assert g.starts("main1") == ["start main1 0"], g.starts("main1")
 
     g.signal("sub1", "USR1")
-    view = g.until(lambda v: v["state"] == "ERROR" and all(c["status"] == "failed" for c in v["containers"]), 20)
+    view = g.until(lambda v: v["state"] == "ERROR" and all(c["status"] == "failed" for c in v["containers"]), 40)
     assert view["reason"].startswith("failure policy restart_one failed: sub1, exit code 3: "), view["reason"]
     failed_by_policy(g, view)
 
@@ -253,7 +256,7 @@ def test_max_restarts_on_nomad_ends_in_fail(nomad_gang: t.Any) -> None:
     g.until(lambda v: v["state"] == "RUNNING" and v.get("failure", {}).get("restarts") == 1, 20)
     until(lambda: [g.starts(h) for h in HOSTS], lambda s: all(len(x) == 2 for x in s), 15)
     g.signal("main1", "KILL")
-    view = g.until(lambda v: v["state"] == "ERROR" and all(c["status"] == "failed" for c in v["containers"]), 20)
+    view = g.until(lambda v: v["state"] == "ERROR" and all(c["status"] == "failed" for c in v["containers"]), 40)
     assert view["failure"]["state"] == "gave_up", view
     assert view["reason"].startswith("failure policy restart_all gave up: main1, exit code 137: "), view["reason"]
     failed_by_policy(g, view)

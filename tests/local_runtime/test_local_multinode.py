@@ -361,8 +361,9 @@ def test_env_rendezvous_across_agents_finds_main1(mn: Live, fabric: Fabric) -> N
 
 # ------------------------------------------------------------------ destroy
 
-def _runtime_session(name: str, fabric: Fabric, keypair: tuple[str, str]) -> dict[str, t.Any]:
-    plan = build_plan(parse_spec(spec(name)), parse_agents(fabric.agents), str(uuid.uuid4()))
+def _runtime_session(name: str, fabric: Fabric, keypair: tuple[str, str], size: int = 6) -> dict[str, t.Any]:
+    """A session of ``size`` containers over the three agents: 6 is two on each, 3 one on each."""
+    plan = build_plan(parse_spec(spec(name, size=size, cpu=6000 // size)), parse_agents(fabric.agents), str(uuid.uuid4()))
     return local_session_dict.session_dict(local_session.local_session(plan, SSHKeypair(keypair[0], keypair[1]),
                                                                        local_backend.local_agents(fabric.agents)))
 
@@ -384,9 +385,13 @@ def test_destroy_leaves_nothing_and_is_idempotent(fabric: Fabric, state_root: st
 # journal records of a 3-agent session: begin, netns, slot, network, engine, relay, ready
 @pytest.mark.parametrize("kill", ["records:2", "records:3", "records:4", "records:5", "after:0.25", "after:0.4"])
 def test_destroy_after_creator_killed(kill: str, fabric: Fabric, state_root: str, keypair: t.Any, helpers: t.Any) -> None:
+    """A session of one container on each agent (every agent's share of the session network, the relay) whose creator
+    is SIGKILLed at a journal record or after a delay: destroy leaves nothing on any agent nor on the host. (Several
+    containers on one bridge are the single-node creator-killed tests'; the whole spread's destroy is
+    test_destroy_leaves_nothing_and_is_idempotent's.)"""
     on_agents = fabric.snapshot()
     before = helpers.host_snapshot()
-    session = _runtime_session("killed", fabric, keypair)
+    session = _runtime_session("killed", fabric, keypair, size=3)
     proc = helpers.start_creator(session, state_root, kill)
     proc.wait(timeout=60)
     if kill.startswith("records:"):

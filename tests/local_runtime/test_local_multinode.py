@@ -25,6 +25,7 @@ import subprocess
 import sys
 import typing as t
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -289,14 +290,15 @@ def test_sessions_on_the_same_agents_are_isolated(mn: Live, fabric: Fabric, mn_r
         assert sorted(c["agent"] for c in other.view["containers"]) == ["agent1", "agent2", "agent3"]
         assert other.info["vxlan"] != mn.info["vxlan"]
         port = str(mn.info["ssh_port"])
-        for src, dst in (("main1", "sub2"), ("sub1", "sub1")):  # same session across agents: open
-            assert other.python_in(src, PROBE, other.by_host[dst]["address"], port).stdout.startswith("open")
-        for host, c in other.by_host.items():  # another session, on the same and on other agents: closed
-            assert other.python_in("main1", PROBE, c["address"], port).stdout.startswith("open")
-            for src in ("main1", "sub3"):
-                assert mn.python_in(src, PROBE, c["address"], port).stdout.startswith("closed"), (src, host)
-        for c in mn.by_host.values():
-            assert other.python_in("sub1", PROBE, c["address"], port).stdout.startswith("closed")
+        # (session, from, to, what the probe must find); every probe at once: a dropped SYN takes the probe's timeout
+        probes = [(other, src, other.by_host[dst]["address"], "open")  # same session across agents: open
+                  for src, dst in (("main1", "sub2"), ("sub1", "sub1"))]
+        for c in other.by_host.values():  # another session, on the same and on other agents: closed
+            probes += [(other, "main1", c["address"], "open")] + [(mn, src, c["address"], "closed") for src in ("main1", "sub3")]
+        probes += [(other, "sub1", c["address"], "closed") for c in mn.by_host.values()]
+        with ThreadPoolExecutor(len(probes)) as pool:
+            got = list(pool.map(lambda p: p[0].python_in(p[1], PROBE, p[2], port).stdout, probes))
+        assert [out.split(" ")[0].strip() for out in got] == [want for *_x, want in probes], list(zip(probes, got))
     finally:
         assert backend(mn_root).absent("other")["changed"] is True
 

@@ -78,11 +78,11 @@ def test_gloo_all_reduce_across_containers_as_the_session_user(mode: str, torch_
     agents_root = os.path.join(run_dir, "agents-" + uuid.uuid4().hex[:8])
     hosts = ["main1", "sub1", "sub2"]
     spec = {"name": "gloo", "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": len(hosts), "cluster_mode": mode,
-            "resources": {"cpu": 1000, "memory": 1024}, "master_port": 29500,
+            "resources": {"cpu": 1400, "memory": 1024}, "master_port": 29500,  # (torch's import is CPU-bound)
             "mounts": [{"source": VENV, "target": VENV_IN_CONTAINER, "read_only": True}]}
     agents = None
     if mode == "multi-node":  # two local agents, neither of which holds the whole session
-        agents = local_agents.create_agents([{"name": "agent%d" % i, "cpu": 2000, "memory": 2048} for i in (1, 2)],
+        agents = local_agents.create_agents([{"name": "agent%d" % i, "cpu": 3200, "memory": 2048} for i in (1, 2)],
                                             agents_root)["agents"]
     backend = local_backend.LocalBackend(root, mount_roots=[CACHE], task=local_session_dict.TASK)
     try:

@@ -72,9 +72,11 @@ def shared(example_session: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def other(run_dir: str, keypair: Any, helpers: Any) -> Iterator[dict[str, Any]]:
-    """A second interactive session (main1, sub1) beside :func:`shared`, which it must not reach nor be reached by."""
-    with helpers.module_session(run_dir, keypair, "other", size=2) as r:
+def other(run_dir: str, helpers: Any, tmp_path_factory: Any) -> Iterator[dict[str, Any]]:
+    """A second interactive session (main1, sub1) beside :func:`shared`, which it must not reach nor be reached by,
+    with a keypair of its own (the session's key is also its sshd's host key)."""
+    with helpers.module_session(run_dir, helpers.new_keypair(str(tmp_path_factory.mktemp("other-key"))), "other",
+                                size=2) as r:
         yield r
 
 

@@ -80,8 +80,18 @@ def local_agent() -> Agent:
     return Agent(LOCAL_AGENT, int(cores * mhz), memory, 0, "local")
 
 
+def _spec_dict(spec: SessionSpec) -> t.Dict[str, t.Any]:
+    """The spec as the record keeps it; the lifetime keys only when set (a session recorded before they existed is
+    unchanged by the same spec)."""
+    out = dataclasses.asdict(spec)
+    for key, unset in (("max_run_time", 0), ("keep_after", None)):
+        if out.get(key) == unset:
+            out.pop(key, None)
+    return out
+
+
 def _digest(spec: SessionSpec, agents: t.Optional[t.Sequence[t.Any]] = None) -> str:
-    text = json.dumps(dataclasses.asdict(spec), sort_keys=True)
+    text = json.dumps(_spec_dict(spec), sort_keys=True)
     if agents is not None:  # other agents (or capacities) may mean another placement
         text += json.dumps(agents, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -106,7 +116,7 @@ def local_agents(agents: t.Optional[t.Sequence[t.Any]]) -> t.Optional[t.Dict[str
 
 
 def _spec_text(spec: SessionSpec) -> str:
-    return json.dumps(dataclasses.asdict(spec), indent=2, sort_keys=True) + "\n"
+    return json.dumps(_spec_dict(spec), indent=2, sort_keys=True) + "\n"
 
 
 def _root(state_root: str) -> str:

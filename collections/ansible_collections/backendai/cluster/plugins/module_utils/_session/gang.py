@@ -59,9 +59,10 @@ set +eu  # not the entrypoint's -e and -u: a supervisor outlives a failed probe 
 [ -n "$BOK" ] || fail 78 "the failure policy needs the session runtime bundle at $B (its busybox supervises the command)"
 GD=/run/backendai/gang SD=${NOMAD_ALLOC_DIR:-/alloc}/backendai HB=@HB@ ME=$BACKENDAI_CLUSTER_HOST
 mkdir -p $GD $SD "${HB%/*}"; rm -f $GD/in.* $GD/rc $GD/pid; chown "$UI:$GI" "${HB%/*}"
-read -r GP GMAX GWIN GHANG GREJ GPORT GCODES <<EOF
+read -r GP GMAX GWIN GHANG GREJ GPORT GCODES GMRT <<EOF
 $NOMAD_META_BACKENDAI_FAILURE
 EOF
+GMRT=${GMRT:-0}  # max_run_time (s; 0: no limit): counted from this supervisor's start
 MEMBERS=$(echo "$NOMAD_META_BACKENDAI_GANG_MEMBERS" | tr , ' ')
 G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG=
 export BACKENDAI_HEARTBEAT_FILE=$HB
@@ -74,7 +75,7 @@ publish() {
 }
 { echo "#!$B/bin/sh"; echo "read -t 2 -r m; case \"\$m\" in ping*|'') ;; *) echo \"\$m\" > $GD/t.\$\$; mv $GD/t.\$\$ $GD/in.\$\$;; esac"
   echo "cat $GD/now"; } > $GD/handle
-chmod 700 $GD/handle; TW=$(up); publish
+chmod 700 $GD/handle; TW=$(up); TS=$TW; publish
 nc -ll -p "$GPORT" -e $GD/handle &
 addr() { A=; while read -r a h; do [ "$h" != "$1" ] || { A=$a; return 0; }; done < $L/peers; }  # (no fork)
 others() { for m in $MEMBERS; do [ "$m" = "$ME" ] || case " $DONE " in *" $m "*) ;; *) echo "$m";; esac; done; }
@@ -103,6 +104,10 @@ restart_all() {  # gen host code reason: stop the command, then wait (the barrie
   G=$1 R=$1 HIST="$HIST $(up)" ST=waiting TW=$(up); publish
 }
 failed() {  # host code reason command...: what the policy says about a failure seen here
+  if [ "$GP" = none ]; then  # no policy (a supervisor for max_run_time only): a command that failed ends its
+    [ "$1" = "$ME" ] || return 0  # container with its code, as without a supervisor; the others go on
+    case "$2" in ''|-|*[!0-9]*) exit 1;; esac; exit "$2"
+  fi
   case ",$GCODES," in *",$2,"*) give_up "$1" "$2" "$3 (exit code $2 is in fail_on_exit_codes)";; esac
   [ "$GP" != fail ] || give_up "$1" "$2" "$3"
   [ "$GP" != restart_all ] || [ -z "$DONE" ] || give_up "$1" "$2" "$3 (after$DONE completed)"
@@ -157,6 +162,9 @@ while :; do
       done) DONE="$DONE $g";;
     esac
   done
+  if [ "$GMRT" -gt 0 ] && [ $(( $(up) - TS )) -ge $((GMRT * 100)) ]; then
+    give_up "$ME" - "max_run_time ${GMRT}s exceeded: every command was stopped"
+  fi
   case "$ST" in
     running)
       if [ -e $GD/rc ]; then
@@ -172,9 +180,9 @@ while :; do
       for x in $LOST; do
         [ $(( $(up) - ${x#*@} )) -lt $((GREJ * 100)) ] || give_up "${x%@*}" - "${x%@*} did not come back within ${GREJ}s (rejoin_timeout)"
       done
-      if [ "$ST" = running ] && [ "$(up)" -ge "$NEXTW" ]; then NEXTW=$(( $(up) + 100 )); watch; fi;;
+      if [ "$ST" = running ] && [ "$GP" != none ] && [ "$(up)" -ge "$NEXTW" ]; then NEXTW=$(( $(up) + 100 )); watch; fi;;
     starting|waiting)
-      if barrier; then start "$@"
+      if [ "$GP" = none ] || barrier; then start "$@"
       elif [ $(( $(up) - TW )) -ge $((GREJ * 100)) ]; then
         give_up "$BM" - "the gang did not come back together within ${GREJ}s (rejoin_timeout): no answer from $BM"
       fi;;
@@ -185,19 +193,24 @@ done
     "@TICK@", TICK)
 
 
-def policy_line(failure: FailureSpec) -> str:
-    """The Meta value the script reads its policy from: ``policy max window hang rejoin port codes``."""
-    return "%s %d %d %d %d %d %s" % (failure.policy, failure.max_restarts, failure.window, failure.hang_timeout,
+def policy_line(failure: FailureSpec, max_run_time: int = 0) -> str:
+    """The Meta value the script reads its policy from: ``policy max window hang rejoin port codes``, and
+    ``max_run_time`` after them when it is set (a line without it is what it was before it existed)."""
+    line = "%s %d %d %d %d %d %s" % (failure.policy, failure.max_restarts, failure.window, failure.hang_timeout,
                                      failure.rejoin_timeout, failure.port,
                                      ",".join(str(c) for c in failure.fail_on_exit_codes) or "-")
+    return line + (" %d" % max_run_time if max_run_time else "")
 
 
-def gang_meta(failure: FailureSpec, members: t.Sequence[str]) -> t.Dict[str, str]:
-    """Job Meta of a session whose policy is not none (``members``: the hostnames of the containers that run a
-    command, in the session's order); empty for none (the job is what it was before the policy existed)."""
-    if not failure.active or not members:
+def gang_meta(failure: FailureSpec, members: t.Sequence[str], max_run_time: int = 0) -> t.Dict[str, str]:
+    """Job Meta of a session whose policy is not none or that has a ``max_run_time`` (``members``: the hostnames of the
+    containers that run a command, in the session's order); empty otherwise (the job is what it was before the
+    supervisor existed). Under policy none the supervisor only keeps the time: a failed command ends its container
+    as without it, and nobody is watched."""
+    if not (failure.active or max_run_time) or not members:
         return {}
-    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(failure), MEMBERS_META_KEY: ",".join(members)}
+    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(failure, max_run_time),
+            MEMBERS_META_KEY: ",".join(members)}
 
 
 def parse_status(text: str) -> t.Dict[str, t.Any]:
@@ -245,12 +258,17 @@ def apply_status(containers: t.List[t.Dict[str, t.Any]], gangs: t.Mapping[str, t
             c["reason"] = "the failure policy restarts the command (generation %s)" % g.get("generation", 0)
         elif c[key] == "failed" and g.get("state") in (FAILED, GAVE_UP) and first:
             own_failure = first["host"] == c["hostname"]
+            if is_timeout(first):
+                c["reason"] = "stopped: %s" % first["reason"]
+                continue
             c["reason"] = "%s by the failure policy: %s" % (
                 "gave up" if g.get("state") == GAVE_UP else "stopped",
                 first["reason"] if own_failure else "%s: %s" % (first["host"], first["reason"]))
     state = GAVE_UP if GAVE_UP in states else FAILED if FAILED in states else (
         "restarting" if states & HEALING else "running")
     policy = next(iter(gangs.values())).get("policy", "")
+    if policy == "none" and state != FAILED:  # a supervisor that only keeps max_run_time: nothing to show yet
+        return None
     restarts = max(g.get("generation", 0) if policy == "restart_all" else g.get("restarts", 0) for g in gangs.values())
     return {"policy": policy, "state": state, "restarts": restarts, "first_failure": first}
 
@@ -260,6 +278,17 @@ def failure_reason(summary: t.Optional[t.Mapping[str, t.Any]]) -> str:
     if not summary or summary["state"] not in (FAILED, GAVE_UP) or not summary.get("first_failure"):
         return ""
     first = summary["first_failure"]
+    if is_timeout(first):
+        return "%s (first seen by %s)" % (first["reason"], first["host"])
     code = ", exit code %d" % first["exit_code"] if first.get("exit_code") is not None else ""
     return "failure policy %s %s: %s%s: %s" % (summary["policy"], "gave up" if summary["state"] == GAVE_UP else "failed",
                                                first["host"], code, first["reason"])
+
+
+#: How the supervisor's reason for a session it ended at ``max_run_time`` begins (``max_run_time 30s exceeded: ...``).
+TIMEOUT_REASON = "max_run_time "
+
+
+def is_timeout(failure: t.Optional[t.Mapping[str, t.Any]]) -> bool:
+    """Whether a (first) failure is the session's ``max_run_time`` running out, not a container's failure."""
+    return bool(failure) and str(failure.get("reason", "")).startswith(TIMEOUT_REASON) and failure.get("exit_code") is None

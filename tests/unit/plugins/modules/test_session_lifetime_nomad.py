@@ -49,3 +49,19 @@ def test_a_bad_max_run_time_is_refused_before_anything_is_written(nomad: NomadAP
     assert result.get("failed") and "session.max_run_time" in result["msg"] and "role(s) main, sub have none" in \
         result["msg"], result["msg"]
     assert nomad.find("PUT", ".") == [] and nomad.find("POST", ".") == []
+
+
+def test_keep_after_a_finished_session_is_shown_finished_while_its_tasks_stay_up(nomad: NomadAPIDouble,
+                                                                                 run: ModuleRun) -> None:
+    """The supervisors keep their tasks up keep_after seconds after the end (their allocations still run): the view
+    reads each one's end from its status file. After that the tasks exit and Nomad's own garbage collection removes
+    the allocations (not modelled by the double)."""
+    result = run(session_module, conn(nomad, spec=spec(size=2, command=["python", "train.py"], keep_after=600)))
+    assert not result.get("failed"), result.get("msg")
+    assert nomad.stored_job("s1")["Meta"][gang.POLICY_META_KEY].endswith(" 0 600")
+    for host in ("main1", "sub1"):
+        nomad.write_alloc_file(alloc_of(nomad, host), STATUS,
+                               "policy none\nstate done\ngeneration 0\nrestarts 0\nended 0 1795826188 600\n")
+    (view,) = info(run, nomad, name="s1")
+    assert view["state"] == "TERMINATED", view
+    assert {(c["status"], c["exit_code"]) for c in view["containers"]} == {("complete", 0)}

@@ -31,6 +31,7 @@ import typing as t
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_MOUNT_ROOTS, DEFAULT_STATE_ROOT
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, ModuleFailure, PlanError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._local.reaper import end_reaper, start_reaper
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LOCAL_AGENT
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask, refuse_host_files
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import (
@@ -246,10 +247,13 @@ class LocalBackend:
             return {"changed": True, "created": False, "session": _view(status, record) if exists else _planned_view(summary),
                     "plan": summary, "diff": changes}
         if exists:  # a changed spec, a broken container, a stopped session: recreate it with the same keys (and ID)
+            end_reaper(spec.name, root)
             destroy_session(spec.name, root)
         create_planned_session(plan, keys, behind, root, self.mount_roots, self.task)
         new_record = {"digest": digest, "public_key": keys.public_key, "plan": summary, "spec_text": _spec_text(spec)}
         _write_record(root, spec.name, new_record)
+        if spec.keep_after is not None:  # removes the session keep_after seconds after it finished (_local.reaper)
+            start_reaper(spec.name, root, spec.keep_after)
         return {"changed": True, "created": not exists, "session": _view(session_status(spec.name, root), new_record),
                 "plan": summary, "diff": changes}
 
@@ -264,6 +268,7 @@ class LocalBackend:
             return {"changed": False, "session": gone}
         if check_mode:
             return {"changed": True, "session": _view(status, _read_record(root, name))}
+        end_reaper(name, root)
         result = destroy_session(name, root, keep_logs=keep_logs)
         out: t.Dict[str, t.Any] = {"changed": result["changed"], "session": gone}
         if result.get("logs"):
@@ -291,6 +296,7 @@ class LocalBackend:
                            "before_header": "%s (local)" % name, "after_header": "%s (local)" % name}
         if check_mode:
             return dict(out, session=_view(status, record))
+        end_reaper(name, root)
         stop_session(name, root, keep=(RECORD_FILE,))
         return dict(out, session=_view(session_status(name, root), record))
 

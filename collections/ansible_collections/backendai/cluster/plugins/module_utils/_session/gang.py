@@ -59,18 +59,19 @@ set +eu  # not the entrypoint's -e and -u: a supervisor outlives a failed probe 
 [ -n "$BOK" ] || fail 78 "the failure policy needs the session runtime bundle at $B (its busybox supervises the command)"
 GD=/run/backendai/gang SD=${NOMAD_ALLOC_DIR:-/alloc}/backendai HB=@HB@ ME=$BACKENDAI_CLUSTER_HOST
 mkdir -p $GD $SD "${HB%/*}"; rm -f $GD/in.* $GD/rc $GD/pid; chown "$UI:$GI" "${HB%/*}"
-read -r GP GMAX GWIN GHANG GREJ GPORT GCODES GMRT <<EOF
+read -r GP GMAX GWIN GHANG GREJ GPORT GCODES GMRT GKEEP <<EOF
 $NOMAD_META_BACKENDAI_FAILURE
 EOF
-GMRT=${GMRT:-0}  # max_run_time (s; 0: no limit): counted from this supervisor's start
+GMRT=${GMRT:-0} GKEEP=${GKEEP:--1}  # max_run_time (s; 0: no limit), from this supervisor's start; keep_after (-1: none)
 MEMBERS=$(echo "$NOMAD_META_BACKENDAI_GANG_MEMBERS" | tr , ' ')
-G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG=
+G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG= END=
 export BACKENDAI_HEARTBEAT_FILE=$HB
 up() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }  # centiseconds
 publish() {
   echo "$G $ST $FIRST" > $GD/now.t; mv -f $GD/now.t $GD/now  # what a probe gets back
   { echo "policy $GP"; echo "state $ST"; echo "generation $G"; echo "restarts $R"
-    [ -z "$LAST" ] || echo "last $LAST"; [ -z "$FIRST" ] || echo "first $FIRST"; } > $SD/gang.t
+    [ -z "$LAST" ] || echo "last $LAST"; [ -z "$FIRST" ] || echo "first $FIRST"; [ -z "$END" ] || echo "ended $END"
+  } > $SD/gang.t
   mv -f $SD/gang.t $SD/gang
 }
 { echo "#!$B/bin/sh"; echo "read -t 2 -r m; case \"\$m\" in ping*|'') ;; *) echo \"\$m\" > $GD/t.\$\$; mv $GD/t.\$\$ $GD/in.\$\$;; esac"
@@ -89,11 +90,14 @@ stop_cmd() {  # TERM to the command's process group, KILL after the grace
   kill -KILL -"$CPID" 2>/dev/null; while [ ! -e $GD/rc ]; do sleep 0.05; done; CPID=
 }
 trap 'stop_cmd; ST=stopped; publish; exit 143' TERM INT
+finish() {  # code: this container's part is over; with keep_after it stays up (sshd, network, logs) that long first
+  if [ "$GKEEP" -ge 0 ]; then END="$1 $(date +%s) $GKEEP"; publish; sleep "$GKEEP" & wait $!; fi; exit "$1"
+}
 give_up() {  # host code reason [state [told]]: every container stops, the first failure is kept
   [ -n "$FIRST" ] || FIRST=$(stamp "$1" "$2" "$3"); LAST=$FIRST; ST=${4:-failed}; publish
   [ -n "${5:-}" ] || tell "fail $G $ST $FIRST"
   stop_cmd; echo "backendai: failure policy $GP: $ST: $1: $3" >&2
-  if [ "$1" = "$ME" ] && [ "$2" != - ] && [ "$2" -gt 0 ] 2>/dev/null; then exit "$2"; fi; exit 1
+  if [ "$1" = "$ME" ] && [ "$2" != - ] && [ "$2" -gt 0 ] 2>/dev/null; then finish "$2"; fi; finish 1
 }
 adopt_fail() {  # state first...: the end another container told (its first failure as it was seen: time host code why)
   s=$1; shift; [ -n "$FIRST" ] || FIRST="$*"; give_up "$2" "$3" "$*" "$s" told
@@ -106,7 +110,7 @@ restart_all() {  # gen host code reason: stop the command, then wait (the barrie
 failed() {  # host code reason command...: what the policy says about a failure seen here
   if [ "$GP" = none ]; then  # no policy (a supervisor for max_run_time only): a command that failed ends its
     [ "$1" = "$ME" ] || return 0  # container with its code, as without a supervisor; the others go on
-    case "$2" in ''|-|*[!0-9]*) exit 1;; esac; exit "$2"
+    case "$2" in ''|-|*[!0-9]*) finish 1;; esac; finish "$2"
   fi
   case ",$GCODES," in *",$2,"*) give_up "$1" "$2" "$3 (exit code $2 is in fail_on_exit_codes)";; esac
   [ "$GP" != fail ] || give_up "$1" "$2" "$3"
@@ -169,7 +173,7 @@ while :; do
     running)
       if [ -e $GD/rc ]; then
         read -r rc < $GD/rc; kill -KILL -"$CPID" 2>/dev/null; CPID=
-        if [ "$rc" = 0 ]; then ST=done; publish; tell "done $ME"; exit 0; fi
+        if [ "$rc" = 0 ]; then ST=done; publish; tell "done $ME"; finish 0; fi
         why="the command exited with code $rc"
         [ "$rc" -le 128 ] || why="the command was killed by signal $((rc - 128))"
         [ "$rc" != 137 ] || why="$why (SIGKILL: kill -9, or the kernel's OOM killer)"
@@ -193,23 +197,27 @@ done
     "@TICK@", TICK)
 
 
-def policy_line(failure: FailureSpec, max_run_time: int = 0) -> str:
-    """The Meta value the script reads its policy from: ``policy max window hang rejoin port codes``, and
-    ``max_run_time`` after them when it is set (a line without it is what it was before it existed)."""
+def policy_line(failure: FailureSpec, max_run_time: int = 0, keep_after: t.Optional[int] = None) -> str:
+    """The Meta value the script reads its policy from: ``policy max window hang rejoin port codes``, then
+    ``max_run_time`` (0: none) and ``keep_after`` when either is set (a line without them is what it was before
+    they existed)."""
     line = "%s %d %d %d %d %d %s" % (failure.policy, failure.max_restarts, failure.window, failure.hang_timeout,
                                      failure.rejoin_timeout, failure.port,
                                      ",".join(str(c) for c in failure.fail_on_exit_codes) or "-")
+    if keep_after is not None:
+        return line + " %d %d" % (max_run_time, keep_after)
     return line + (" %d" % max_run_time if max_run_time else "")
 
 
-def gang_meta(failure: FailureSpec, members: t.Sequence[str], max_run_time: int = 0) -> t.Dict[str, str]:
-    """Job Meta of a session whose policy is not none or that has a ``max_run_time`` (``members``: the hostnames of the
-    containers that run a command, in the session's order); empty otherwise (the job is what it was before the
-    supervisor existed). Under policy none the supervisor only keeps the time: a failed command ends its container
-    as without it, and nobody is watched."""
-    if not (failure.active or max_run_time) or not members:
+def gang_meta(failure: FailureSpec, members: t.Sequence[str], max_run_time: int = 0,
+              keep_after: t.Optional[int] = None) -> t.Dict[str, str]:
+    """Job Meta of a session whose policy is not none or that has a ``max_run_time`` or a ``keep_after``
+    (``members``: the hostnames of the containers that run a command, in the session's order); empty otherwise (the
+    job is what it was before the supervisor existed). Under policy none the supervisor only keeps the time and the
+    end: a failed command ends its container as without it, and nobody is watched."""
+    if not (failure.active or max_run_time or keep_after is not None) or not members:
         return {}
-    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(failure, max_run_time),
+    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(failure, max_run_time, keep_after),
             MEMBERS_META_KEY: ",".join(members)}
 
 
@@ -223,6 +231,10 @@ def parse_status(text: str) -> t.Dict[str, t.Any]:
             out[key] = value
         elif key in ("generation", "restarts") and value.isdigit():
             out[key] = int(value)
+        elif key == "ended":  # the container's part is over (exit code, when, keep_after): it stays up that long
+            parts = value.split(" ")
+            if len(parts) == 3 and all(p.isdigit() for p in parts):
+                out[key] = {"exit_code": int(parts[0]), "time": int(parts[1]), "keep_after": int(parts[2])}
         elif key in ("last", "first"):
             parts = value.split(" ", 3)
             if len(parts) == 4 and parts[0].isdigit():
@@ -253,6 +265,12 @@ def apply_status(containers: t.List[t.Dict[str, t.Any]], gangs: t.Mapping[str, t
         c["restarts"] = g.get("restarts", 0)
         if g.get("last"):
             c["last_failure"] = dict(g["last"])
+        ended = g.get("ended")
+        if ended and c[key] == "running":  # over, kept up for keep_after: shown as it ended
+            code = ended["exit_code"]
+            c[key] = "complete" if code == 0 else "failed"
+            c["exit_code"] = code
+            c["reason"] = "" if code == 0 else "the command exited with code %d" % code
         if c[key] == "running" and g.get("state") in HEALING:
             c[key] = "restarting"
             c["reason"] = "the failure policy restarts the command (generation %s)" % g.get("generation", 0)

@@ -98,3 +98,20 @@ def test_stopped_is_a_session_state() -> None:
     assert session_state(["complete", "failed"], paused=True) == STOPPED
     assert session_state([], stopped=True, paused=True) == STOPPED
     assert session_state(["complete"], stopped=True) == "TERMINATED"
+
+
+def test_keep_after_puts_the_supervisor_in_the_job_with_both_times() -> None:
+    meta = _job(spec(keep_after=600))["Meta"]
+    assert meta[gang.POLICY_META_KEY] == "none 3 600 0 360 2201 2,126,127 0 600"
+    assert _job(spec(keep_after=0, max_run_time=30))["Meta"][gang.POLICY_META_KEY].endswith(" 30 0")
+
+
+def test_a_container_kept_up_after_its_end_is_shown_as_it_ended() -> None:
+    gangs = {"main1": gang.parse_status("policy none\nstate done\ngeneration 0\nrestarts 0\nended 0 1795826188 600\n"),
+             "sub1": gang.parse_status("policy none\nstate running\ngeneration 0\nrestarts 0\nended 3 1795826188 600\n")}
+    assert gangs["main1"]["ended"] == {"exit_code": 0, "time": 1795826188, "keep_after": 600}
+    containers = [{"hostname": h, "status": "running", "reason": "", "exit_code": None} for h in gangs]
+    gang.apply_status(containers, gangs)
+    assert [(c["status"], c["exit_code"], c["reason"]) for c in containers] == [
+        ("complete", 0, ""), ("failed", 3, "the command exited with code 3")]
+    assert session_state([c["status"] for c in containers]) == "ERROR"

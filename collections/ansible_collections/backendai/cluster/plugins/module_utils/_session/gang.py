@@ -20,6 +20,11 @@ it instead of exec'ing the command: a supervisor in the bundle's busybox sh that
 * writes what it knows to ``$NOMAD_ALLOC_DIR/backendai/gang`` (:data:`STATUS_FILE`), which ``session_info``
   reads (:func:`parse_status`): policy, state, generation, restarts, the last and the first failure.
 
+The same supervisor keeps the spec's ``max_run_time`` (the 8th field of the policy line: when the first member's time
+is up it ends the gang as ``fail`` does, reason ``max_run_time <N>s exceeded``) and ``keep_after`` (the 9th: a container
+whose part is over stays up that long, its end in the status file's ``ended`` line), under policy ``none`` too, where
+it only does that (docs/session-lifecycle.md).
+
 Messages (one line each, fields separated by one space, the reason last): ``ping HOST`` (the probe), ``restart GEN
 HOST CODE REASON`` (restart_all: everyone moves to GEN), ``fail GEN STATE TIME HOST CODE REASON`` (everyone stops;
 the first failure as the container that saw it had it, which every probe's answer carries too),

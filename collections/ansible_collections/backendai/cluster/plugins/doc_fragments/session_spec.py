@@ -353,7 +353,7 @@ options:
       keep_after:
         description:
           - Seconds (0 to 2592000) a finished batch session (every command ended, or the session ended C(ERROR)) keeps
-            its containers, logs and network before they are removed. Unset, they stay until O(state=absent).
+            its containers, logs and network before they are removed. Unset, they stay until the session module's C(state=absent).
           - Only for batch sessions whose every container runs a command. Who removes them on each backend is in the
             collection's docs/session-lifecycle.md.
         type: int

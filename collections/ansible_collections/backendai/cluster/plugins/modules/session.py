@@ -212,8 +212,8 @@ session:
   description:
     - The session view, the same shape for both backends (keys marked as one backend's are only in its views).
     - After O(state=absent), the view of the removed session (nomad - C(TERMINATED) or null when there was none;
-      local - its last status). After O(state=stopped), the stopped session (state C(STOPPED)). In check mode for a new session, the planned view (state C(PENDING)) on the local
-      backend and null on the nomad backend.
+      local - its last status). After O(state=stopped), the stopped session (state C(STOPPED)). In check mode for a
+      new session, the planned view (state C(PENDING)) on the local backend and null on the nomad backend.
   returned: success
   type: dict
   contains:

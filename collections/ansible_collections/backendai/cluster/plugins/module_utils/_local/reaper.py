@@ -33,9 +33,11 @@ FINISHED = (TERMINATED, ERROR)
 
 
 def _start_time(pid: int) -> t.Optional[str]:
+    """The start time of a live process (None: gone, or a zombie nobody reaped yet)."""
     try:
         with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as f:
-            return f.read().rpartition(")")[2].split()[19]
+            fields = f.read().rpartition(")")[2].split()
+        return None if fields[0] in ("Z", "X") else fields[19]
     except (OSError, IndexError):
         return None
 
@@ -102,7 +104,7 @@ def end_reaper(name: str, state_root: str) -> None:
         os.kill(int(pid_text), signal.SIGKILL)
     except ProcessLookupError:
         return
-    for _ in range(100):  # (a zombie's start time reads as None once it is gone... or reaped by init)
+    for _attempt in range(100):  # gone (or a zombie, whose start time reads as None) within 2 s
         if _start_time(int(pid_text)) != started:
             return
         time.sleep(0.02)

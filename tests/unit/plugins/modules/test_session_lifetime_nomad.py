@@ -4,7 +4,7 @@
 the supervisor and the time (no Nomad restart of a task: it would count its time anew), and session_info shows a
 session the time ended as ERROR with the reason, read from the supervisors' status files through
 ``/v1/client/fs/cat`` (written here as the supervisors write them: the double runs no task;
-tests/local_runtime/test_session_max_run_time.py runs the supervisors in real containers)."""
+tests/local_runtime/test_session_lifecycle_ops.py runs the supervisors in real containers)."""
 
 from __future__ import annotations
 

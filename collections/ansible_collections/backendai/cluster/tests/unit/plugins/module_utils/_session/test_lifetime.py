@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """``max_run_time`` and ``keep_after`` in the spec, what the job carries for them, and how a session the time ended
 is shown; the STOPPED state (pure). The supervisor itself runs in real containers:
-tests/local_runtime/test_session_max_run_time.py."""
+tests/local_runtime/test_session_lifecycle_ops.py."""
 
 from __future__ import annotations
 

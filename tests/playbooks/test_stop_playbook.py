@@ -6,10 +6,12 @@ session ID (docs/session-lifecycle.md); nothing is left after destroy_session.ym
 from __future__ import annotations
 
 import json
+import os
+import time
 import typing as t
 
 from repo_helpers import play_stats, task_results
-from test_local_playbooks import CREATE_TASK, Session, pytestmark, session  # noqa: F401 - fixture and marks
+from test_local_playbooks import CREATE_TASK, Session, pytestmark, session, spec_vars  # noqa: F401 - fixture and marks
 
 
 def test_stop_then_create_starts_it_again(session: Session) -> None:
@@ -25,3 +27,18 @@ def test_stop_then_create_starts_it_again(session: Session) -> None:
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
     started = task_results(again)[CREATE_TASK]["session"]
     assert started["state"] == "RUNNING" and started["session_id"] == view["session_id"]
+
+
+def test_keep_after_through_the_playbook_the_reaper_outlives_the_module(session: Session) -> None:
+    """The module forks the session's reaper: the playbook still returns at once (the reaper holds none of its
+    descriptors), and the reaper, alone, removes the session keep_after seconds after it finished."""
+    spec = spec_vars(session.name, command=["sh", "-c", "echo done"], keep_after=2)
+    started = time.monotonic()
+    made = session.play("create_session.yml", spec=spec)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-2000:]
+    assert time.monotonic() - started < 120
+    root = os.path.join(session.state_dir, session.name)
+    deadline = time.monotonic() + 60
+    while os.path.exists(root) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not os.path.exists(root), "the reaper did not remove the finished session"

@@ -14,7 +14,10 @@ every 10 ms, on the same clock, and reports:
 Baseline, in the same run: what heals the same failure today without a policy (``none``): ``state: present``
 repairing the session, from the death (its container's host pid killed) to ``present`` returning with every
 container up again; started the moment the death happened, which no operator matches. The ratio is
-heal (know + again) / repair. Needs root, podman and the test images (``scripts/build-images test-busybox``).
+heal (know + again) / repair. With ``--flat``, each round also heals with the broadcast sent by the teller to every
+member directly (the supervisors' fan-out set to N instead of ``_session.gang.FANOUT``: what the gang did before the
+broadcast tree), and the ratio tree / flat of "know" is given. Needs root, podman and the test images
+(``scripts/build-images test-busybox``).
 
     python3 benchmarks/failure_policy.py --size 8 --repeat 3
 """
@@ -41,12 +44,15 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.local_bac
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import job as nomad_job  # noqa: E402
+from ansible_collections.backendai.cluster.plugins.module_utils._session import gang  # noqa: E402
 from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import STATUS_FILE, parse_status  # noqa: E402
 
 TASK = NomadTask(nomad_job.render_job, nomad_job.RUNTIME_VOLUME, nomad_job.RUNTIME_DIR,
                  (nomad_job.PRIVATE_KEY_ITEM, nomad_job.PUBLIC_KEY_ITEM))
 #: Each container's CPU (MHz): its supervisor runs in its cgroup, under its quota, as a rank's would.
 CPU = 500
+#: what this run gives each container (``--cpu``; the machine holds N x this)
+CPU_MHZ = [CPU]
 RANK = ('echo "start $BACKENDAI_CLUSTER_HOST ${BACKENDAI_RESTART_COUNT:-0}"; '
         'while :; do touch "${BACKENDAI_HEARTBEAT_FILE:-/tmp/hb}"; sleep 0.2; done')
 
@@ -58,7 +64,7 @@ def uptime() -> float:
 
 def spec(name: str, size: int, policy: str) -> t.Dict[str, t.Any]:
     return {"name": name, "image": images.image("test-busybox"), "cluster_size": size,
-            "resources": {"cpu": CPU, "memory": 64}, "command": ["sh", "-c", RANK],
+            "resources": {"cpu": CPU_MHZ[0], "memory": 64}, "command": ["sh", "-c", RANK],
             "failure": {"policy": policy, "max_restarts": 10}}
 
 
@@ -113,6 +119,17 @@ def heal(state_root: str, size: int) -> t.Tuple[float, float]:
         b.absent(name)
 
 
+def heal_flat(state_root: str, size: int) -> t.Tuple[float, float]:
+    """:func:`heal` with a fan-out of N: the teller's children are every other member (no relay)."""
+    tree = gang.GANG_SCRIPT
+    gang.GANG_SCRIPT = tree.replace(" K=%d\"" % gang.FANOUT, " K=%d\"" % size)
+    assert gang.GANG_SCRIPT != tree
+    try:
+        return heal(state_root, size)
+    finally:
+        gang.GANG_SCRIPT = tree
+
+
 def repair(state_root: str, size: int) -> float:
     """Seconds from a kill -9 (no policy) to ``present`` returning with the session repaired."""
     name = "bench-repair"
@@ -142,10 +159,13 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--flat", action="store_true", help="also heal with the flat broadcast (fan-out N)")
+    parser.add_argument("--cpu", type=int, default=CPU, help="MHz per container (default %(default)s)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root")
-    knows, agains, repairs = [], [], []
+    CPU_MHZ[0] = args.cpu
+    knows, agains, repairs, flats = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-heal-") as root:
         for i in range(args.repeat):
             with machine_lock():
@@ -154,12 +174,19 @@ def main() -> None:
                 agains.append(a)
                 if not args.no_baseline:
                     repairs.append(repair(os.path.join(root, "r%d" % i), args.size))
-            print("round %d: know %.2f s, again %.2f s%s" % (i + 1, k, a, ", repair by present %.2f s" % repairs[-1]
-                                                              if repairs else ""), flush=True)
+                if args.flat:
+                    flats.append(heal_flat(os.path.join(root, "f%d" % i), args.size)[0])
+            print("round %d: know %.2f s, again %.2f s%s%s" % (i + 1, k, a, ", repair by present %.2f s" % repairs[-1]
+                                                                if repairs else "",
+                                                                ", flat broadcast: know %.2f s" % flats[-1]
+                                                                if flats else ""), flush=True)
     load = os.getloadavg()
     k, a = statistics.median(knows), statistics.median(agains)
     print("N=%d, median of %d: death -> every container knows %.2f s (target <= 3), -> every command running again "
           "%.2f s more (target <= 5); load average %.2f %.2f %.2f" % (args.size, args.repeat, k, a, *load))
+    if flats:
+        f = statistics.median(flats)
+        print("flat broadcast (fan-out N): know %.2f s; tree (fan-out %d) / flat = %.2f" % (f, gang.FANOUT, k / f))
     if repairs:
         r = statistics.median(repairs)
         print("baseline (policy none, present repairs at once): %.2f s; heal / repair = %.2f" % (r, (k + a) / r))

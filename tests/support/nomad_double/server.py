@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 import random
 import time
 import typing as t
@@ -84,6 +85,9 @@ class NomadAPIDouble(HTTPDouble):
         self.schema = SchemaChecker.load(schema_path)
         #: (allocation ID, path in its allocation directory) -> text: what ``/v1/client/fs/cat`` serves
         self.alloc_files: t.Dict[t.Tuple[str, str], str] = {}
+        #: allocation ID -> the directory on this machine that is its allocation directory (``alloc/...`` paths are
+        #: read there by ``/v1/client/fs/cat``): for tasks a test runs for real (``engine_client.py``)
+        self.alloc_dirs: t.Dict[str, str] = {}
         #: callables run with each request before it is handled (outside the model's lock): test hooks
         self.before_request: t.List[t.Callable[[Request], None]] = []
 
@@ -379,7 +383,9 @@ class NomadAPIDouble(HTTPDouble):
     def _cat(self, req: Request, alloc_id: str) -> Response:
         """``GET /v1/client/fs/cat/:alloc_id?path=`` (command/agent/fs_endpoint.go ``FileCatRequest``): the file's
         bytes as text; no path: "must provide a file name"; an unknown allocation: 404; a missing file: the error of
-        the client's ``Stat``, a 500 (errors that are not CodedErrors are). Not modelled: ACL's read-fs (the double
+        the client's ``Stat``, a 500 (errors that are not CodedErrors are); a file of an allocation a test runs for real
+(``alloc_dirs``) is read from its directory, and not at all while its node is down ("No path to node", a 500:
+``structs.ErrNoNodeConn``, as the server finds no connection to forward the read to). Not modelled: ACL's read-fs (the double
         checks only the token), directories, forwarding to the allocation's client."""
         if req.method != "GET":
             return text_response(405, "Invalid method")
@@ -388,6 +394,15 @@ class NomadAPIDouble(HTTPDouble):
             return text_response(500, "must provide a file name")
         self.model.alloc_tasks(alloc_id)  # 404 for an unknown allocation
         text = self.alloc_files.get((alloc_id, path))
+        if alloc_id in self.alloc_dirs and self.model.node_down_of(alloc_id):
+            # the server forwards the read to the allocation's client, which is gone (structs.ErrNoNodeConn)
+            return text_response(500, "No path to node")
+        if text is None and alloc_id in self.alloc_dirs and path.startswith("alloc/") and ".." not in path.split("/"):
+            try:
+                with open(os.path.join(self.alloc_dirs[alloc_id], path[len("alloc/"):]), encoding="utf-8") as f:
+                    text = f.read()
+            except OSError:
+                text = None
         if text is None:
             return text_response(500, "stat %s: no such file or directory" % path)
         return 200, {"Content-Type": "text/plain; charset=utf-8"}, text.encode("utf-8")

@@ -5,8 +5,8 @@
 One concern per module, each citing the Nomad source it follows and saying what it leaves out:
 ``state`` (index, ACL token, region, namespaces, error forms), ``jobs`` (validation, register, deregister,
 plan, views), ``diff`` (the plan's job diff), ``scheduler`` (feasibility, bin-packing, reconcile),
-``allocs`` (allocations, task states, logs), ``evals`` (evaluations), ``nodes`` (client nodes) and
-``variables`` (variables and locks). It is not Nomad: no raft, no scheduler workers, no clients.
+``allocs`` (allocations, task states, logs), ``evals`` (evaluations), ``nodes`` (client nodes),
+``variables`` (variables and locks) and ``tasks`` (a client's restarts of the tasks a test runs for real). It is not Nomad: no raft, no scheduler workers, no clients.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from .jobs import JobsModel
 from .nodes import NodesModel
 from .scheduler import SchedulerModel
 from .state import CodedError, Conflict, ModelState
+from .tasks import TasksModel
 from .variables import VariablesModel
 
 __all__ = ["CodedError", "Conflict", "ModelState", "NomadModel"]
 
 
-class NomadModel(JobsModel, SchedulerModel, AllocsModel, EvalsModel, NodesModel, VariablesModel):
+class NomadModel(JobsModel, SchedulerModel, AllocsModel, EvalsModel, NodesModel, VariablesModel, TasksModel):
     """Everything the double knows, behind :attr:`lock` (the HTTP shell holds it while it serves a request)."""

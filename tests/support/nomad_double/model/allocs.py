@@ -9,8 +9,9 @@ network with the dynamic ports it was given, devices per task), and task logs
 (``/v1/client/fs/logs`` of ``command/agent/fs_endpoint.go``; the frames are
 ``client/lib/streamframer`` ``StreamFrame``s).
 
-What it does not model: a client (nothing runs; task events are synthesised from the status), restarts
-(``Restarts`` is what a test set), reschedule trackers, deployments and canaries, log rotation (one file
+What it does not model: a client (nothing runs; task events are synthesised from the status, unless a test runs
+the tasks and reports their starts and exits to ``tasks``), restarts (``Restarts`` is what a test set, or what
+``tasks`` counted), reschedule trackers, deployments and canaries, log rotation (one file
 per task and stream), streaming of ``follow=true``.
 """
 
@@ -71,6 +72,8 @@ class AllocsModel(ModelState):
     def task_states_of(self, alloc: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         status = self.client_status(alloc)
         override = alloc["override"] or {}
+        if override.get("TaskStates"):  # what a task runner reported (``tasks``)
+            return {task: dict(state, Events=list(state["Events"])) for task, state in override["TaskStates"].items()}
         created = rfc3339(alloc["CreateTime"])
         state = override.get("State") or {"pending": "pending", "running": "running"}.get(status, "dead")
         failed = override.get("Failed")
@@ -98,7 +101,8 @@ class AllocsModel(ModelState):
             "DesiredStatus": alloc["DesiredStatus"], "DesiredDescription": alloc["DesiredDescription"],
             "ClientStatus": self.client_status(alloc), "ClientDescription": override.get("Description", ""),
             "DesiredTransition": {"Migrate": None, "Reschedule": None, "ForceReschedule": None, "NoShutdownDelay": None},
-            "TaskStates": self.task_states_of(alloc) if task_states else None, "DeploymentStatus": None, "FollowupEvalID": "", "NextAllocation": "",
+            "TaskStates": self.task_states_of(alloc) if task_states else None, "DeploymentStatus": None, "FollowupEvalID": "",
+            "NextAllocation": alloc.get("NextAllocation", ""),
             "RescheduleTracker": None, "PreemptedAllocations": None, "PreemptedByAllocation": "",
             "CreateIndex": alloc["CreateIndex"], "ModifyIndex": alloc["ModifyIndex"],
             "CreateTime": alloc["CreateTime"], "ModifyTime": alloc["ModifyTime"],

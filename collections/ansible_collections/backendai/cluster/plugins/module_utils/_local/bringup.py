@@ -32,6 +32,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.netns imp
     socket_in_netns,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._local.publish import start_relay
+from ansible_collections.backendai.cluster.plugins.module_utils._local.recreate import save_run
 from ansible_collections.backendai.cluster.plugins.module_utils._local.ssh_access import (
     STATE_KEY_FILES,
     free_local_port,
@@ -207,6 +208,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                         extra=["--label", "backendai-cluster.session=" + paths.root, "--pidfile", pidfiles[host],
                                "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)])
         runs[host] = (["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host]))
+        save_run(cdir, runs[host][0])  # for a container removed under the session (_local.recreate)
 
     t_ready = time.monotonic()
     starts = _EngineStarts(paths, conf, runs, pidfiles, {c.hostname for c in session.containers if c.command})

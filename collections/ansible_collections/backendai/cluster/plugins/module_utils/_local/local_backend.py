@@ -33,6 +33,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._errors import A
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
 from ansible_collections.backendai.cluster.plugins.module_utils._local.reaper import end_reaper, start_reaper
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LOCAL_AGENT
+from ansible_collections.backendai.cluster.plugins.module_utils._local.recreate import REJOINING_POLICIES, gone_hosts, recreate_gone
+from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask, refuse_host_files
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import (
     create_planned_session,
@@ -231,6 +233,15 @@ class LocalBackend:
             return {"changed": False, "created": False, "session": _view(session_status(spec.name, root), record),
                     "plan": record["plan"]}
 
+        if exists and record and record.get("digest") == digest and status["state"] != "CREATING" \
+                and spec.failure.policy in REJOINING_POLICIES and not check_mode:
+            # a container removed under a gang that waits for it: only that one is started again (_local.recreate)
+            paths = SessionPaths(root, spec.name)
+            gone = gone_hosts(paths, status)
+            if gone:
+                recreate_gone(paths, gone)
+                return {"changed": True, "created": False,
+                        "session": _view(session_status(spec.name, root), record), "plan": record["plan"]}
         keys = _stored_keys(root, spec.name, record) if exists else None
         if keys is None and not check_mode:
             keys = generate_keypair(spec.ssh.key_type, spec.ssh.key_bits or 3072)

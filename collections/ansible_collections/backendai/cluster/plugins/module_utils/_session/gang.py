@@ -56,6 +56,29 @@ STARTING, RUNNING, STOPPING, WAITING, DONE, FAILED, GAVE_UP, STOPPED = (
 #: States in which the gang is bringing commands back (the session shows RESTARTING).
 HEALING = frozenset((STOPPING, WAITING))
 
+#: How many members each container passes a broadcast on to (:data:`RELAY_SCRIPT`).
+FANOUT = 4
+# ``$GD/relay ORIGIN MESSAGE`` (written by the supervisor with MEMBERS, L, GPORT, ME and K=FANOUT at its top): passes
+# MESSAGE (one line) on to this container's children in the broadcast tree of ORIGIN, the member that tells it. Ranks
+# are positions in the members' ring counted from ORIGIN (0); rank r's children are ranks K*r+1 .. K*r+K, so ORIGIN
+# makes K connections, not N-1, and a message reaches N members in about log_K(N) hops. A child that does not answer
+# (gone, or done) is skipped: its children get the message from here instead, so one container gone does not cut off
+# its subtree. Every receiver's handler runs this for a ``relay ORIGIN MESSAGE`` line, then keeps MESSAGE as a message
+# told to it directly.
+RELAY_SCRIPT = r"""
+o=$1 msg=$2
+rank() { echo "$MEMBERS" | awk -v o="$o" -v h="$1" '{for(i=1;i<=NF;i++){if($i==o)s=i;if($i==h)m=i}; print (m-s+NF)%NF}'; }
+kids() { echo "$MEMBERS" | awk -v o="$o" -v r="$1" -v k="$K" '{for(i=1;i<=NF;i++)if($i==o)s=i-1
+  for(c=k*r+1;c<=k*r+k&&c<NF;c++)print c, $((s+c)%NF+1)}'; }
+send() {  # rank host: the message to host, or, when it does not answer, to its children in its stead
+  A=; while read -r a h; do [ "$h" != "$2" ] || A=$a; done < $L/peers
+  [ -n "$A" ] && echo "relay $o $msg" | nc -w 1 "$A" "$GPORT" >/dev/null 2>&1 && return 0
+  fan "$1"
+}
+fan() { kids "$1" | { ps=; while read -r c h; do send "$c" "$h" & ps="$ps $!"; done; [ -z "$ps" ] || wait $ps; }; }
+fan "$(rank "$ME")"
+"""
+
 # Runs in the entrypoint after sshd started, as root, with the entrypoint's variables: B (the runtime bundle), L
 # (the task's local dir), RUN (how to run as the user, or "su"), X (a shell), U/UI/GI (the user), and "$@" the
 # command. Never returns.
@@ -79,14 +102,19 @@ publish() {
   } > $SD/gang.t
   mv -f $SD/gang.t $SD/gang
 }
-{ echo "#!$B/bin/sh"; echo "read -t 2 -r m; case \"\$m\" in ping*|'') ;; *) echo \"\$m\" > $GD/t.\$\$; mv $GD/t.\$\$ $GD/in.\$\$;; esac"
+{ echo "#!$B/bin/sh"; echo "MEMBERS='$MEMBERS' L=$L GPORT=$GPORT ME=$ME K=@FANOUT@"; cat <<'EOR'
+@RELAY@
+EOR
+} > $GD/relay
+{ echo "#!$B/bin/sh"; echo "read -t 2 -r m; case \"\$m\" in ping*|'') ;; relay\ *) o=\${m#relay }; m=\${o#* }; o=\${o%% *}; $GD/relay \"\$o\" \"\$m\" </dev/null >/dev/null 2>&1 & ;; esac"
+  echo "case \"\$m\" in ping*|'') ;; *) echo \"\$m\" > $GD/t.\$\$; mv $GD/t.\$\$ $GD/in.\$\$;; esac"
   echo "cat $GD/now"; } > $GD/handle
-chmod 700 $GD/handle; TW=$(up); TS=$TW; publish
+chmod 700 $GD/handle $GD/relay; TW=$(up); TS=$TW; publish
 nc -ll -p "$GPORT" -e $GD/handle &
 addr() { A=; while read -r a h; do [ "$h" != "$1" ] || { A=$a; return 0; }; done < $L/peers; }  # (no fork)
 others() { for m in $MEMBERS; do [ "$m" = "$ME" ] || case " $DONE " in *" $m "*) ;; *) echo "$m";; esac; done; }
 ask() { addr "$1"; [ -n "$A" ] && echo "$2" | nc -w 1 "$A" "$GPORT" 2>/dev/null; }
-tell() { ps=; for m in $(others); do ask "$m" "$1" >/dev/null & ps="$ps $!"; done; [ -z "$ps" ] || wait $ps; }
+tell() { $GD/relay "$ME" "$1"; }  # to every member, through the broadcast tree (RELAY_SCRIPT)
 stamp() { echo "$(date +%s) $1 $2 $3"; }
 stop_cmd() {  # TERM to the command's process group, KILL after the grace
   [ -n "$CPID" ] || return 0
@@ -198,7 +226,7 @@ while :; do
   esac
   sleep @TICK@
 done
-""".replace("@HB@", HEARTBEAT_FILE).replace("@GRACE@", str(GRACE)).replace("@WATCHED@", str(WATCHED)).replace(
+""".replace("@RELAY@", RELAY_SCRIPT.strip("\n")).replace("@FANOUT@", str(FANOUT)).replace("@HB@", HEARTBEAT_FILE).replace("@GRACE@", str(GRACE)).replace("@WATCHED@", str(WATCHED)).replace(
     "@TICK@", TICK)
 
 

@@ -4,9 +4,9 @@
 
 The keypair is written once, with check-and-set ``cas=0`` (create only if absent), to a Nomad
 Variable ``nomad/jobs/<job>`` or a Vault KV v2 secret, BEFORE the job is registered: a task whose
-``nomadVar`` is missing blocks forever (nomad#17220). Afterwards only the public key is ever read
-back; the private key read along with it is handed to ``hide`` (Ansible's ``no_log_values``)
-and dropped. Deleting on rollback only removes a secret that holds this run's public key.
+``nomadVar`` is missing blocks forever (nomad#17220). Afterwards the private key read along with the
+public key is handed to ``hide`` (Ansible's ``no_log_values``) and dropped; only ``session_exec``
+keeps it (:meth:`SecretStore.read_keypair`), for its ssh to main1. Deleting on rollback only removes a secret that holds this run's public key.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ class SecretStore:
     def _vault(self) -> VaultClient:
         return self._vault_factory()
 
-    def _read_items(self) -> t.Optional[t.Tuple[t.Dict[str, t.Any], int]]:
-        """(items, version) of the secret, or None; the private key is hidden at once."""
+    def _read_items(self, keep_private: bool = False) -> t.Optional[t.Tuple[t.Dict[str, t.Any], int]]:
+        """(items, version) of the secret, or None; the private key is hidden at once (and dropped unless kept)."""
         loc = self.location
         if loc.backend == VAULT:
             secret = self._vault().read_secret(loc.mount, loc.path)
@@ -102,8 +102,17 @@ class SecretStore:
             items = dict(variable.get("Items") or {})
             version = int(variable.get("ModifyIndex") or 0)
         self._hide(items.get(PRIVATE_KEY_ITEM))
-        items.pop(PRIVATE_KEY_ITEM, None)
+        if not keep_private:
+            items.pop(PRIVATE_KEY_ITEM, None)
         return items, version
+
+    def read_keypair(self) -> t.Optional[SSHKeypair]:
+        """The stored keypair (its private key hidden before it is returned), or None when an item is missing."""
+        found = self._read_items(keep_private=True)
+        private, public = (found[0].get(PRIVATE_KEY_ITEM), found[0].get(PUBLIC_KEY_ITEM)) if found else (None, None)
+        if isinstance(private, str) and "PRIVATE KEY" in private and isinstance(public, str) and public:
+            return SSHKeypair(private, public)
+        return None
 
     def read_public_key(self) -> t.Optional[str]:
         """The stored public key (None when the secret or its public key item is missing)."""

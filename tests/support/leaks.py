@@ -24,7 +24,8 @@ Two complementary checks, both reported by :func:`leaks`:
   ``/run/backendai-cluster-mounts``, the containers' cgroups (``backendai-cluster.*`` in every cgroup
   hierarchy mounted, v1 or v2), and new processes (sshd, containers' commands...) living in a network
   namespace that was not there before or that has no name; engine (podman) containers, the storage of containers
-  (``overlay-containers``) and volumes that appeared (images may appear: they stay, as an engine user expects);
+  (``overlay-containers``) and volumes that appeared (images may appear: they stay, as an engine user expects), and
+  engine containers' cgroups (``libpod-<id>``) that appeared and belong to no container that exists;
 * the **record** (:func:`record`, read from the state directories before destroying): state directories, CNI
   configs, namespaces, bridge/veth/vxlan links and the peer sets named after the bridge, host addresses in the
   session's subnet, recorded processes
@@ -32,7 +33,8 @@ Two complementary checks, both reported by :func:`leaks`:
   tagged with a state directory (``BACKENDAI_CLUSTER_LOCAL_OWNER``) or a session ID, and iptables rules naming
   the session's bridge, namespaces, addresses, subnet, published port or isolation comment, or in a chain
   recorded as the session's (portmap's ``CNI-DN-*``), and engine containers labelled with a session's state
-  directory (``backendai-cluster.session``). It works without a baseline (Molecule's first destroy)
+  directory (``backendai-cluster.session``) and the cgroups of the session's engine containers (their IDs from the
+  ``--cidfile`` files in its state directory). It works without a baseline (Molecule's first destroy)
   and finds a leftover of something that existed before the baseline.
 
 Take the snapshots under the suite's machine lock (``tests/support/machine_lock.py``; a ``machine`` test holds it): a
@@ -201,6 +203,25 @@ def cgroups() -> t.List[str]:
     return sorted(out)
 
 
+#: Where podman puts a container's cgroup in a hierarchy (``libpod-<64 hex id>``): under the cgroupfs manager's parent
+#: (podman without systemd) or the systemd manager's slice.
+ENGINE_CGROUPS = ("libpod_parent/libpod-*", "machine.slice/libpod-*.scope")
+#: The file in a local container's directory that ``podman run --cidfile`` writes its ID into.
+ENGINE_CIDFILE = "containers/*/cid"
+
+
+def _cgroup_id(path: str) -> str:
+    """The container ID of an engine container's cgroup directory."""
+    return os.path.basename(path)[len("libpod-"):].split(".", 1)[0]
+
+
+def engine_cgroups() -> t.List[str]:
+    """The engine (podman) containers' cgroups that exist now, in every hierarchy: a ``podman run`` killed half-way
+    leaves its container's behind (empty) after the container is removed."""
+    return sorted(d for m in cgroup_mounts() for pattern in ENGINE_CGROUPS for d in glob.glob(os.path.join(m, pattern))
+                  if os.path.isdir(d))
+
+
 def _proc_starttime(pid: int) -> t.Optional[int]:
     """The start time of a live process (None: gone or a zombie)."""
     try:
@@ -271,7 +292,7 @@ def snapshot() -> Snapshot:
     """Everything :func:`leaks` compares (JSON-serialisable)."""
     return {"netns": netns(), "links": links(), "iptables": iptables(), "sysctls": sysctls(), "run": run_state(),
             "processes": processes(), "host_netns": _inode("/proc/self/ns/net"), "cgroups": cgroups(),
-            "wireguard": wireguard_sockets(), "engine": engine(), "ipsets": ipsets()}
+            "wireguard": wireguard_sockets(), "engine": engine(), "ipsets": ipsets(), "engine_cgroups": engine_cgroups()}
 
 
 # ------------------------------------------------------------------ what sessions and agents made
@@ -282,7 +303,7 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
     ``agents_root`` made, read from their state directories and this machine before they are destroyed."""
     rec: Record = {"dirs": [], "session_ids": [], "netns": [], "links": [], "subnets": [],
                    "addresses": [], "pids": [], "ports": [], "chains": [], "conflists": [], "names": [], "cgroups": [],
-                   "wireguard": []}
+                   "wireguard": [], "engine_ids": []}
     session_dirs = []
     if sessions_root:
         root = os.path.abspath(sessions_root)
@@ -315,6 +336,12 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
                         for pid, start in (("pid", "pid_starttime"), ("sshd_pid", "sshd_starttime")) if c.get(pid)]
         if info.get("published"):
             rec["ports"].append(int(str(info["published"]).rpartition(":")[2]))
+        for cidfile in glob.glob(os.path.join(d, ENGINE_CIDFILE)):  # its engine containers' IDs (their cgroups)
+            try:
+                with open(cidfile, encoding="ascii") as f:
+                    rec["engine_ids"].append(f.read().strip())
+            except (OSError, ValueError):
+                pass
     if agents_root:
         for d in sorted(x for x in glob.glob(os.path.join(os.path.abspath(agents_root), "*")) if os.path.isdir(x)):
             rec["names"].append("agents " + os.path.basename(d))
@@ -374,6 +401,10 @@ def _diff(before: Snapshot, after: Snapshot) -> t.List[str]:
     was, now = before.get("engine") or {}, after.get("engine") or {}
     for kind, what in (("containers", "engine container"), ("storage", "engine container storage"), ("volumes", "engine volume")):
         left += ["%s %s" % (what, x) for x in now.get(kind, []) if x not in was.get(kind, [])]
+    # a new engine cgroup of no container that exists (another run's containers on this machine have theirs)
+    existing = {c.split()[0] for c in now.get("containers", []) if c}
+    left += ["engine cgroup %s (of no container)" % d for d in after.get("engine_cgroups", [])
+             if d not in before.get("engine_cgroups", []) and _cgroup_id(d)[:12] not in existing]
     known = {before["host_netns"]} | {i for i in before["netns"].values()} | {
         p["netns"] for p in before["processes"].values()}
     for key, proc in after["processes"].items():
@@ -387,6 +418,8 @@ def _from_record(rec: Record, now: Snapshot) -> t.List[str]:
     left += ["CNI config %s" % c for c in rec["conflists"] if os.path.exists(c)]
     left += ["network namespace %s" % n for n in rec["netns"] if n in now["netns"]]
     left += ["cgroup %s" % d for d in rec.get("cgroups", []) if os.path.isdir(d)]
+    ids = set(rec.get("engine_ids", []))
+    left += ["engine cgroup %s of the session's container" % d for d in now.get("engine_cgroups", []) if _cgroup_id(d) in ids]
     left += ["link %s" % n for n in rec["links"] if n in now["links"]]
     left += ["ipset %s" % n for n in now.get("ipsets", []) if any(n == link + x for link in rec["links"] for x in IPSET_SUFFIXES)]
     subnets = [ipaddress.ip_network(s, strict=False) for s in rec["subnets"]]

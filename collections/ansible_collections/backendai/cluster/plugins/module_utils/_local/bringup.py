@@ -13,11 +13,14 @@ import ipaddress
 import json
 import os
 import socket
+import subprocess
+import threading
 import time
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
 from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import (
+    ENGINE_CIDFILE,
     ENGINE_DIR,
     inspect_containers,
     mhz_per_core,
@@ -28,6 +31,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.netns imp
     add_netns,
     is_alive,
     link_exists,
+    proc_stat,
     netns_path,
     socket_in_netns,
 )
@@ -142,8 +146,8 @@ def _network_up(session: LocalSession, paths: SessionPaths, names: t.Dict[str, t
     return addresses, network, time.monotonic() - t_net
 
 
-#: How many ``podman run`` of a session's containers run at once.
-ENGINE_STARTS = 64
+#: How many ``podman run`` of a session's containers run at once, per core of this machine (``_EngineStarts``).
+ENGINE_STARTS_PER_CORE = 3
 #: The exit codes of the job's entrypoint when it cannot start the task (``_nomad.job.ENTRYPOINT``'s ``fail``: 77 not
 #: started as root, 78 the image lacks what it needs), as ``podman inspect`` shows them.
 ENTRYPOINT_REFUSED = ("77", "78")
@@ -188,33 +192,47 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
     containers = {h: "bai-%s-%s" % (names["digest"], h) for h in hosts}
     images = {g["Name"]: g["Tasks"][0]["Config"]["image"] for g in job["TaskGroups"]}
     envs = {g["Name"]: task_env(job, g) for g in job["TaskGroups"]}
+    groups = {g["Name"]: g for g in job["TaskGroups"]}
     pidfiles = {h: os.path.join(paths.container_dir(h), ENGINE_PIDFILE) for h in hosts}
+    cidfiles = {h: os.path.join(paths.container_dir(h), ENGINE_CIDFILE) for h in hosts}
     runs: t.Dict[str, t.Tuple[t.List[str], str, str]] = {}
-    for group in job["TaskGroups"]:
-        host = group["Name"]
+    for host, group in groups.items():  # every container's podman run, made before any starts (errors name the task)
+        task_files(group, envs[host], secret, "")
         cdir = paths.container_dir(host)
-        for rel, (text, mode) in task_files(group, envs[host], secret, "").items():
-            path = os.path.join(cdir, "task", rel)
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            create_file(path, text, mode=mode)
-        for sub in ("task/local", "task/secrets", "alloc"):
-            os.makedirs(os.path.join(cdir, sub), mode=0o700, exist_ok=True)
-        # the peers block stays empty until the entrypoint writes it from the peers file (the docker driver's hosts
-        # file has no peers either)
-        create_file(os.path.join(cdir, "hosts"), hosts_text(BASE_HOSTS, {}), mode=0o644)
         args = run_args(job, host, name=containers[host], netns_path=netns_path(names["netns"][host]),
                         task_dir=os.path.join(cdir, "task"), alloc_dir=os.path.join(cdir, "alloc"),
                         hosts_file=os.path.join(cdir, "hosts"), host_volumes=host_volumes, core_mhz=core_mhz,
                         extra=["--label", "backendai-cluster.session=" + paths.root, "--pidfile", pidfiles[host],
+                               "--cidfile", cidfiles[host],
                                "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)])
         runs[host] = (["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host]))
         save_run(cdir, runs[host][0])  # for a container removed under the session (_local.recreate)
+    # A container's files are written by its start, just before its podman run, with the peers known then (none until
+    # the network is up: then they are rendered again, whole, for the containers whose files were written before).
+    peers: t.List[str] = []
+    written: t.Set[str] = set()
+    files_lock = threading.Lock()
+
+    def container_files(host: str) -> None:
+        with files_lock:
+            cdir = paths.container_dir(host)
+            for rel, (text, mode) in task_files(groups[host], envs[host], secret, "".join(peers)).items():
+                path = os.path.join(cdir, "task", rel)
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                create_file(path, text, mode=mode)
+            for sub in ("task/local", "task/secrets", "alloc"):
+                os.makedirs(os.path.join(cdir, sub), mode=0o700, exist_ok=True)
+            # the peers block stays empty until the entrypoint writes it from the peers file (the docker driver's hosts
+            # file has no peers either)
+            create_file(os.path.join(cdir, "hosts"), hosts_text(BASE_HOSTS, {}), mode=0o644)
+            written.add(host)
 
     t_ready = time.monotonic()
-    starts = _EngineStarts(paths, conf, runs, pidfiles, {c.hostname for c in session.containers if c.command})
+    starts = _EngineStarts(paths, conf, runs, pidfiles, {c.hostname for c in session.containers if c.command},
+                           container_files)
 
     def start() -> None:  # once the namespaces exist
-        journal.record("engine", containers=list(containers.values()), conf=conf)
+        journal.record("engine", containers=list(containers.values()), conf=conf, cidfiles=list(cidfiles.values()))
         starts.submit()
 
     try:
@@ -222,13 +240,13 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         if main in published:
             write_file(paths.user_ssh_config, user_ssh_config(paths, main, hosts[1:], published[main],
                                                               session.ssh_port, session.user.name), mode=0o644)
-        peers = peers_text({h: addresses[h] for h in hosts})  # what nomadService renders once every task registered
-        for group in job["TaskGroups"]:  # the templates that change with the peers, rendered again (replaced whole)
-            host = group["Name"]
-            before = task_files(group, envs[host], secret, "")
-            for rel, (text, mode) in task_files(group, envs[host], secret, peers).items():
-                if before[rel][0] != text:
-                    write_file(os.path.join(paths.container_dir(host), "task", rel), text, mode=mode)
+        with files_lock:  # what nomadService renders once every task registered
+            peers.append(peers_text({h: addresses[h] for h in hosts}))
+            for host in written:  # the templates that change with the peers, rendered again (replaced whole)
+                before = task_files(groups[host], envs[host], secret, "")
+                for rel, (text, mode) in task_files(groups[host], envs[host], secret, peers[0]).items():
+                    if before[rel][0] != text:
+                        write_file(os.path.join(paths.container_dir(host), "task", rel), text, mode=mode)
         _await_sshd(session, paths, names, addresses, published, journal, 30.0 + 0.5 * len(runs), starts.check,
                     started=starts.pids.__contains__, retry_interval=ENGINE_PROBE_INTERVAL)
         pids = starts.wait()
@@ -241,7 +259,8 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
         host = c.hostname
         records.append({
             "hostname": host, "role": c.role, "idx": c.idx, "agent": c.agent, "netns": names["netns"][host],
-            "address": addresses[host], "pid": pids[host] or None, "engine": containers[host],
+            "address": addresses[host], "pid": pids[host] or None, "pid_starttime": _starttime(pids[host]),
+            "engine": containers[host],
             "image": images[host], "has_command": bool(c.command), "log": paths.log(host),
             "resources": {"cpu": c.resources.cpu, "memory": c.resources.memory},
             "published": "%s:%d" % published[host] if host in published else None,
@@ -254,7 +273,10 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
 
 class _EngineStarts:
     """The ``podman run`` of a session's containers (``runs``: host -> podman arguments, working directory, what to name
-    in an error), run at once: each waits for its container's start, so N in a row took N times as long.
+    in an error), :data:`ENGINE_STARTS_PER_CORE` per core at a time, each after ``prepare(host)`` (its files): each
+    waits for its container's start, so N in a row took N times as long, and N at once (64 on this 2-core machine) took
+    more CPU per run (podman's processes contending: ~0.16 s against ~0.12 s) and starved the creator's own thread of
+    the interpreter (the session network's ADDs began 1.3 s late).
 
     While the session waits for the containers' sshd, :meth:`check` fails the start at once when a ``podman run``
     failed or a container ended (with the container's log tail), but for a batch container whose command ended (the
@@ -265,16 +287,22 @@ class _EngineStarts:
     registry is reachable, only local images run, and the failure names the image."""
 
     def __init__(self, paths: SessionPaths, conf: str, runs: t.Dict[str, t.Tuple[t.List[str], str, str]],
-                 pidfiles: t.Dict[str, str], batch: t.Set[str]) -> None:
+                 pidfiles: t.Dict[str, str], batch: t.Set[str], prepare: t.Callable[[str], None]) -> None:
         self.paths, self.conf, self.runs, self.pidfiles, self.batch = paths, conf, runs, pidfiles, batch
+        self.prepare = prepare
         self.pids: t.Dict[str, int] = {}
         self.done: t.Set[str] = set()
         self.started: t.Dict[str, "concurrent.futures.Future[t.Any]"] = {}
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(runs), ENGINE_STARTS)))
+        workers = max(1, min(len(runs), ENGINE_STARTS_PER_CORE * (os.cpu_count() or 1)))
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+
+    def _start(self, host: str) -> "subprocess.CompletedProcess[bytes]":
+        self.prepare(host)
+        argv, cdir, what = self.runs[host]
+        return podman(argv, self.conf, cwd=cdir, what=what, owner=self.paths.root)
 
     def submit(self) -> None:
-        self.started = {host: self.pool.submit(podman, argv, self.conf, cwd=cdir, what=what, owner=self.paths.root)
-                        for host, (argv, cdir, what) in self.runs.items()}
+        self.started = {host: self.pool.submit(self._start, host) for host in self.runs}
 
     def check(self) -> t.Set[str]:
         """Raises when a ``podman run`` failed or a container ended during start-up; returns the targets no longer
@@ -310,6 +338,12 @@ class _EngineStarts:
         for run_done in self.started.values():
             run_done.cancel()
         self.pool.shutdown(wait=True)
+
+
+def _starttime(pid: int) -> t.Optional[int]:
+    """A live process's start time (clock ticks since boot: with the pid, what names it), None for none."""
+    stat = proc_stat(pid) if pid else None
+    return stat[1] if stat else None
 
 
 def _read_pid(path: str) -> int:

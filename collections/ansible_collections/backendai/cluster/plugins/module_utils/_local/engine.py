@@ -16,9 +16,11 @@ every podman command with it (:func:`podman`). What goes in it is detected on th
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
+import time
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._files import ensure_file
@@ -152,3 +154,73 @@ def inspect_containers(names: t.Sequence[str], conf: str, fields: str) -> t.Dict
         if words:
             out[words[0]] = words[1:]
     return out
+
+
+#: The file in a container's directory that ``podman run --cidfile`` writes the container's ID into as soon as the
+#: container exists (before it starts): what teardown finds a container's cgroups by, also after a killed creator.
+ENGINE_CIDFILE = "cid"
+#: Where podman puts a container's cgroup in a hierarchy: under the cgroupfs manager's parent (podman without
+#: systemd, as here: ``libpod_parent/libpod-<id>``) or the systemd manager's (``machine.slice/libpod-<id>.scope``).
+CGROUP_PATTERNS = ("libpod_parent/libpod-%s", "machine.slice/libpod-%s.scope")
+#: How long teardown waits for a container's cgroup to empty (its processes were killed just before) (s).
+CGROUP_EMPTY_WAIT = 2.0
+
+
+def read_cids(paths: t.Iterable[str]) -> t.List[str]:
+    """The container IDs in these ``--cidfile`` files (a file that is not there: a container never made)."""
+    out = []
+    for path in paths:
+        try:
+            with open(path, encoding="ascii") as f:
+                cid = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if len(cid) == 64 and all(c in "0123456789abcdef" for c in cid):
+            out.append(cid)
+    return out
+
+
+def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> t.List[str]:
+    """Every cgroup hierarchy (v1 and v2) mounted here."""
+    out = set()
+    try:
+        with open(mountinfo, encoding="utf-8") as f:
+            for line in f:
+                pre, _sep, post = line.partition(" - ")
+                if post.split()[:1] in (["cgroup"], ["cgroup2"]):
+                    out.add(pre.split()[4].replace("\\040", " "))
+    except OSError:
+        pass
+    return sorted(out)
+
+
+def container_cgroups(cids: t.Iterable[str], mounts: t.Optional[t.Sequence[str]] = None) -> t.List[str]:
+    """The cgroup directories of these containers that exist now, in every hierarchy."""
+    mounts = cgroup_mounts() if mounts is None else mounts
+    return [d for cid in cids for m in mounts for d in (os.path.join(m, p % cid) for p in CGROUP_PATTERNS)
+            if os.path.isdir(d)]
+
+
+def remove_cgroups(cids: t.Sequence[str], mounts: t.Optional[t.Sequence[str]] = None,
+                   wait: float = CGROUP_EMPTY_WAIT) -> t.List[str]:
+    """Remove the cgroups podman left of these (removed) containers: a ``podman run`` killed half-way leaves its
+    container's cgroups behind, empty (conmon, which removes them when the container ends, never ran), and
+    ``podman rm`` does not remove them. An empty cgroup is removed with ``rmdir`` (sub-groups first); one that still
+    has processes after ``wait`` seconds is reported (its processes outlived the session's kill), never forced."""
+    deadline = time.monotonic() + wait
+    errors: t.List[str] = []
+    for top in container_cgroups(cids, mounts):
+        below = sorted((os.path.join(d, s) for d, subs, _f in os.walk(top) for s in subs), key=len, reverse=True)
+        for d in below + [top]:
+            while True:
+                try:
+                    os.rmdir(d)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:  # EBUSY: processes in it (still exiting); EROFS and the like: not ours to fix
+                    if exc.errno == errno.EBUSY and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                        continue
+                    errors.append("cgroup %s of a removed container: %s" % (d, exc.strerror))
+                break
+    return errors

@@ -60,4 +60,8 @@ def recreate_gone(paths: SessionPaths, hosts: t.Sequence[str]) -> None:
         cdir = paths.container_dir(host)
         with open(os.path.join(cdir, ENGINE_RUN_FILE), encoding="utf-8") as f:
             argv = json.load(f)
+        if "--cidfile" in argv:  # the removed container's ID file: podman run refuses to write over one
+            cidfile = argv[argv.index("--cidfile") + 1]
+            if os.path.exists(cidfile):
+                os.unlink(cidfile)
         podman(argv, conf, cwd=cdir, what="podman run of removed container %s" % host, owner=paths.root)

@@ -14,7 +14,12 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.cni impor
     prune_shared_chains,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
-from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import inspect_containers, podman
+from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import (
+    inspect_containers,
+    podman,
+    read_cids,
+    remove_cgroups,
+)
 from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import delete_netns, kill_session_processes
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import (
     LocalRuntimeError,
@@ -32,8 +37,10 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     errors = kill_session_processes(begin["netns"] if begin else [], paths.root)
     if errors:
         return errors
+    cids: t.List[str] = []
     for entry in entries:  # the engine's containers before the network they are attached to (recorded before it)
         if entry["op"] == "engine":
+            cids += read_cids(entry.get("cidfiles") or [])
             if keep_logs:
                 _keep_exit_codes(paths, entry["containers"], entry["conf"])
             errors += remove_containers(entry["containers"], entry["conf"])
@@ -42,6 +49,9 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
     # namespace). Conmon itself is left alone: it removes the container's cgroups when its process ends (podman rm
     # after a killed conmon leaves them behind).
     errors += kill_session_processes(begin["netns"] if begin else [], paths.root)
+    # what no conmon removed: the cgroups of a container whose podman run was killed half-way (empty once its
+    # processes are gone; podman rm leaves them)
+    errors += remove_cgroups(cids)
     for entry in reversed(entries):
         op = entry["op"]
         if op == "network":

@@ -197,7 +197,7 @@ def test_hosts_follow_the_peers() -> None:
     job = render_job(make_plan(cluster_size=3))
     assert job["Meta"][HOSTS_SCRIPT_META_KEY] == HOSTS_SCRIPT
     assert ("""{ echo "#!$X"; echo "set -- '$L/peers'"; echo "$NOMAD_META_%s"; } > $L/hosts.new""" % HOSTS_SCRIPT_META_KEY
-            in ENTRYPOINT and "\n$L/hosts\n" in ENTRYPOINT)
+            in ENTRYPOINT and "\n(. $L/hosts)\n" in ENTRYPOINT)  # run once in a subshell (a fork, no exec of a shell)
     assert ">> /etc/hosts" not in ENTRYPOINT
     assert dumps(job).count("backendai.cluster peers: begin") == 1  # once, in Meta
     for group in job["TaskGroups"]:

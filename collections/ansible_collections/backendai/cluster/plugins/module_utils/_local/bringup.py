@@ -206,7 +206,6 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                                "--cidfile", cidfiles[host],
                                "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)])
         runs[host] = (["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host]))
-        save_run(cdir, runs[host][0])  # for a container removed under the session (_local.recreate)
     # A container's files are written by its start, just before its podman run, with the peers known then (none until
     # the network is up: then they are rendered again, whole, for the containers whose files were written before).
     peers: t.List[str] = []
@@ -225,6 +224,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
             # the peers block stays empty until the entrypoint writes it from the peers file (the docker driver's hosts
             # file has no peers either)
             create_file(os.path.join(cdir, "hosts"), hosts_text(BASE_HOSTS, {}), mode=0o644)
+            save_run(cdir, runs[host][0])  # for a container removed under the session (_local.recreate)
             written.add(host)
 
     t_ready = time.monotonic()

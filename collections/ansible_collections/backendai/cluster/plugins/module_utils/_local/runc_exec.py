@@ -30,11 +30,13 @@ RUNC_ROOT = "/run/runc"
 RUNC_EXEC_FAILED = 255
 
 
-def inspect_fields() -> str:
-    """``podman inspect --format`` giving, per container, what :func:`plan` needs (one line of JSON each)."""
-    return ('{"name": {{json .Name}}, "id": {{json .Id}}, "runtime": {{json .OCIRuntime}}, '
-            '"config": {{json .OCIConfigPath}}, "running": {{json .State.Running}}, '
-            '"rootfs": {{json .GraphDriver.Data.MergedDir}}}')
+def from_inspect(entry: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """What :func:`plan` needs of one container of ``podman container inspect``'s output."""
+    state = entry.get("State") if isinstance(entry.get("State"), dict) else {}
+    driver = entry.get("GraphDriver") if isinstance(entry.get("GraphDriver"), dict) else {}
+    data = driver.get("Data") if isinstance(driver.get("Data"), dict) else {}
+    return {"name": entry.get("Name"), "id": entry.get("Id"), "runtime": entry.get("OCIRuntime"),
+            "config": entry.get("OCIConfigPath"), "running": state.get("Running") is True, "rootfs": data.get("MergedDir")}
 
 
 def plan(inspected: t.Mapping[str, t.Any], user: str, argv: t.Sequence[str],

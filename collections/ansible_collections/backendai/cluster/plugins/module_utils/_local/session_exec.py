@@ -85,17 +85,16 @@ def _inspect(engines: t.Sequence[str], env: t.Mapping[str, str]) -> t.Dict[str, 
     """One ``podman inspect`` of every target: what ``runc exec`` needs of each, by name (empty: use podman exec)."""
     if not engines:
         return {}
-    proc = subprocess.run([PODMAN, "container", "inspect", "--format", runc_exec.inspect_fields()] + list(engines),
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(env),
-                          check=False)
+    proc = subprocess.run([PODMAN, "container", "inspect"] + list(engines), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(env), check=False)
+    try:
+        entries = json.loads(proc.stdout.decode("utf-8", errors="replace"))
+    except ValueError:
+        return {}
     found = {}
-    for line in proc.stdout.decode("utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
+    for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict):
-            found[str(entry.get("name"))] = entry
+            found[str(entry.get("Name"))] = runc_exec.from_inspect(entry)
     return found
 
 

@@ -93,3 +93,11 @@ def test_runcs_own_failure_is_told_from_the_commands_exit_code() -> None:
     assert runc_exec.runc_failure(255, log("exec failed: permission denied")) == (126, "exec failed: permission denied")
     assert runc_exec.runc_failure(255, "not json\n" + log("cannot exec in a stopped container")) == (
         None, "cannot exec in a stopped container")
+
+
+def test_what_is_read_of_podmans_inspect() -> None:
+    entry = {"Name": "bai-x-main1", "Id": CID, "OCIRuntime": "runc", "OCIConfigPath": "/c/config.json",
+             "State": {"Running": True, "Pid": 7}, "GraphDriver": {"Data": {"MergedDir": "/m"}}}
+    assert runc_exec.from_inspect(entry) == {"name": "bai-x-main1", "id": CID, "runtime": "runc",
+                                             "config": "/c/config.json", "running": True, "rootfs": "/m"}
+    assert runc_exec.from_inspect({"Name": "n", "State": None})["running"] is False

@@ -6,8 +6,8 @@ The scenario's variables are its inventory (``molecule.yml``), read with testinf
 converge, verify and destroy read the same values. A container is entered the way users enter it:
 ``ssh -F <state>/<name>/ssh_config main1`` (the subs through main1, by the config's ProxyJump). Expected
 values are computed from the spec and the seed tables, never by the collection. What a session leaves
-behind is checked with the repository's one leak check, ``tests/support/leaks.py`` (re-exported as ``leaks``; the
-create/destroy playbooks run the same file as a script).
+behind is checked by the create/destroy playbooks, with the repository's one leak check (``tests/support/leaks.py``,
+run as a script).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import functools
 import json
 import os
 import subprocess
-import sys
 import typing as t
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,12 +23,6 @@ import pytest
 import testinfra
 from testinfra.utils.ansible_runner import AnsibleRunner
 
-REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if os.path.join(REPO, "tests", "support") not in sys.path:
-    sys.path.insert(0, os.path.join(REPO, "tests", "support"))
-
-import leaks  # noqa: E402,F401  (tests/support/leaks.py)
-import repo_helpers  # noqa: E402  (tests/support/repo_helpers.py)
 
 #: The Python inside a container (the host's Debian one; a root shell's PATH may start with pyenv shims).
 PY = "/usr/bin/python3"
@@ -55,15 +48,6 @@ def parametrize_hostname(metafunc: pytest.Metafunc) -> None:
     """A test taking ``hostname`` runs once per container of the scenario's session."""
     if "hostname" in metafunc.fixturenames:
         metafunc.parametrize("hostname", hostnames(scenario_vars()["session"]))
-
-
-def run_playbook(playbook: str, state_root: str, extra: t.Mapping[str, t.Any]) -> subprocess.CompletedProcess:
-    """``ansible-playbook playbooks/<playbook>`` from the repository top, as a user runs it (JSON results on
-    stdout: ``tests/support/repo_helpers.py``)."""
-    return repo_helpers.run_playbook(
-        os.path.join(REPO, "playbooks", playbook), "-e", json.dumps(dict(extra)), "-e", "session_state_dir=" + state_root,
-        env={"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),
-             "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, "collections")})
 
 
 class Session:
@@ -108,36 +92,19 @@ class Session:
         with ThreadPoolExecutor(len(hosts)) as pool:
             return dict(zip(hosts, pool.map(fn, hosts)))
 
-    def probe(self, hostname: str, targets: t.Sequence[t.Tuple[str, int]], timeout: float = 1.0) -> t.Dict[str, t.Any]:
-        """From inside ``hostname``, over ssh: ``{"reached": {"addr:port": bool}, "main1": <main1's address there>}``.
-
-        A peer on the session's bridge answers a SYN in well under a millisecond; a dropped one never does."""
-        script = (
-            "import json, socket, sys, concurrent.futures as cf\n"
-            "def ok(t):\n"
-            "    try:\n"
-            "        socket.create_connection((t[0], t[1]), %r).close()\n"
-            "        return True\n"
-            "    except OSError:\n"
-            "        return False\n"
-            "ts = json.loads(sys.argv[1])\n"
-            "with cf.ThreadPoolExecutor(len(ts)) as p:\n"
-            "    reached = dict(zip(['%%s:%%d' %% tuple(t) for t in ts], p.map(ok, ts)))\n"
-            "print(json.dumps({'reached': reached, 'main1': socket.gethostbyname('main1')}))\n" % timeout)
-        out = self.container(hostname).check_output("%s -c %s %s", PY, script, json.dumps([list(x) for x in targets]))
-        return json.loads(out)
-
     def reachable(self, hostname: str, targets: t.Sequence[str], port: int) -> t.Dict[str, bool]:
         """From inside ``hostname``'s network namespace (nsenter, no ssh): which ``targets`` accept a TCP
-        connection on ``port``."""
-        script = ("import json, socket, sys\n"
+        connection on ``port`` within a second (all at once: a dropped SYN is never answered, so each unreachable
+        target takes the whole second)."""
+        script = ("import json, socket, sys, concurrent.futures as cf\n"
                   "def ok(a):\n"
                   "    try:\n"
                   "        socket.create_connection((a, %d), 1.0).close()\n"
                   "        return True\n"
                   "    except OSError:\n"
                   "        return False\n"
-                  "print(json.dumps({a: ok(a) for a in sys.argv[1:]}))\n" % port)
+                  "with cf.ThreadPoolExecutor(len(sys.argv) - 1) as pool:\n"
+                  "    print(json.dumps(dict(zip(sys.argv[1:], pool.map(ok, sys.argv[1:])))))\n" % port)
         out = subprocess.run(["nsenter", "-t", str(self.pid[hostname]), "-n", "--", PY, "-c", script] + list(targets),
                              capture_output=True, text=True, timeout=60, check=True).stdout
         return json.loads(out)

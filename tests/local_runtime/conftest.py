@@ -23,6 +23,7 @@ import pytest
 import images  # tests/support/images.py: the images built here (scripts/build-images)
 import leaks  # tests/support/leaks.py: the one leak check
 import local_session_dict  # tests/support/local_session_dict.py: a session given as a dict, brought up by the runtime
+from machine_lock import machine_lock  # tests/support/machine_lock.py: the suite's lock for what changes this machine
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(REPO, "collections")
@@ -224,6 +225,23 @@ def module_session(run_dir: str, keypair: tuple[str, str], name: str, **kw: Any)
         made = leaks.record(root, [name])
         rt.destroy_session(name, root)
         assert leaks.leaks(None, made) == []
+
+
+@pytest.fixture(scope="session")
+def example_session(run_dir: str, keypair: tuple[str, str]) -> Iterator[dict[str, Any]]:
+    """One interactive session of the example image (main1, sub1, sub2; ``make_session``'s defaults) for every test that
+    only looks at a running session or works inside it and leaves it as it found it (the create's result, with its
+    ``spec``): made once in a run, where a session of a test's own costs a bring-up and a teardown of several seconds.
+    A test that kills, stops or changes a container makes a session of its own (``sessions``). It lives through the
+    run, so a test's leak check (a snapshot before and after) sees it in both; its own is the record's, at the end of
+    the run (under the machine lock: the run's last test need not be a machine test)."""
+    made = module_session(run_dir, keypair, "example")
+    result = made.__enter__()  # in the setup of the first machine test that asks for it, under its lock
+    try:
+        yield result
+    finally:
+        with machine_lock():
+            made.__exit__(None, None, None)
 
 
 def ssh(result: dict[str, Any], host: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -199,13 +199,14 @@ def test_killing_a_containers_first_process_ends_everything_in_it(sessions: Any,
 
 
 #: A host terminal opened by uid 1000 (on these machines a real account; every session's ``work`` has it too): prints
-#: its slave's path, then for ``argv[1]`` seconds what arrives on it, as JSON.
+#: its slave's path, then what arrives on it, as JSON, once the control's line has arrived (written last, after the
+#: session's write returned: whatever that write delivered is before it) or after ``argv[1]`` seconds.
 HOST_PTY = """
 import json, os, select, sys, time
 master, slave = os.openpty()
 print(os.ttyname(slave), flush=True)
 got, end = b"", time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
+while time.monotonic() < end and b"FROM-THE-HOST" not in got:
     if select.select([master], [], [], 0.1)[0]:
         got += os.read(master, 4096)
 print(json.dumps(got.decode(errors="replace")), flush=True)
@@ -220,7 +221,7 @@ def assert_a_login_cannot_write_to_a_host_terminal(login: Callable[[str], Any]) 
     import json
     import sys
     holder = subprocess.Popen(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", sys.executable,
-                               "-c", HOST_PTY, "12"], stdout=subprocess.PIPE, text=True)
+                               "-c", HOST_PTY, "30"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None
         path = holder.stdout.readline().strip()

@@ -53,7 +53,7 @@ def documented(view: dict[str, Any]) -> None:
 
 def session(name: str, failure: dict[str, Any], size: int = 3, script: str = RANK) -> dict[str, Any]:
     return {"name": name, "image": images.image("test-busybox"), "cluster_size": size,
-            "resources": {"cpu": 100, "memory": 64}, "command": ["sh", "-c", script], "failure": failure}
+            "resources": {"cpu": 1000, "memory": 64}, "command": ["sh", "-c", script], "failure": failure}
 
 
 def until(get: Callable[[], Any], ok: Callable[[Any], bool], timeout: float) -> Any:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 import images
+import leaks
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad import nomad_backend as _backend_nomad
 from ansible_collections.backendai.cluster.plugins.module_utils._errors import SpecError
@@ -74,7 +75,7 @@ def test_batch_session_lifecycle(state_root: str, helpers: Any) -> None:
     image = images.image("example")
     before = helpers.host_snapshot()
     name = "eng-life"
-    spec = {"name": name, "image": image, "cluster_size": 3, "resources": {"cpu": 200, "memory": 128}, "command": COMMAND}
+    spec = {"name": name, "image": image, "cluster_size": 3, "resources": {"cpu": 1000, "memory": 128}, "command": COMMAND}
     b = backend(state_root, helpers)
     marker = "/var/tmp/%s-host-only" % name
     try:
@@ -129,7 +130,7 @@ def test_the_memory_limit_oom_kill_is_failed_137_and_present_repairs_it(state_ro
     os.chmod(data, 0o777)
     hog = ('while [ ! -e /data/oom-$BACKENDAI_CLUSTER_HOST ]; do sleep 0.1; done; '
            'exec python3 -c "b = bytearray(512 << 20); import time; time.sleep(60)"')
-    spec = {"name": name, "image": image, "cluster_size": 2, "resources": {"cpu": 200, "memory": 96},
+    spec = {"name": name, "image": image, "cluster_size": 2, "resources": {"cpu": 1000, "memory": 96},
             "command": ["sh", "-c", hog], "mounts": [{"source": str(data), "target": "/data"}]}
     b = backend(state_root, helpers)
     try:
@@ -158,21 +159,36 @@ backend(%r, types.SimpleNamespace(MOUNT_ROOTS=%r)).present(json.loads(sys.stdin.
 """
 
 
+def _kill_spec(name: str) -> dict[str, Any]:
+    return {"name": name, "image": images.image("test-busybox"), "cluster_size": 2, "resources": {"cpu": 1000, "memory": 64}}
+
+
+@pytest.fixture(scope="module")
+def journal_ops(run_dir: str, helpers: Any) -> list[str]:
+    """The journal's records of a create of :func:`_kill_spec`'s session, in order (a run without a fault tells their
+    order), made once for the tests below; its destroy leaves nothing it made (the record's leak check)."""
+    root = os.path.join(run_dir, "ops-" + os.urandom(4).hex())
+    b = backend(root, helpers)
+    b.present(_kill_spec("eng-ops"))
+    made = leaks.record(root, ["eng-ops"])
+    try:
+        return [e["op"] for e in _journal(root, "eng-ops")]
+    finally:
+        b.absent("eng-ops")
+        assert leaks.leaks(None, made) == []
+
+
 @pytest.mark.parametrize("kill_before", ["engine", "ready"])
 def test_a_creator_killed_before_or_after_its_containers_started_leaves_nothing_destroy_misses(
-        state_root: str, helpers: Any, kill_before: str) -> None:
+        state_root: str, helpers: Any, kill_before: str, journal_ops: list[str]) -> None:
     """The creator is SIGKILLed as it is about to journal ``engine`` (nothing started yet) or ``ready`` (every
     container up): destroy removes all of it."""
-    image = images.image("test-busybox")
     before = helpers.host_snapshot()
     name = "eng-kill"
-    spec = {"name": name, "image": image, "cluster_size": 2, "resources": {"cpu": 100, "memory": 64}}
+    spec = _kill_spec(name)
     here = os.path.dirname(os.path.abspath(__file__))
-    # the journal's records up to the one named (a run without a fault tells their order)
     b = backend(state_root, helpers)
-    b.present(spec)
-    ops = [e["op"] for e in _journal(state_root, name)]
-    b.absent(name)
+    ops = journal_ops  # the journal's records up to the one named
     script = _CREATOR % (helpers.collections, here, os.path.join(os.path.dirname(here), "support"), ops.index(kill_before),
                          state_root, helpers.MOUNT_ROOTS)
     proc = subprocess.run([sys.executable, "-c", script], input=json.dumps(spec), capture_output=True, text=True,
@@ -216,7 +232,7 @@ def test_a_login_in_an_engine_container_cannot_write_to_a_host_terminal(state_ro
     name = "eng-ptys"
     b = backend(state_root, helpers)
     b.present({"name": name, "image": images.image("test-debian"), "cluster_size": 1,
-               "resources": {"cpu": 100, "memory": 64}})
+               "resources": {"cpu": 1000, "memory": 64}})
     try:
         assert_a_login_cannot_write_to_a_host_terminal(lambda command: ssh(state_root, name, "main1", command))
     finally:
@@ -252,7 +268,7 @@ def test_interactive_container_fails_when_its_sshd_dies(state_root: str, helpers
     """An interactive container (no command) lives as long as its sshd, the container's first process."""
     before = helpers.host_snapshot()
     name = "inter"
-    spec = {"name": name, "image": images.image("test-busybox"), "cluster_size": 2, "resources": {"cpu": 100, "memory": 64}}
+    spec = {"name": name, "image": images.image("test-busybox"), "cluster_size": 2, "resources": {"cpu": 1000, "memory": 64}}
     b = backend(state_root, helpers)
     try:
         assert b.present(spec)["session"]["state"] == "RUNNING"

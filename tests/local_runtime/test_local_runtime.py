@@ -64,10 +64,19 @@ def _status_until(name: str, state_root: str, state: str, timeout: float = 10.0)
         time.sleep(0.05)
 
 
+@pytest.fixture
+def shared(example_session: dict[str, Any]) -> dict[str, Any]:
+    """The run's interactive session of main1, sub1, sub2 (conftest.py's ``example_session``), which the tests below
+    only look at or leave as they found it."""
+    return example_session
+
+
 @pytest.fixture(scope="module")
-def shared(run_dir: str, keypair: Any, helpers: Any) -> Iterator[dict[str, Any]]:
-    """One interactive session of main1, sub1, sub2 that the tests below only look at."""
-    with helpers.module_session(run_dir, keypair, "shared") as r:
+def other(run_dir: str, helpers: Any, tmp_path_factory: Any) -> Iterator[dict[str, Any]]:
+    """A second interactive session (main1, sub1) beside :func:`shared`, which it must not reach nor be reached by,
+    with a keypair of its own (the session's key is also its sshd's host key)."""
+    with helpers.module_session(run_dir, helpers.new_keypair(str(tmp_path_factory.mktemp("other-key"))), "other",
+                                size=2) as r:
         yield r
 
 
@@ -142,9 +151,8 @@ def test_user_command_log_and_exit_code(sessions: Any, state_root: str, helpers:
     assert helpers.ssh(r, "sub2", "hostname", timeout=10).returncode != 0  # its sshd ended with the container
 
 
-def test_sessions_are_isolated(shared: Any, sessions: Any) -> None:
-    a = shared
-    b = sessions("iso-b", size=2)
+def test_sessions_are_isolated(shared: Any, other: Any) -> None:
+    a, b = shared, other
     assert a["subnet"] != b["subnet"] and a["bridge"] != b["bridge"]
     a_sub, b_main = a["containers"][1]["address"], b["containers"][0]["address"]
     assert _tcp_probe(a, "main1", a_sub, 2200), "containers of one session must reach each other"
@@ -160,6 +168,13 @@ def test_sessions_are_isolated(shared: Any, sessions: Any) -> None:
     finally:
         with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
             f.write(forward)
+    # each session has its own host keys: a's ssh_config, pointed at b's published port, does not get into b's main1
+    # (control: the same command with a's own port does)
+    for port, rc in ((a["published"].rsplit(":", 1)[1], 0), (b["published"].rsplit(":", 1)[1], 255)):
+        crossed = subprocess.run(["ssh", "-F", a["ssh_config"], "-o", "BatchMode=yes", "-o", "Port=" + port, "main1", "true"],
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
+        assert crossed.returncode == rc, crossed.stderr
+    assert "Host key verification failed" in crossed.stderr, crossed.stderr
 
 
 def test_only_main1_is_published_on_localhost(shared: Any) -> None:
@@ -229,7 +244,7 @@ def test_a_changed_address_reaches_every_peer(shared: Any, tmp_path: Any) -> Non
     changes nothing); the script run with a moved peer rewrites the file in place, so the running container
     resolves the new address at once (it has that file bind-mounted)."""
     r = shared
-    paths = SessionPaths(os.path.dirname(r["state_dir"]), "shared")
+    paths = SessionPaths(os.path.dirname(r["state_dir"]), r["spec"]["name"])
     addresses = {c["hostname"]: c["address"] for c in r["containers"]}
     moved = dict(addresses, sub2=str(ipaddress.ip_address(addresses["sub2"]) + 100))  # sub2 replaced elsewhere
 
@@ -460,12 +475,12 @@ def test_mpirun_over_ssh_starts_every_rank_as_the_user_across_containers(shared:
     assert sorted(p.stdout.splitlines()) == ["main1 work 0", "sub1 work 1", "sub2 work 2"], p.stdout + p.stderr
 
 
-def test_a_session_user_cannot_read_another_sessions_keys(shared: Any, sessions: Any, helpers: Any) -> None:
+def test_a_session_user_cannot_read_another_sessions_keys(shared: Any, other: Any, helpers: Any) -> None:
     """Both sessions' users are work (1000). A container sees its image's files, not the host's: B's keys (in B's
     state directory, and in B's task directory as the job's templates render them) are not there for A's user, nor
     for A's root."""
-    b = sessions("keys-b", size=1)
-    paths = SessionPaths(os.path.dirname(b["state_dir"]), "keys-b")
+    b = other
+    paths = SessionPaths(os.path.dirname(b["state_dir"]), "other")
     keys = [os.path.join(b["state_dir"], "ssh", "id_cluster"), os.path.join(paths.container_dir("main1"), "task")]
     assert os.path.exists(keys[0]) and os.path.isdir(keys[1])
     p = helpers.ssh(shared, "main1", "id -un; cat %s; ls %s" % tuple(keys))

@@ -114,6 +114,11 @@ class Listener:
         out, _ = self.proc.communicate(timeout=30)
         return json.loads(out.strip().splitlines()[-1])
 
+    def stop(self) -> None:
+        """End it now, where it only had to answer (what it got is not looked at)."""
+        self.proc.kill()
+        self.proc.communicate(timeout=30)
+
 
 def _csum(data: bytes) -> int:
     if len(data) % 2:
@@ -669,7 +674,7 @@ def test_sessions_and_nomads_bridge_cannot_reach_each_other(world: World) -> Non
         got = dict(zip(pairs, pool.map(lambda k: _probe(*k), pairs)))
     wrong = {k: v for k, v in got.items() if v != pairs[k]}
     assert not wrong, wrong
-    nomad_listener.result()
+    nomad_listener.stop()
     # main1's published port is reachable (the relay on this machine)
     for session in ("sa", "sb"):
         info = w.sessions[session]
@@ -783,7 +788,7 @@ def test_16_concurrent_adds_and_dels_on_one_agent(world: World, sessions: int) -
             first, other = results[0]["out"]["ips"][0]["address"].split("/")[0], names[sessions]
             lis = Listener(names[0], "tcp", 7000, 4.0)
             assert _probe(other, first, 7000) == "open"
-            lis.result()
+            lis.stop()
             with ThreadPoolExecutor(max_workers=16) as pool:
                 dels = list(pool.map(lambda i: _plugin(w, agent, "DEL", names[i], names[i], ""), range(16)))
             assert all(r["rc"] == 0 for r in dels), [r for r in dels if r["rc"]]

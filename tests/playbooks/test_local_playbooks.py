@@ -30,7 +30,7 @@ CREATE_TASK = "Submit the session (the next task waits for its containers and sh
 
 
 def spec_vars(name: str, **extra: t.Any) -> str:
-    session = {"name": name, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": 3, "resources": {"cpu": 100, "memory": 64},
+    session = {"name": name, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": 3, "resources": {"cpu": 800, "memory": 64},
                "command": ["sh", "-c", "echo hello from $BACKENDAI_CLUSTER_HOST rank $WORLD_RANK; exec sleep 600"]}
     session.update(extra)
     return json.dumps({"session": session})
@@ -40,6 +40,7 @@ class Session:
     def __init__(self, tmp_path: t.Any) -> None:
         self.name = "pb-" + uuid.uuid4().hex[:8]
         self.state_dir = str(tmp_path / "state")
+        self.first: t.Optional[subprocess.CompletedProcess] = None
 
     def play(self, playbook: str, *extra: str, check: bool = False, spec: str = "") -> subprocess.CompletedProcess:
         return run_playbook(playbook, "-e", spec or spec_vars(self.name), "-e", "session_state_dir=" + self.state_dir,
@@ -48,17 +49,39 @@ class Session:
 
 @pytest.fixture
 def session(tmp_path: t.Any, host_leaks: t.Any) -> t.Iterator[Session]:
-    """A session name and state directory; destroyed after the test, then nothing of it may be left."""
+    """A session name and state directory for a test that should make nothing; should it have made the session,
+    it is destroyed after the test. Then nothing of it may be left (the snapshot diff and the record)."""
     s = Session(tmp_path)
     try:
         yield s
     finally:
         host_leaks.record(s.state_dir, [s.name])
-        s.play("destroy_session.yml", spec=json.dumps({"session_name": s.name}))
+        if os.path.exists(os.path.join(s.state_dir, s.name)):
+            s.play("destroy_session.yml", spec=json.dumps({"session_name": s.name}))
 
 
-def test_create_is_real_idempotent_and_reachable(session: Session) -> None:
-    first = session.play("create_session.yml")
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[Session]:
+    """One session made by create_session.yml (its run in ``live.first``) that the tests below share, in the file's
+    order: each leaves it RUNNING with the same session ID (the status test kills sub1's command and repairs it, the
+    changed-spec test recreates it with the same keys) and the destroy test ends it (else this fixture does). Its leak
+    check is the record's (what it made, read before the destroy): between the tests the machine lock is free, so a
+    diff of the machine would see other runs (the snapshot diff of the playbooks' destroy is Molecule's)."""
+    s = Session(tmp_path_factory.mktemp("pb"))
+    s.first = s.play("create_session.yml")
+    made = None
+    try:
+        yield s
+    finally:
+        if os.path.exists(os.path.join(s.state_dir, s.name)):
+            made = leaks.record(s.state_dir, [s.name])
+            s.play("destroy_session.yml", spec=json.dumps({"session_name": s.name}))
+        assert made is None or leaks.leaks(None, made) == []
+
+
+def test_create_is_real_idempotent_and_reachable(live: Session) -> None:
+    session, first = live, live.first
+    assert first is not None
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert play_stats(first)["changed"] == 1
     view = task_results(first)[CREATE_TASK]["session"]
@@ -75,8 +98,9 @@ def test_create_is_real_idempotent_and_reachable(session: Session) -> None:
     assert task_results(second)[CREATE_TASK]["session"]["session_id"] == view["session_id"]
 
 
-def test_status_shows_logs_and_a_dead_container_as_degraded(session: Session) -> None:
-    assert session.play("create_session.yml").returncode == 0
+def test_status_shows_logs_and_a_dead_container_as_degraded(live: Session) -> None:
+    session = live
+    assert session.first is not None and session.first.returncode == 0
     deadline = time.monotonic() + 10
     while True:
         status = session.play("session_status.yml", "-e", "log_lines=3")
@@ -111,8 +135,9 @@ def test_status_shows_logs_and_a_dead_container_as_degraded(session: Session) ->
     assert repaired["state"] == "RUNNING" and repaired["session_id"] == before
 
 
-def test_changed_spec_recreates_with_diff_and_same_keys(session: Session) -> None:
-    first = session.play("create_session.yml")
+def test_changed_spec_recreates_with_diff_and_same_keys(live: Session) -> None:
+    session, first = live, live.first
+    assert first is not None
     sid = task_results(first)[CREATE_TASK]["session"]["session_id"]
     changed = session.play("create_session.yml", "--diff", spec=spec_vars(session.name, env={"EXTRA": "1"}))
     assert changed.returncode == 0 and play_stats(changed)["changed"] == 1
@@ -128,8 +153,9 @@ def test_check_mode_makes_nothing(session: Session) -> None:
     assert not os.path.exists(os.path.join(session.state_dir, session.name))
 
 
-def test_destroy_is_idempotent_and_complete(session: Session) -> None:
-    assert session.play("create_session.yml").returncode == 0
+def test_destroy_is_idempotent_and_complete(live: Session) -> None:
+    session = live
+    assert session.first is not None and session.first.returncode == 0
     made = leaks.record(session.state_dir, [session.name])
     gone = session.play("destroy_session.yml")
     assert gone.returncode == 0 and play_stats(gone)["changed"] == 1

@@ -35,7 +35,11 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/portmap"),
                                 reason="needs root and the CNI plugins (scripts/setup)")
-pytestmark = [pytest.mark.machine, needs_root]
+#: ansible-playbook runs (not in scripts/run-tests --quick). Only the test that lets the role probe for WireGuard (a
+#: link in this machine's namespace), load kernel modules and read and write sysctls is marked ``machine`` (it holds
+#: the machine lock); the others give the role a WireGuard mode, no module and no sysctl (``role_params``), so
+#: everything they make is under their tmp_path and they run beside the machine tests.
+pytestmark = [pytest.mark.slow, needs_root]
 
 PLAYBOOK = """
 - name: Prepare this machine as an agent
@@ -70,8 +74,10 @@ def stats(proc: t.Any) -> t.Dict[str, t.Any]:
     return json.loads(proc.stdout)["stats"]["localhost"]
 
 
-def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5") -> t.Dict[str, t.Any]:
-    """The role's variables with every file it writes under ``tmp_path`` and the sysctls as they are."""
+def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5", machine: bool = False) -> t.Dict[str, t.Any]:
+    """The role's variables with every file it writes under ``tmp_path``; with ``machine``, the role also probes for
+    WireGuard, loads its kernel modules and sets the sysctls to the values they have (so nothing of the host
+    changes), else it is given the WireGuard mode and no module or sysctl, and touches nothing outside ``tmp_path``."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("_session_network.py", "_cni_system.py", "_cni_nomad.py"):
@@ -112,13 +118,16 @@ def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5") -> t
         "overlay_agent_nomad_config_dir": str(tmp_path / "nomad.d"),
         "overlay_agent_runtime_install": False,  # (no apt here; OpenSSH and busybox-static are installed)
         "overlay_agent_runtime_dir": str(tmp_path / "runtime"),
+        **({} if machine else {"overlay_agent_wireguard_mode": "userspace", "overlay_agent_kernel_modules": [],
+                               "overlay_agent_sysctls": {}}),
     }
 
 
+@pytest.mark.machine
 def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path: t.Any) -> None:
     playbook = tmp_path / "prepare.yml"
     playbook.write_text(PLAYBOOK)
-    params = role_params(tmp_path)
+    params = role_params(tmp_path, machine=True)
     bin_dir = tmp_path / "bin"
     with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
         forward = f.read().strip()

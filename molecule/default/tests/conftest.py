@@ -1,7 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fixtures of the verify step: the session converge made, its containers as testinfra hosts
-(``molecule/scenario_helpers.py`` has what the scenarios share: variables, hostnames, sessions, leaks).
+(``molecule/scenario_helpers.py`` has what the scenarios share: variables, hostnames, sessions).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from scenario_helpers import (  # noqa: E402,F401  (fixtures and helpers of the 
     PY,
     Session,
     hostnames,
-    leaks,
     parametrize_hostname,
-    run_playbook,
     session,
     spec,
     svars,

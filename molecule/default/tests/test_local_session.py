@@ -6,8 +6,11 @@
   what the seed tables say;
 * MASTER_ADDR resolves to main1's address everywhere, and main1 is reachable on MASTER_PORT;
 * every container reaches every other one with ``ssh <host>`` and no prompt, as the ``work`` user;
-* only main1 is published (on 127.0.0.1), the subs only through main1;
-* a second session on the same machine can reach none of this one's containers, nor they its.
+* only main1 is published (on 127.0.0.1), the subs only through main1.
+
+Two sessions on one machine reaching none of each other are checked by the ``multinode`` scenario (its second
+session, made by the same playbook) and by ``tests/local_runtime/test_local_runtime.py::test_sessions_are_isolated``
+(both ways, with the host routing between bridges or not, and one session's ssh_config refused by the other's main1).
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ import re
 import typing as t
 import uuid
 
-import pytest
-from conftest import PY, Session, expected_env, hostnames, leaks, run_playbook
+from conftest import PY, Session, expected_env, hostnames
 
 
 def test_the_session_has_the_containers_of_the_spec(session: Session, spec: t.Mapping[str, t.Any]) -> None:
@@ -143,41 +145,3 @@ def test_only_main1_is_published(host: t.Any, session: Session, spec: t.Mapping[
     config = open(session.ssh_config, encoding="utf-8").read()
     assert re.findall(r"HostName (\S+)", config) == ["127.0.0.1"]
     assert "ProxyJump main1" in config
-
-
-@pytest.fixture(scope="module")
-def other(svars: t.Mapping[str, t.Any], session: Session, spec: t.Mapping[str, t.Any]) -> t.Iterator[Session]:
-    """A second, smaller session made with the playbook in the same state directory; destroyed after."""
-    name = svars["other_session_name"]
-    other_spec = {"name": name, "image": spec["image"], "cluster_size": 2, "resources": {"cpu": 100, "memory": 64},
-                  "ssh": dict(spec["ssh"]), "master_port": spec["master_port"]}
-    check = leaks.LeakCheck()  # the machine with this scenario's session only
-    made = run_playbook("create_session.yml", session.state_root, {"session": other_spec})
-    try:
-        assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-2000:]
-        yield Session(session.state_root, name)
-    finally:
-        check.record(session.state_root, [name])
-        gone = run_playbook("destroy_session.yml", session.state_root, {"session_name": name})
-        assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-2000:]
-        check.assert_clean()
-
-
-def test_a_second_session_is_isolated_from_this_one(host: t.Any, session: Session, other: Session,
-                                                    spec: t.Mapping[str, t.Any]) -> None:
-    port = spec["ssh"]["port"]
-    assert not ipaddress.ip_network(session.info["subnet"]).overlaps(ipaddress.ip_network(other.info["subnet"]))
-    assert other.info["session_id"] != session.info["session_id"]
-    for here, there in ((session, other), (other, session)):
-        own = [(a, port) for a in here.address.values()]
-        theirs = [(a, port) for a in there.address.values()]
-        for h, seen in here.on_each(lambda h: here.probe(h, own + theirs)).items():
-            reached = seen["reached"]
-            assert all(reached["%s:%d" % t] for t in own), (here.name, h, reached)        # the probe works
-            assert not any(reached["%s:%d" % t] for t in theirs), (here.name, h, reached)  # but not across
-            assert seen["main1"] == here.address["main1"]  # names resolve within the own session
-    # each session has its own keys: this session's ssh_config does not get into the other's main1
-    assert other.container("main1").check_output("uname -n") == "main1"
-    other_port = other.info["published"].rsplit(":", 1)[1]
-    crossed = host.run("ssh -F %s -o BatchMode=yes -o Port=%s main1 true", session.ssh_config, other_port)
-    assert crossed.rc == 255 and "Host key verification failed" in crossed.stderr, crossed.stderr

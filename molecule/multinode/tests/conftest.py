@@ -1,7 +1,7 @@
 # Copyright (c) 2026, backendai.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fixtures of the verify step: the local agents prepare made and the two sessions converge made
-(``molecule/scenario_helpers.py`` has what the scenarios share: variables, hostnames, sessions, leaks).
+(``molecule/scenario_helpers.py`` has what the scenarios share: variables, hostnames, sessions).
 Expected values are computed here from the specs, the agents and the seed rules, never by the collection.
 """
 

@@ -348,10 +348,7 @@ class NomadAPIDouble(HTTPDouble):
                 next_token = "%d.%s" % key
                 break
             out.append(stub)
-        headers = self._meta_headers()
-        if next_token:
-            headers["X-Nomad-NextToken"] = next_token
-        return json_response(200, out, headers)
+        return self._page(out, next_token, self._meta_headers())
 
     def _logs(self, req: Request, alloc_id: str) -> Response:
         if req.method != "GET":
@@ -431,11 +428,15 @@ class NomadAPIDouble(HTTPDouble):
                                                  start=req.q("next_token") or "", limit=max(0, per_page))
         # Node.List answers the nodes table's index (state.Index("nodes")): here the last node change, as nodes are
         # never removed from the model
-        headers = dict(self._meta_headers(), **{"X-Nomad-Index": str(max([n["ModifyIndex"] for n in
-                                                                          self.model.nodes.values()] or [1]))})
-        if following:
-            headers["X-Nomad-NextToken"] = following
-        return json_response(200, stubs, headers)
+        return self._page(stubs, following, dict(self._meta_headers(), **{"X-Nomad-Index": str(max(
+            [n["ModifyIndex"] for n in self.model.nodes.values()] or [1]))}))
+
+    @staticmethod
+    def _page(items: t.List[t.Dict[str, t.Any]], next_token: str, headers: t.Dict[str, str]) -> Response:
+        """A page of a paginated list: ``X-Nomad-NextToken`` names where the next page starts (none on the last)."""
+        if next_token:
+            headers["X-Nomad-NextToken"] = next_token
+        return json_response(200, items, headers)
 
     def _node_specific(self, req: Request, rest: str) -> Response:
         if req.method != "GET":

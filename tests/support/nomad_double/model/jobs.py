@@ -64,15 +64,10 @@ class JobsModel(ModelState):
         groups = job.get("TaskGroups") or []
         if not groups:
             errors.append("Missing job task groups")
-        seen: t.Dict[str, int] = {}
+        # Job.Validate and TaskGroup.Validate (nomad/structs/structs.go): the names first, then each group and task
+        errors += _name_errors(groups, "Job task group %d missing name", "Job task group %d redefines '%s' from group %d")
         for idx, group in enumerate(groups):
             name = group.get("Name") or ""
-            if not name:
-                errors.append("Job task group %d missing name" % (idx + 1))
-            elif name in seen:
-                errors.append("Job task group %d redefines '%s' from group %d" % (idx + 1, name, seen[name] + 1))
-            else:
-                seen[name] = idx
             group_errors = []
             count = group.get("Count")
             if count is not None and count < 0:
@@ -80,15 +75,9 @@ class JobsModel(ModelState):
             tasks = group.get("Tasks") or []
             if not tasks:
                 group_errors.append("Missing tasks for task group")
-            task_seen: t.Dict[str, int] = {}
+            group_errors += _name_errors(tasks, "Task %d missing name", "Task %d redefines '%s' from task %d")
             for tidx, task in enumerate(tasks):
                 tname = task.get("Name") or ""
-                if not tname:
-                    group_errors.append("Task %d missing name" % (tidx + 1))
-                elif tname in task_seen:
-                    group_errors.append("Task %d redefines '%s' from task %d" % (tidx + 1, tname, task_seen[tname] + 1))
-                else:
-                    task_seen[tname] = tidx
                 task_errors = []
                 if not task.get("Driver"):
                     task_errors.append("Missing task driver")
@@ -316,3 +305,19 @@ class JobsModel(ModelState):
             "Annotations": {"DesiredTGUpdates": desired, "PreemptedAllocs": None},
             "FailedTGAllocs": failed or None, "NextPeriodicLaunch": ZERO_TIME, "Warnings": "",
         }
+
+
+def _name_errors(items: t.Sequence[t.Mapping[str, t.Any]], missing: str, redefines: str) -> t.List[str]:
+    """Nomad's check of a list's names: each one given (``missing`` % position) and none repeated (``redefines`` %
+    (position, name, first position)), positions counted from 1."""
+    errors: t.List[str] = []
+    seen: t.Dict[str, int] = {}
+    for idx, item in enumerate(items):
+        name = item.get("Name") or ""
+        if not name:
+            errors.append(missing % (idx + 1))
+        elif name in seen:
+            errors.append(redefines % (idx + 1, name, seen[name] + 1))
+        else:
+            seen[name] = idx
+    return errors

@@ -10,9 +10,11 @@ import subprocess
 import typing as t
 
 import pytest
+import yaml
 
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.nodes import live_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.api import NomadClient, NomadConnection
+from ansible_collections.backendai.cluster.plugins.inventory import nomad_nodes
 from module_helpers import ENV_VARS, NOMAD_TOKEN
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 from nomad_double.server import NomadAPIDouble
@@ -20,18 +22,10 @@ from repo_helpers import REPO, VENV_BIN
 
 pytestmark = pytest.mark.slow  # ansible-inventory runs (not in scripts/run-tests --quick)
 
-CONFIG = """
-plugin: backendai.cluster.nomad_nodes
-keyed_groups:
-  - key: nomad_datacenter
-    prefix: dc
-  - key: nomad_node_pool
-    prefix: pool
-groups:
-  gpu_nodes: nomad_free.gpu > 0
-compose:
-  ansible_host: nomad_address
-"""
+#: The plugin's own example (its EXAMPLES), without where Nomad is (the tests give NOMAD_ADDR and NOMAD_TOKEN) and its
+#: cache (the cache test adds one of its own).
+CONFIG = yaml.safe_dump({k: v for k, v in yaml.safe_load(nomad_nodes.EXAMPLES).items()
+                         if k not in ("nomad_addr", "ca_cert") and not k.startswith("cache")}, sort_keys=False)
 
 
 @pytest.fixture
@@ -91,7 +85,7 @@ def test_nodes_become_hosts_with_capacity_vars_and_groups(nomad: NomadAPIDouble,
     assert hostvars["n4"]["nomad_eligible"] is False and hostvars["n4"]["nomad_node_class"] == "big"
     assert sorted(inv["agents"]["hosts"]) == ["n1", "n2"]  # ready + eligible + default pool
     assert sorted(inv["dc_dc1"]["hosts"]) == ["n1", "n3", "n4"] and inv["dc_dc2"]["hosts"] == ["n2"]
-    assert inv["pool_batch"]["hosts"] == ["n4"] and inv["gpu_nodes"]["hosts"] == ["n2"]
+    assert inv["pool_batch"]["hosts"] == ["n4"] and inv["gpu_agents"]["hosts"] == ["n2"]
     assert NOMAD_TOKEN not in json.dumps(inv) + stderr
 
 

@@ -156,7 +156,7 @@ def test_local_backend_results_match_return(run: ModuleRun, tmp_path: t.Any) -> 
     sessions, infos = Results(session_module), Results(session_info)
     state = str(tmp_path / "state")
     name = "ret-" + uuid.uuid4().hex[:8]
-    s = {"name": name, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": 2, "resources": {"cpu": 100, "memory": 64},
+    s = {"name": name, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": 2, "resources": {"cpu": 1000, "memory": 64},
          "command": ["sh", "-c", "echo hi"]}
     base = {"backend": "local", "state_dir": state}
     try:

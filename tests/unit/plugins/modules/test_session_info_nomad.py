@@ -133,10 +133,12 @@ def test_all_sessions_are_the_collections_jobs_only(nomad: NomadAPIDouble, run: 
     assert info(run, nomad, name="web") == [] and info(run, nomad, name="nope") == []
 
 
-def test_stopped_job_is_terminated(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+def test_stopped_job_is_stopped(nomad: NomadAPIDouble, run: ModuleRun) -> None:
+    """A job stopped without purge (``nomad job stop``, or ``state: stopped``) is a STOPPED session: state=present
+    starts it again (tests/unit/plugins/modules/test_session_stop_nomad.py)."""
     create(run, nomad)
     requests.delete(nomad.url + "/v1/job/s1", headers={"X-Nomad-Token": NOMAD_TOKEN}, timeout=5)  # stop, no purge
-    assert info(run, nomad, name="s1")[0]["state"] == "TERMINATED"
+    assert info(run, nomad, name="s1")[0]["state"] == "STOPPED"
 
 
 def test_namespace_wildcard_shows_the_sessions_of_every_namespace(nomad: NomadAPIDouble, run: ModuleRun) -> None:

@@ -30,7 +30,7 @@ def test_env_rendezvous_finds_main1(tmp_path: t.Any) -> None:
     state = str(tmp_path / "state")
     name = "rdv-" + uuid.uuid4().hex[:8]
     spec = {"name": name, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": 4, "master_port": 29500,
-            "resources": {"cpu": 100, "memory": 128}, "command": ["python3", "-c", RENDEZVOUS]}
+            "resources": {"cpu": 800, "memory": 128}, "command": ["python3", "-c", RENDEZVOUS]}
     try:
         LocalBackend(state, task=local_session_dict.TASK).present(spec)
         deadline = time.monotonic() + 30

@@ -67,7 +67,7 @@ class Session:
         self.tag = uuid.uuid4().hex[:6]
         self.keys = generate_keypair()
         spec = dict({"name": "eng-" + self.tag, "image": image, "cluster_size": size, "command": list(command),
-                     "resources": {"cpu": 500, "memory": 256}}, **spec)
+                     "resources": {"cpu": 1000, "memory": 256}}, **spec)
         self.plan = plan_session(parse_spec(spec), [{"name": "agent-1", "cpu": 9000, "memory": 9000}],
                                  public_key=self.keys.public_key)
         self.job = render_job(self.plan)

@@ -69,8 +69,14 @@ options:
   state:
     description:
       - V(present) creates the session or updates it to match O(spec); V(absent) stops and removes it.
+      - V(stopped) stops a session to start it again later, giving its CPU, memory and GPUs back - its containers (and
+        locally their network namespaces and network) go, its identity stays - the SSH keypair (in the secret store,
+        or the local O(state_dir)), hence the session ID, and its names. V(present) with the same spec starts it again,
+        placed as before where capacity allows (on Nomad the job is stopped without purge and registered again;
+        its network slot is released on stop and claimed again on start). A stopped session's state is C(STOPPED).
+        Stopping a session that does not exist fails; one that is stopped already is unchanged.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, stopped]
     default: present
   backend:
     description:
@@ -85,12 +91,12 @@ options:
         C(session.resources.cpu)), the value given and what is allowed.
       - Without O(spec.roles) the session is C(main) x1 and C(sub) x(O(spec.cluster_size) - 1); hostnames are
         C(<role><idx>) (C(main1), C(sub1), C(sub2), ...), main1 always first.
-      - Required with O(state=present). With O(state=absent), O(spec) or O(name) names the session.
+      - Required with O(state=present). With O(state=absent) or O(state=stopped), O(spec) or O(name) names the session.
     type: dict
     aliases: [session]
   name:
     description:
-      - The session name (the Nomad job ID), for O(state=absent) without a spec.
+      - The session name (the Nomad job ID), for O(state=absent) or O(state=stopped) without a spec.
       - With a spec, it must equal C(spec.name).
     type: str
   agents:
@@ -190,6 +196,11 @@ EXAMPLES = r"""
         name: train-42
         state: absent
 
+- name: Stop a session for a while (capacity back, keys and session ID kept); state=present starts it again
+  backendai.cluster.session:
+    name: train-42
+    state: stopped
+
 - name: A session on this machine (local backend)
   backendai.cluster.session:
     backend: local
@@ -201,8 +212,8 @@ session:
   description:
     - The session view, the same shape for both backends (keys marked as one backend's are only in its views).
     - After O(state=absent), the view of the removed session (nomad - C(TERMINATED) or null when there was none;
-      local - its last status). In check mode for a new session, the planned view (state C(PENDING)) on the local
-      backend and null on the nomad backend.
+      local - its last status). After O(state=stopped), the stopped session (state C(STOPPED)). In check mode for a
+      new session, the planned view (state C(PENDING)) on the local backend and null on the nomad backend.
   returned: success
   type: dict
   contains:
@@ -229,7 +240,7 @@ session:
       sample: 7bafe703-36bd-5351-a57d-5ce79d8bb7b2
     state:
       description: One of C(PENDING), C(SCHEDULED), C(RUNNING), C(DEGRADED), C(RESTARTING) (the failure policy brings
-        the commands back), C(TERMINATED), C(ERROR).
+        the commands back), C(TERMINATED), C(ERROR), C(STOPPED) (after O(state=stopped); O(state=present) starts it again).
       type: str
       sample: RUNNING
     mode:
@@ -447,6 +458,8 @@ def run(module: ClusterModule) -> t.Dict[str, t.Any]:
         return backend.present(p["spec"], agents=p["agents"], check_mode=module.check_mode, diff=module.diff_mode,
                                wait=p["wait"], wait_timeout=float(p["wait_timeout"]),
                                wait_for_resources=float(p["wait_for_resources"]))
+    if p["state"] == "stopped":
+        return backend.stop(name=p["name"], spec_raw=p["spec"], check_mode=module.check_mode, diff=module.diff_mode)
     return backend.absent(name=p["name"], spec_raw=p["spec"], check_mode=module.check_mode, diff=module.diff_mode,
                           keep_logs=p["keep_logs"])
 
@@ -454,7 +467,7 @@ def run(module: ClusterModule) -> t.Dict[str, t.Any]:
 def main() -> None:
     module = ClusterModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["present", "absent"], default="present"),
+            state=dict(type="str", choices=["present", "absent", "stopped"], default="present"),
             backend=dict(type="str", choices=["nomad", "local"]),
             spec=dict(type="dict", aliases=["session"]),
             name=dict(type="str"),
@@ -465,7 +478,8 @@ def main() -> None:
             keep_logs=dict(type="bool", default=False),
         ),
         shared=(NOMAD, VAULT, LOCAL, NETWORK),
-        required_if=[("state", "present", ["spec"]), ("state", "absent", ["name", "spec"], True)],
+        required_if=[("state", "present", ["spec"]), ("state", "absent", ["name", "spec"], True),
+                     ("state", "stopped", ["name", "spec"], True)],
     )
     module.run(run)
 

@@ -15,7 +15,8 @@ description:
   - "Per session: its state - C(PENDING) (job exists, some container has no allocation: Nomad could not place it yet),
     C(SCHEDULED) (allocations pending), C(RUNNING) (every container runs), C(DEGRADED) (some container failed, was lost
     or is restarting while others are up), C(RESTARTING) (its failure policy brings the commands back), C(TERMINATED)
-    (stopped, or every container completed), C(ERROR) (every container is down and at least one failed)."
+    (every container completed), C(ERROR) (every container is down and at least one failed), C(STOPPED) (stopped by
+    the session module's O(backendai.cluster.session#module:state=stopped), or a Nomad job stop, to be started again)."
   - Per container - allocation status, node, address, restarts, exit code, and with O(log_lines) the end of its logs.
   - With O(namespace=*) (or E(NOMAD_NAMESPACE=*)) the sessions of every namespace are shown (each view names its
     C(namespace)); with O(name) as well, the sessions of that name in every namespace.

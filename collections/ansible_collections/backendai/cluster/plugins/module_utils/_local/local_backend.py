@@ -15,7 +15,8 @@ same environment (``container_env``) and the same kind of keypair as the Nomad b
 A record next to the runtime's state (``backend.json``: the normalised spec, its digest and the
 public key) makes ``present`` idempotent: the same spec on a session with no broken container
 changes nothing; a changed spec, or a session with a broken container (failed: its command exited
-non-zero or was killed, or an interactive container's sshd died), is recreated with the same keys.
+non-zero or was killed, or an interactive container's sshd died), is recreated with the same keys, and
+so is a stopped one (``stop``: ``state: stopped``, docs/session-lifecycle.md).
 Container statuses and the session state follow the Nomad job's model (``_session.status``).
 """
 
@@ -28,8 +29,9 @@ import os
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._defaults import DEFAULT_MOUNT_ROOTS, DEFAULT_STATE_ROOT
-from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, PlanError, Problem
+from ansible_collections.backendai.cluster.plugins.module_utils._errors import AgentsError, ModuleFailure, PlanError, Problem
 from ansible_collections.backendai.cluster.plugins.module_utils._files import write_file
+from ansible_collections.backendai.cluster.plugins.module_utils._local.reaper import end_reaper, start_reaper
 from ansible_collections.backendai.cluster.plugins.module_utils._local.session import LOCAL_AGENT
 from ansible_collections.backendai.cluster.plugins.module_utils._local.task_start import NomadTask, refuse_host_files
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import (
@@ -37,12 +39,13 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime i
     destroy_session,
     list_sessions,
     session_status,
+    stop_session,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import Agent, parse_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import build_plan
 from ansible_collections.backendai.cluster.plugins.module_utils._session.protocol import absent_name
 from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import failure_reason
-from ansible_collections.backendai.cluster.plugins.module_utils._session.status import needs_repair
+from ansible_collections.backendai.cluster.plugins.module_utils._session.status import STOPPED, needs_repair
 from ansible_collections.backendai.cluster.plugins.module_utils._session.summaries import broken_summary, plan_summary, wait_progress
 from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import SessionSpec
 from ansible_collections.backendai.cluster.plugins.module_utils._session.spec import parse_spec
@@ -78,8 +81,18 @@ def local_agent() -> Agent:
     return Agent(LOCAL_AGENT, int(cores * mhz), memory, 0, "local")
 
 
+def _spec_dict(spec: SessionSpec) -> t.Dict[str, t.Any]:
+    """The spec as the record keeps it; the lifetime keys only when set (a session recorded before they existed is
+    unchanged by the same spec)."""
+    out = dataclasses.asdict(spec)
+    for key, unset in (("max_run_time", 0), ("keep_after", None)):
+        if out.get(key) == unset:
+            out.pop(key, None)
+    return out
+
+
 def _digest(spec: SessionSpec, agents: t.Optional[t.Sequence[t.Any]] = None) -> str:
-    text = json.dumps(dataclasses.asdict(spec), sort_keys=True)
+    text = json.dumps(_spec_dict(spec), sort_keys=True)
     if agents is not None:  # other agents (or capacities) may mean another placement
         text += json.dumps(agents, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -104,7 +117,7 @@ def local_agents(agents: t.Optional[t.Sequence[t.Any]]) -> t.Optional[t.Dict[str
 
 
 def _spec_text(spec: SessionSpec) -> str:
-    return json.dumps(dataclasses.asdict(spec), indent=2, sort_keys=True) + "\n"
+    return json.dumps(_spec_dict(spec), indent=2, sort_keys=True) + "\n"
 
 
 def _root(state_root: str) -> str:
@@ -212,7 +225,7 @@ class LocalBackend:
         exists = status.get("exists", False)
         statuses = [c["state"] for c in status.get("containers", [])]
         if exists and record and record.get("digest") == digest and statuses and not needs_repair(statuses) \
-                and status["state"] != "CREATING":
+                and status["state"] not in ("CREATING", STOPPED):
             # RUNNING, or TERMINATED (every batch command completed: not run again, as on Nomad), or
             # DEGRADED only because some commands completed while others run: nothing to repair
             return {"changed": False, "created": False, "session": _view(session_status(spec.name, root), record),
@@ -233,11 +246,14 @@ class LocalBackend:
         if check_mode or keys is None:
             return {"changed": True, "created": False, "session": _view(status, record) if exists else _planned_view(summary),
                     "plan": summary, "diff": changes}
-        if exists:  # a changed spec, or a broken container: recreate the session with the same keys (and ID)
+        if exists:  # a changed spec, a broken container, a stopped session: recreate it with the same keys (and ID)
+            end_reaper(spec.name, root)
             destroy_session(spec.name, root)
         create_planned_session(plan, keys, behind, root, self.mount_roots, self.task)
         new_record = {"digest": digest, "public_key": keys.public_key, "plan": summary, "spec_text": _spec_text(spec)}
         _write_record(root, spec.name, new_record)
+        if spec.keep_after is not None:  # removes the session keep_after seconds after it finished (_local.reaper)
+            start_reaper(spec.name, root, spec.keep_after)
         return {"changed": True, "created": not exists, "session": _view(session_status(spec.name, root), new_record),
                 "plan": summary, "diff": changes}
 
@@ -252,11 +268,37 @@ class LocalBackend:
             return {"changed": False, "session": gone}
         if check_mode:
             return {"changed": True, "session": _view(status, _read_record(root, name))}
+        end_reaper(name, root)
         result = destroy_session(name, root, keep_logs=keep_logs)
         out: t.Dict[str, t.Any] = {"changed": result["changed"], "session": gone}
         if result.get("logs"):
             out["logs"] = result["logs"]
         return out
+
+    def stop(self, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
+             diff: bool = False) -> t.Dict[str, t.Any]:
+        """Stop the session (``_local.runtime.stop_session``): its containers, network namespaces and network go, its
+        state directory keeps the keys, the record and the logs; ``present`` starts it again with the same keys."""
+        name = absent_name(name, spec_raw)
+        root = self.root
+        status = session_status(name, root)
+        record = _read_record(root, name)
+        if not status.get("exists", False) or not record:
+            raise ModuleFailure("session %s does not exist in %s: there is nothing to stop (state=present creates it)"
+                                % (name, root))
+        if status["state"] == STOPPED:
+            return {"changed": False, "session": _view(status, record)}
+        if status["state"] == "CREATING":
+            raise ModuleFailure("session %s is being created by another run; stop it once that run ended" % name)
+        out: t.Dict[str, t.Any] = {"changed": True}
+        if diff:
+            out["diff"] = {"before": "session %s: %s\n" % (name, status["state"]), "after": "session %s: %s\n" % (name, STOPPED),
+                           "before_header": "%s (local)" % name, "after_header": "%s (local)" % name}
+        if check_mode:
+            return dict(out, session=_view(status, record))
+        end_reaper(name, root)
+        stop_session(name, root, keep=(RECORD_FILE,))
+        return dict(out, session=_view(session_status(name, root), record))
 
     def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:
         root = self.root

@@ -6,6 +6,7 @@ Public API::
 
     create_planned_session(plan, keys, agents, state_root) -> dict   (the local backend's way in)
     destroy_session(name, state_root, keep_logs=False) -> dict
+    stop_session(name, state_root) -> dict   (state: stopped; a create after a destroy starts it again)
     session_status(name, state_root, log_lines=0) -> dict
     list_sessions(state_root) -> list[dict]
 
@@ -59,7 +60,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
 )
 
 __all__ = ["LocalRuntimeError", "create_planned_session", "destroy_session",
-           "list_sessions", "session_status"]
+           "list_sessions", "session_status", "stop_session"]
 
 # executable -> Debian package that provides it (podman: ``_local.engine`` checks it, and runc where it is needed)
 _TOOLS = {
@@ -141,8 +142,22 @@ def _create(session: LocalSession, state_root: str, engine: EngineRun) -> t.Dict
         os.close(lock_fd)
 
 
-def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: bool = False) -> t.Dict[str, t.Any]:
-    """Idempotent; also cleans up after a create that was killed half-way."""
+def stop_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep: t.Sequence[str] = ()) -> t.Dict[str, t.Any]:
+    """Stop the session to start it again later: what a destroy keeping the logs removes goes (containers, network
+    namespaces, the session network and its slot); its logs, keys (``ssh/``), the names in ``keep`` (the caller's
+    records) and a ``stopped`` mark stay. A create of the same name after :func:`destroy_session` brings it back
+    (the local backend's start)."""
+    return destroy_session(name, state_root, keep_logs=True, keep=(STOPPED_MARK, "ssh") + tuple(keep))
+
+
+#: The mark of a stopped session in its state directory (its state is then STOPPED).
+STOPPED_MARK = "stopped"
+
+
+def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: bool = False,
+                    keep: t.Sequence[str] = ()) -> t.Dict[str, t.Any]:
+    """Idempotent; also cleans up after a create that was killed half-way. ``keep``: names in the state directory a
+    stop keeps beside the logs (:func:`stop_session`; the first one, its mark, is written after the teardown)."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise LocalRuntimeError("invalid session name %r" % (name,))
     _require_root()
@@ -165,11 +180,16 @@ def destroy_session(name: str, state_root: str = DEFAULT_STATE_ROOT, keep_logs: 
         if not same:  # the create we waited for rolled back
             return {"changed": False, "name": name, "state": "missing"}
         has_journal = os.path.exists(paths.journal)
-        if not has_journal and keep_logs:
+        stopped = os.path.exists(os.path.join(paths.root, STOPPED_MARK))
+        if not has_journal and keep_logs and bool(keep) == stopped:  # (a stopped session removed keeping its logs
+            # loses its keys and mark: it is TERMINATED then)
             return {"changed": False, "name": name, "state": "TERMINATED", "logs": paths.logs_dir}
-        errors = teardown(paths, Journal.replay(paths.journal), keep_logs)
+        errors = teardown(paths, Journal.replay(paths.journal), keep_logs, keep)
         if errors:
             raise LocalRuntimeError("destroy of session %s incomplete (run it again): %s" % (name, "; ".join(errors)))
+        if keep:
+            with open(os.path.join(paths.root, keep[0]), "w", encoding="utf-8") as mark:
+                mark.write("%d\n" % int(time.time()))
     finally:
         os.close(fd)
     result: t.Dict[str, t.Any] = {"changed": True, "name": name, "elapsed": round(time.monotonic() - t0, 3)}
@@ -271,7 +291,8 @@ def session_status(name: str, state_root: str = DEFAULT_STATE_ROOT, log_lines: i
     _check_wireguard(info, containers)
     failure = apply_gang_status(paths, containers)
     state = session_state([c["state"] for c in containers], stopped=not has_journal,
-                          healing=bool(failure) and failure["state"] == "restarting")
+                          healing=bool(failure) and failure["state"] == "restarting",
+                          paused=not has_journal and os.path.exists(os.path.join(paths.root, STOPPED_MARK)))
     public = public_info(info)
     public.update(exists=True, state=state, containers=containers)
     if failure:

@@ -22,8 +22,10 @@ from ansible_collections.backendai.cluster.plugins.module_utils._local.state imp
 )
 
 
-def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs: bool) -> t.List[str]:
-    """Undo the journal's side effects, newest first; remove the state dir if all went."""
+def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs: bool,
+             keep: t.Sequence[str] = ()) -> t.List[str]:
+    """Undo the journal's side effects, newest first; remove the state dir if all went (with ``keep_logs``, all but
+    the logs, session.json and the names in ``keep``: what a stopped session keeps)."""
     begin = next((e for e in entries if e["op"] == "begin"), None)
     # First every process of the session: containers, and whatever a killed creator left
     # running (a CNI plugin finishing its ADD after our DEL would leave its rules behind).
@@ -56,7 +58,7 @@ def teardown(paths: SessionPaths, entries: t.List[t.Dict[str, t.Any]], keep_logs
             prune_shared_chains()
     if keep_logs:
         for name in os.listdir(paths.root):
-            if name not in ("logs", "session.json"):
+            if name not in ("logs", "session.json") and name not in keep:
                 path = os.path.join(paths.root, name)
                 if os.path.isdir(path) and not os.path.islink(path):
                     shutil.rmtree(path)

@@ -409,7 +409,8 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
                       "PortLabel": str(spec.ssh.port), "Tags": [container.hostname, "role-" + container.role]}],
         # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere; under a failure
         # policy the gang restarts commands itself, and a task that ends has ended (:data:`GANG_RESTART_POLICY`).
-        "RestartPolicy": dict(GANG_RESTART_POLICY if spec.failure.active else RESTART_POLICY),
+        "RestartPolicy": dict(GANG_RESTART_POLICY if spec.failure.active or spec.max_run_time or spec.keep_after is not None
+                              else RESTART_POLICY),
         "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }
@@ -471,7 +472,8 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     meta[HOSTS_SCRIPT_META_KEY] = HOSTS_SCRIPT
     meta[RUNTIME_META_KEY] = RUNTIME_VERSION
     meta.update(zip(USER_META_KEYS, (spec.user.name, str(spec.user.uid), str(spec.user.gid))))
-    meta.update(gang_meta(spec.failure, [c.hostname for c in plan.containers if c.command]))
+    meta.update(gang_meta(spec.failure, [c.hostname for c in plan.containers if c.command], spec.max_run_time,
+                          spec.keep_after))
     meta[MANAGED_META_KEY] = spec.name
     meta["backendai_cluster_service"] = service
     meta["backendai_secrets_backend"] = spec.secrets.backend

@@ -10,8 +10,9 @@ secret is in it.
 
 States: PENDING (some container has no allocation: Nomad could not place it yet), SCHEDULED
 (allocations pending), RUNNING (all running), DEGRADED (some container failed, was lost or is
-restarting while others are up; or some finished while others run), TERMINATED (job stopped, or
-every container completed), ERROR (every container is down and at least one failed).
+restarting while others are up; or some finished while others run), TERMINATED (every container
+completed), ERROR (every container is down and at least one failed), STOPPED (the job is stopped, not
+purged: ``state: stopped`` or ``nomad job stop``; ``state: present`` starts it again).
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def build_view(job: t.Mapping[str, t.Any], stubs: t.Sequence[t.Mapping[str, t.An
         "job_id": job.get("ID"),
         "namespace": job.get("Namespace") or "default",
         "session_id": meta.get("BACKENDAI_SESSION_ID", ""),
-        "state": session_state(statuses, stopped=bool(job.get("Stop")),
+        "state": session_state(statuses, paused=bool(job.get("Stop")),
                                healing=bool(failure) and failure["state"] == "restarting"),
         "mode": meta.get("BACKENDAI_CLUSTER_MODE", ""),
         "network_mode": network_mode,

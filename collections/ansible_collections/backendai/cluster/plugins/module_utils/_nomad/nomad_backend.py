@@ -39,6 +39,9 @@ unchanged session makes no write request at all. A changed job is placed and pla
 admission lock and registered; a failure then is reported, not rolled back (the session existed
 before this run). Check mode only reads (the plan endpoint is a dry run).
 
+Stopped (``_nomad.stopping``): the job is stopped without purge, its network slot released, the keypair kept; a
+present on a stopped job starts it again through the update (a new slot claim, placement under the admission lock).
+
 Absent: deregister (purge) the job, release its network slot, then delete the secret; nothing there
 means no change.
 """
@@ -78,6 +81,8 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.steps imp
     session_result,
 )
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.removal import Remover
+from ansible_collections.backendai.cluster.plugins.module_utils._nomad.stopping import stop_session
+from ansible_collections.backendai.cluster.plugins.module_utils._session.protocol import absent_name
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.update import Updater
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.watch import Watcher
 from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_view import (
@@ -289,6 +294,20 @@ class NomadBackend:
                diff: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
         """Purge the session's job, network slot and keypair (``_nomad.removal.Remover.absent``)."""
         return self.remover.absent(name, spec_raw, check_mode=check_mode, diff=diff, keep_logs=keep_logs)
+
+    # stopped ------------------------------------------------------------------------------------
+    def stop(self, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
+             diff: bool = False) -> t.Dict[str, t.Any]:
+        """Stop the job without purging it and release its network slot; the keypair stays (``_nomad.stopping``).
+        ``state: present`` starts it again (``_nomad.update``)."""
+        name = absent_name(name, spec_raw)
+        changed, job = stop_session(self.nomad, self.network, self.namespace, name, check_mode)
+        current = self.nomad.get_job(name) if changed and not check_mode else job
+        result: t.Dict[str, t.Any] = {"changed": changed, "session": self.watcher.view(current) if current else None}
+        if diff and changed:
+            result["diff"] = {"before": "nomad job %s: running\n" % name, "after": "nomad job %s: stopped\n" % name,
+                              "before_header": "session %s" % name, "after_header": "session %s" % name}
+        return result
 
     # info ---------------------------------------------------------------------------------------
     def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:

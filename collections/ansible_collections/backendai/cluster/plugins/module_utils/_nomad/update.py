@@ -205,6 +205,8 @@ class Updater:
         new placement may have moved off a node that is down); every other group keeps its
         generation, so an unchanged session stays unchanged.
         """
+        if existing.get("Stop"):  # a start after a stop: every group gets a new allocation anyway
+            return []
         current = current_allocations(self.nomad.job_allocations(str(existing["ID"])))
         generations = {g.get("Name"): int((g.get("Meta") or {}).get(REPAIR_META) or 0)
                        for g in existing.get("TaskGroups") or []}
@@ -226,7 +228,9 @@ class Updater:
         claims = self.network.claims(self.nomad)
         name = plan.spec.name
         need = plan_slots(plan)
-        held, new_claim, old, repaired = slot_of_job(existing), None, None, False
+        # a stopped job released its slots (``_nomad.stopping``): its start claims again (the same block if still free)
+        held = None if existing.get("Stop") else slot_of_job(existing)
+        new_claim, old, repaired = None, None, False
         first: t.Optional[int] = None
         slots = need
         if held is not None and held[1] >= need:

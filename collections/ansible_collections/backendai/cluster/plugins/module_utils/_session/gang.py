@@ -20,6 +20,11 @@ it instead of exec'ing the command: a supervisor in the bundle's busybox sh that
 * writes what it knows to ``$NOMAD_ALLOC_DIR/backendai/gang`` (:data:`STATUS_FILE`), which ``session_info``
   reads (:func:`parse_status`): policy, state, generation, restarts, the last and the first failure.
 
+The same supervisor keeps the spec's ``max_run_time`` (the 8th field of the policy line: when the first member's time
+is up it ends the gang as ``fail`` does, reason ``max_run_time <N>s exceeded``) and ``keep_after`` (the 9th: a container
+whose part is over stays up that long, its end in the status file's ``ended`` line), under policy ``none`` too, where
+it only does that (docs/session-lifecycle.md).
+
 Messages (one line each, fields separated by one space, the reason last): ``ping HOST`` (the probe), ``restart GEN
 HOST CODE REASON`` (restart_all: everyone moves to GEN), ``fail GEN STATE TIME HOST CODE REASON`` (everyone stops;
 the first failure as the container that saw it had it, which every probe's answer carries too),
@@ -59,22 +64,24 @@ set +eu  # not the entrypoint's -e and -u: a supervisor outlives a failed probe 
 [ -n "$BOK" ] || fail 78 "the failure policy needs the session runtime bundle at $B (its busybox supervises the command)"
 GD=/run/backendai/gang SD=${NOMAD_ALLOC_DIR:-/alloc}/backendai HB=@HB@ ME=$BACKENDAI_CLUSTER_HOST
 mkdir -p $GD $SD "${HB%/*}"; rm -f $GD/in.* $GD/rc $GD/pid; chown "$UI:$GI" "${HB%/*}"
-read -r GP GMAX GWIN GHANG GREJ GPORT GCODES <<EOF
+read -r GP GMAX GWIN GHANG GREJ GPORT GCODES GMRT GKEEP <<EOF
 $NOMAD_META_BACKENDAI_FAILURE
 EOF
+GMRT=${GMRT:-0} GKEEP=${GKEEP:--1}  # max_run_time (s; 0: no limit), from this supervisor's start; keep_after (-1: none)
 MEMBERS=$(echo "$NOMAD_META_BACKENDAI_GANG_MEMBERS" | tr , ' ')
-G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG=
+G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG= END=
 export BACKENDAI_HEARTBEAT_FILE=$HB
 up() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }  # centiseconds
 publish() {
   echo "$G $ST $FIRST" > $GD/now.t; mv -f $GD/now.t $GD/now  # what a probe gets back
   { echo "policy $GP"; echo "state $ST"; echo "generation $G"; echo "restarts $R"
-    [ -z "$LAST" ] || echo "last $LAST"; [ -z "$FIRST" ] || echo "first $FIRST"; } > $SD/gang.t
+    [ -z "$LAST" ] || echo "last $LAST"; [ -z "$FIRST" ] || echo "first $FIRST"; [ -z "$END" ] || echo "ended $END"
+  } > $SD/gang.t
   mv -f $SD/gang.t $SD/gang
 }
 { echo "#!$B/bin/sh"; echo "read -t 2 -r m; case \"\$m\" in ping*|'') ;; *) echo \"\$m\" > $GD/t.\$\$; mv $GD/t.\$\$ $GD/in.\$\$;; esac"
   echo "cat $GD/now"; } > $GD/handle
-chmod 700 $GD/handle; TW=$(up); publish
+chmod 700 $GD/handle; TW=$(up); TS=$TW; publish
 nc -ll -p "$GPORT" -e $GD/handle &
 addr() { A=; while read -r a h; do [ "$h" != "$1" ] || { A=$a; return 0; }; done < $L/peers; }  # (no fork)
 others() { for m in $MEMBERS; do [ "$m" = "$ME" ] || case " $DONE " in *" $m "*) ;; *) echo "$m";; esac; done; }
@@ -88,11 +95,14 @@ stop_cmd() {  # TERM to the command's process group, KILL after the grace
   kill -KILL -"$CPID" 2>/dev/null; while [ ! -e $GD/rc ]; do sleep 0.05; done; CPID=
 }
 trap 'stop_cmd; ST=stopped; publish; exit 143' TERM INT
+finish() {  # code: this container's part is over; with keep_after it stays up (sshd, network, logs) that long first
+  if [ "$GKEEP" -ge 0 ]; then END="$1 $(date +%s) $GKEEP"; publish; sleep "$GKEEP" & wait $!; fi; exit "$1"
+}
 give_up() {  # host code reason [state [told]]: every container stops, the first failure is kept
   [ -n "$FIRST" ] || FIRST=$(stamp "$1" "$2" "$3"); LAST=$FIRST; ST=${4:-failed}; publish
   [ -n "${5:-}" ] || tell "fail $G $ST $FIRST"
   stop_cmd; echo "backendai: failure policy $GP: $ST: $1: $3" >&2
-  if [ "$1" = "$ME" ] && [ "$2" != - ] && [ "$2" -gt 0 ] 2>/dev/null; then exit "$2"; fi; exit 1
+  if [ "$1" = "$ME" ] && [ "$2" != - ] && [ "$2" -gt 0 ] 2>/dev/null; then finish "$2"; fi; finish 1
 }
 adopt_fail() {  # state first...: the end another container told (its first failure as it was seen: time host code why)
   s=$1; shift; [ -n "$FIRST" ] || FIRST="$*"; give_up "$2" "$3" "$*" "$s" told
@@ -103,6 +113,10 @@ restart_all() {  # gen host code reason: stop the command, then wait (the barrie
   G=$1 R=$1 HIST="$HIST $(up)" ST=waiting TW=$(up); publish
 }
 failed() {  # host code reason command...: what the policy says about a failure seen here
+  if [ "$GP" = none ]; then  # no policy (a supervisor for max_run_time only): a command that failed ends its
+    [ "$1" = "$ME" ] || return 0  # container with its code, as without a supervisor; the others go on
+    case "$2" in ''|-|*[!0-9]*) finish 1;; esac; finish "$2"
+  fi
   case ",$GCODES," in *",$2,"*) give_up "$1" "$2" "$3 (exit code $2 is in fail_on_exit_codes)";; esac
   [ "$GP" != fail ] || give_up "$1" "$2" "$3"
   [ "$GP" != restart_all ] || [ -z "$DONE" ] || give_up "$1" "$2" "$3 (after$DONE completed)"
@@ -157,11 +171,14 @@ while :; do
       done) DONE="$DONE $g";;
     esac
   done
+  if [ "$GMRT" -gt 0 ] && [ $(( $(up) - TS )) -ge $((GMRT * 100)) ]; then
+    give_up "$ME" - "max_run_time ${GMRT}s exceeded: every command was stopped"
+  fi
   case "$ST" in
     running)
       if [ -e $GD/rc ]; then
         read -r rc < $GD/rc; kill -KILL -"$CPID" 2>/dev/null; CPID=
-        if [ "$rc" = 0 ]; then ST=done; publish; tell "done $ME"; exit 0; fi
+        if [ "$rc" = 0 ]; then ST=done; publish; tell "done $ME"; finish 0; fi
         why="the command exited with code $rc"
         [ "$rc" -le 128 ] || why="the command was killed by signal $((rc - 128))"
         [ "$rc" != 137 ] || why="$why (SIGKILL: kill -9, or the kernel's OOM killer)"
@@ -172,9 +189,9 @@ while :; do
       for x in $LOST; do
         [ $(( $(up) - ${x#*@} )) -lt $((GREJ * 100)) ] || give_up "${x%@*}" - "${x%@*} did not come back within ${GREJ}s (rejoin_timeout)"
       done
-      if [ "$ST" = running ] && [ "$(up)" -ge "$NEXTW" ]; then NEXTW=$(( $(up) + 100 )); watch; fi;;
+      if [ "$ST" = running ] && [ "$GP" != none ] && [ "$(up)" -ge "$NEXTW" ]; then NEXTW=$(( $(up) + 100 )); watch; fi;;
     starting|waiting)
-      if barrier; then start "$@"
+      if [ "$GP" = none ] || barrier; then start "$@"
       elif [ $(( $(up) - TW )) -ge $((GREJ * 100)) ]; then
         give_up "$BM" - "the gang did not come back together within ${GREJ}s (rejoin_timeout): no answer from $BM"
       fi;;
@@ -185,19 +202,28 @@ done
     "@TICK@", TICK)
 
 
-def policy_line(failure: FailureSpec) -> str:
-    """The Meta value the script reads its policy from: ``policy max window hang rejoin port codes``."""
-    return "%s %d %d %d %d %d %s" % (failure.policy, failure.max_restarts, failure.window, failure.hang_timeout,
+def policy_line(failure: FailureSpec, max_run_time: int = 0, keep_after: t.Optional[int] = None) -> str:
+    """The Meta value the script reads its policy from: ``policy max window hang rejoin port codes``, then
+    ``max_run_time`` (0: none) and ``keep_after`` when either is set (a line without them is what it was before
+    they existed)."""
+    line = "%s %d %d %d %d %d %s" % (failure.policy, failure.max_restarts, failure.window, failure.hang_timeout,
                                      failure.rejoin_timeout, failure.port,
                                      ",".join(str(c) for c in failure.fail_on_exit_codes) or "-")
+    if keep_after is not None:
+        return line + " %d %d" % (max_run_time, keep_after)
+    return line + (" %d" % max_run_time if max_run_time else "")
 
 
-def gang_meta(failure: FailureSpec, members: t.Sequence[str]) -> t.Dict[str, str]:
-    """Job Meta of a session whose policy is not none (``members``: the hostnames of the containers that run a
-    command, in the session's order); empty for none (the job is what it was before the policy existed)."""
-    if not failure.active or not members:
+def gang_meta(failure: FailureSpec, members: t.Sequence[str], max_run_time: int = 0,
+              keep_after: t.Optional[int] = None) -> t.Dict[str, str]:
+    """Job Meta of a session whose policy is not none or that has a ``max_run_time`` or a ``keep_after``
+    (``members``: the hostnames of the containers that run a command, in the session's order); empty otherwise (the
+    job is what it was before the supervisor existed). Under policy none the supervisor only keeps the time and the
+    end: a failed command ends its container as without it, and nobody is watched."""
+    if not (failure.active or max_run_time or keep_after is not None) or not members:
         return {}
-    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(failure), MEMBERS_META_KEY: ",".join(members)}
+    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(failure, max_run_time, keep_after),
+            MEMBERS_META_KEY: ",".join(members)}
 
 
 def parse_status(text: str) -> t.Dict[str, t.Any]:
@@ -210,6 +236,10 @@ def parse_status(text: str) -> t.Dict[str, t.Any]:
             out[key] = value
         elif key in ("generation", "restarts") and value.isdigit():
             out[key] = int(value)
+        elif key == "ended":  # the container's part is over (exit code, when, keep_after): it stays up that long
+            parts = value.split(" ")
+            if len(parts) == 3 and all(p.isdigit() for p in parts):
+                out[key] = {"exit_code": int(parts[0]), "time": int(parts[1]), "keep_after": int(parts[2])}
         elif key in ("last", "first"):
             parts = value.split(" ", 3)
             if len(parts) == 4 and parts[0].isdigit():
@@ -240,17 +270,28 @@ def apply_status(containers: t.List[t.Dict[str, t.Any]], gangs: t.Mapping[str, t
         c["restarts"] = g.get("restarts", 0)
         if g.get("last"):
             c["last_failure"] = dict(g["last"])
+        ended = g.get("ended")
+        if ended and c[key] == "running":  # over, kept up for keep_after: shown as it ended
+            code = ended["exit_code"]
+            c[key] = "complete" if code == 0 else "failed"
+            c["exit_code"] = code
+            c["reason"] = "" if code == 0 else "the command exited with code %d" % code
         if c[key] == "running" and g.get("state") in HEALING:
             c[key] = "restarting"
             c["reason"] = "the failure policy restarts the command (generation %s)" % g.get("generation", 0)
         elif c[key] == "failed" and g.get("state") in (FAILED, GAVE_UP) and first:
             own_failure = first["host"] == c["hostname"]
+            if is_timeout(first):
+                c["reason"] = "stopped: %s" % first["reason"]
+                continue
             c["reason"] = "%s by the failure policy: %s" % (
                 "gave up" if g.get("state") == GAVE_UP else "stopped",
                 first["reason"] if own_failure else "%s: %s" % (first["host"], first["reason"]))
     state = GAVE_UP if GAVE_UP in states else FAILED if FAILED in states else (
         "restarting" if states & HEALING else "running")
     policy = next(iter(gangs.values())).get("policy", "")
+    if policy == "none" and state != FAILED:  # a supervisor that only keeps max_run_time: nothing to show yet
+        return None
     restarts = max(g.get("generation", 0) if policy == "restart_all" else g.get("restarts", 0) for g in gangs.values())
     return {"policy": policy, "state": state, "restarts": restarts, "first_failure": first}
 
@@ -260,6 +301,17 @@ def failure_reason(summary: t.Optional[t.Mapping[str, t.Any]]) -> str:
     if not summary or summary["state"] not in (FAILED, GAVE_UP) or not summary.get("first_failure"):
         return ""
     first = summary["first_failure"]
+    if is_timeout(first):
+        return "%s (first seen by %s)" % (first["reason"], first["host"])
     code = ", exit code %d" % first["exit_code"] if first.get("exit_code") is not None else ""
     return "failure policy %s %s: %s%s: %s" % (summary["policy"], "gave up" if summary["state"] == GAVE_UP else "failed",
                                                first["host"], code, first["reason"])
+
+
+#: How the supervisor's reason for a session it ended at ``max_run_time`` begins (``max_run_time 30s exceeded: ...``).
+TIMEOUT_REASON = "max_run_time "
+
+
+def is_timeout(failure: t.Optional[t.Mapping[str, t.Any]]) -> bool:
+    """Whether a (first) failure is the session's ``max_run_time`` running out, not a container's failure."""
+    return bool(failure) and str(failure.get("reason", "")).startswith(TIMEOUT_REASON) and failure.get("exit_code") is None

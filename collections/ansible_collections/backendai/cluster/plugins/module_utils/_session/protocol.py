@@ -3,12 +3,14 @@
 """The interface both backends implement (``_nomad.nomad_backend.NomadBackend``, ``_local.local_backend.LocalBackend``).
 
 The ``session`` and ``session_info`` modules get one of them from ``_ansible.backends`` (the one
-place a backend is chosen) and call only these three methods:
+place a backend is chosen) and call only these four methods:
 
 * ``present(spec_raw, agents, check_mode, diff, wait, wait_timeout, wait_for_resources) -> dict``
   with ``changed``, ``created``, ``session`` (the session view), ``plan`` (``_session.summaries.plan_summary``)
   and, when something changes, ``diff``;
 * ``absent(name, spec_raw, check_mode, diff, keep_logs) -> dict`` with ``changed`` and ``session``;
+* ``stop(name, spec_raw, check_mode, diff) -> dict`` with ``changed`` and ``session`` (its state ``STOPPED``:
+  the containers are gone, the keys, session ID and names are kept; ``present`` starts it again);
 * ``info(name, log_lines) -> list`` of session views.
 
 A session view is ``{name, backend, session_id, state, mode, network_mode, containers: [{hostname,
@@ -35,6 +37,10 @@ class SessionBackend(t.Protocol):
 
     def absent(self, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
                diff: bool = False, keep_logs: bool = False) -> t.Dict[str, t.Any]:
+        raise NotImplementedError
+
+    def stop(self, name: t.Optional[str] = None, spec_raw: t.Any = None, check_mode: bool = False,
+             diff: bool = False) -> t.Dict[str, t.Any]:
         raise NotImplementedError
 
     def info(self, name: t.Optional[str] = None, log_lines: int = 0) -> t.List[t.Dict[str, t.Any]]:

@@ -123,6 +123,9 @@ SCHEMA: t.Dict[str, t.Dict[str, t.Any]] = {
         "hang_timeout": {"type": "int", "default": 0},
         "rejoin_timeout": {"type": "int", "default": 360},
         "port": {"type": "int", "default": 2201}}},
+    # batch sessions only (every container runs a command); unset: no limit, kept until removed (docs/session-lifecycle.md)
+    "max_run_time": {"type": "int"},
+    "keep_after": {"type": "int"},
 }
 
 
@@ -261,6 +264,11 @@ class SessionSpec:
     #: wireguard (session VXLAN only inside WireGuard between agents) or none (an underlay encrypted already)
     underlay_encryption: str = field(default="wireguard")
     failure: FailureSpec = field(default=FailureSpec())
+    #: seconds a batch session may run before it ends ERROR (0: no limit); ``_session.gang`` keeps the time
+    max_run_time: int = field(default=0)
+    #: seconds a finished batch session's containers, logs and network stay before they are removed (None: until
+    #: ``state: absent``); see docs/session-lifecycle.md for who removes them on each backend
+    keep_after: t.Optional[int] = field(default=None)
 
 
 #: Where the session's runtime bundle is mounted read-only in every container (``_nomad.job.RUNTIME_MOUNT``; the

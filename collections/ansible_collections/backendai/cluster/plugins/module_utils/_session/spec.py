@@ -248,6 +248,7 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
             roles.append(Role("sub", cluster_size - 1, image, command, resources, base.env))
         heterogeneous = False
 
+    max_run_time, keep_after = _parse_lifetime(c, top, path, roles)
     if c.problems:
         raise SpecError(c.problems)
     return SessionSpec(
@@ -256,7 +257,34 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
         network_mode=network_mode, master_port=master_port, env=tuple(sorted(env.items())),
         roles=tuple(roles), strategy=strategy, datacenters=datacenters, ports=ports, mpi_slots=mpi_slots,
         heterogeneous=heterogeneous, user=user, underlay_encryption=underlay_encryption, failure=failure,
+        max_run_time=max_run_time, keep_after=keep_after,
     )
+
+
+#: The longest ``max_run_time`` and ``keep_after``: 30 days (longer runs and retention are better left unset).
+MAX_LIFETIME = 30 * 86400
+
+
+def _parse_lifetime(c: _Checker, top: t.Dict[str, t.Any], path: str,
+                    roles: t.Sequence[Role]) -> t.Tuple[int, t.Optional[int]]:
+    """``max_run_time`` (seconds, 0 when unset: no limit) and ``keep_after`` (seconds, None when unset: kept until
+    removed). Both need a batch session whose every container runs a command: an interactive container (sshd only)
+    lives until the session is removed, so such a session never ends, and its supervisor would not see the time."""
+    max_run_time = c.integer(top, "max_run_time", path, 0, 1, MAX_LIFETIME,
+                             unit="seconds a batch session may run before it ends ERROR; unset: no limit")
+    keep_after: t.Optional[int] = None
+    if top.get("keep_after") is not None:
+        keep_after = c.integer(top, "keep_after", path, -1, 0, MAX_LIFETIME,
+                               unit="seconds a finished batch session stays before it is removed; unset: until "
+                                    "state=absent")
+        keep_after = None if keep_after < 0 else keep_after
+    idle = [r.name for r in roles if not r.command]
+    for key, given in (("max_run_time", max_run_time > 0), ("keep_after", keep_after is not None)):
+        if given and idle:
+            c.bad(path + "." + key, "needs a batch session whose every container runs a command (give the session a "
+                  "command, or each role one); role(s) %s have none: an interactive container runs its sshd until the "
+                  "session is removed" % ", ".join(idle), top.get(key))
+    return max_run_time, keep_after
 
 
 #: Bounds of the failure block's durations, in seconds: a window of a week at most, timeouts of a day.

@@ -18,8 +18,10 @@ DEGRADED   some container failed, was lost or is restarting while others are up;
            completed while others still run
 RESTARTING the session's failure policy is bringing its commands back (``_session.gang``): its
            containers stop their commands and wait for the whole gang (one that is gone included)
-TERMINATED the session was stopped, or every container completed (exit 0)
+TERMINATED every container completed (exit 0), or the session was removed keeping its logs
 ERROR      every container is down and at least one failed or was lost
+STOPPED    stopped by ``state: stopped`` (or a Nomad job stop): no container runs, the session keeps
+           its keys, ID and names, and ``state: present`` starts it again (docs/session-lifecycle.md)
 ======== ==================================================================================
 """
 
@@ -33,6 +35,8 @@ RUNNING = "RUNNING"
 DEGRADED = "DEGRADED"
 TERMINATED = "TERMINATED"
 ERROR = "ERROR"
+#: Stopped on purpose, to be started again (``state: stopped``; on Nomad a job stopped without purge).
+STOPPED = "STOPPED"
 #: The session state while the gang restarts its commands by its failure policy (``_session.gang``).
 HEALING = "RESTARTING"
 
@@ -43,9 +47,12 @@ BROKEN = frozenset(("failed", "lost", RESTARTING))
 LIVE = frozenset(("running", "pending"))
 
 
-def session_state(statuses: t.Sequence[str], stopped: bool = False, healing: bool = False) -> str:
-    """The session state of its containers' statuses (``stopped``: the session was stopped; ``healing``: its gang
-    restarts commands by the failure policy, so a ``restarting`` container is on its way back, not broken)."""
+def session_state(statuses: t.Sequence[str], stopped: bool = False, healing: bool = False, paused: bool = False) -> str:
+    """The session state of its containers' statuses (``stopped``: its containers were removed keeping the logs;
+    ``healing``: its gang restarts commands by the failure policy, so a ``restarting`` container is on its way back,
+    not broken; ``paused``: stopped to be started again, STOPPED)."""
+    if paused:
+        return STOPPED
     if stopped:
         return TERMINATED
     if not statuses:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import resource
 import typing as t
 
 #: runc's state directory when run as root without ``--root``: podman (as root) passes no ``--root`` to runc.
@@ -36,7 +37,8 @@ def from_inspect(entry: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     driver = entry.get("GraphDriver") if isinstance(entry.get("GraphDriver"), dict) else {}
     data = driver.get("Data") if isinstance(driver.get("Data"), dict) else {}
     return {"name": entry.get("Name"), "id": entry.get("Id"), "runtime": entry.get("OCIRuntime"),
-            "config": entry.get("OCIConfigPath"), "running": state.get("Running") is True, "rootfs": data.get("MergedDir")}
+            "config": entry.get("OCIConfigPath"), "running": state.get("Running") is True, "rootfs": data.get("MergedDir"),
+            "pid": state.get("Pid")}
 
 
 def plan(inspected: t.Mapping[str, t.Any], user: str, argv: t.Sequence[str],
@@ -55,6 +57,8 @@ def plan(inspected: t.Mapping[str, t.Any], user: str, argv: t.Sequence[str],
     if account is None or not isinstance(process, dict):
         return None
     uid, gid, home, groups = account
+    if not process.get("rlimits") and isinstance(inspected.get("pid"), int) and inspected["pid"] > 0:
+        process["rlimits"] = init_rlimits(inspected["pid"])
     process["args"] = list(argv)
     process["cwd"] = home
     process["terminal"] = False
@@ -67,6 +71,46 @@ def plan(inspected: t.Mapping[str, t.Any], user: str, argv: t.Sequence[str],
     process["capabilities"] = {"bounding": bounding, "effective": kept, "permitted": kept, "inheritable": [],
                                "ambient": []}
     return {"id": cid, "process": process}
+
+
+#: ``/proc/<pid>/limits`` names of the limits an OCI process spec can set.
+LIMITS = {"Max cpu time": "RLIMIT_CPU", "Max file size": "RLIMIT_FSIZE", "Max data size": "RLIMIT_DATA",
+          "Max stack size": "RLIMIT_STACK", "Max core file size": "RLIMIT_CORE", "Max processes": "RLIMIT_NPROC",
+          "Max open files": "RLIMIT_NOFILE", "Max locked memory": "RLIMIT_MEMLOCK", "Max address space": "RLIMIT_AS",
+          "Max file locks": "RLIMIT_LOCKS", "Max pending signals": "RLIMIT_SIGPENDING",
+          "Max msgqueue size": "RLIMIT_MSGQUEUE", "Max nice priority": "RLIMIT_NICE",
+          "Max realtime priority": "RLIMIT_RTPRIO"}
+UNLIMITED = 2 ** 64 - 1
+
+
+def init_rlimits(pid: int, limits_file: str = "") -> t.List[t.Dict[str, t.Any]]:
+    """The container's own processes' rlimits (its init's), as OCI rlimits. A spec without rlimits (podman's
+    ``default_ulimits = []``) leaves them to whoever starts the runtime: the container's processes have podman's, so
+    an exec from here is given the same rather than this process's."""
+    try:
+        with open(limits_file or "/proc/%d/limits" % pid, encoding="utf-8") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        name = line[:26].strip()
+        words = line[26:].split()
+        if name in LIMITS and len(words) >= 2:
+            soft, hard = (UNLIMITED if w == "unlimited" else int(w) if w.isdigit() else None for w in words[:2])
+            if soft is not None and hard is not None and _may_set(LIMITS[name], hard):
+                found.append({"type": LIMITS[name], "soft": soft, "hard": hard})
+    return found
+
+
+def _may_set(kind: str, hard: int) -> bool:
+    """Whether a hard limit is within this process's own (raising it needs CAP_SYS_RESOURCE, which root lacks on
+    some machines): a limit that is not is left as runc inherits it rather than failing the exec."""
+    number = getattr(resource, kind, None)
+    if number is None:
+        return False
+    own = resource.getrlimit(number)[1]
+    return own == resource.RLIM_INFINITY or hard <= own
 
 
 def lookup_user(rootfs: str, user: str) -> t.Optional[t.Tuple[int, int, str, t.List[int]]]:

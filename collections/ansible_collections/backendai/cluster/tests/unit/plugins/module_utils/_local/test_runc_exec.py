@@ -101,3 +101,13 @@ def test_what_is_read_of_podmans_inspect() -> None:
     assert runc_exec.from_inspect(entry) == {"name": "bai-x-main1", "id": CID, "runtime": "runc",
                                              "config": "/c/config.json", "running": True, "rootfs": "/m"}
     assert runc_exec.from_inspect({"Name": "n", "State": None})["running"] is False
+
+
+def test_a_spec_without_rlimits_gets_the_containers_own(tmp_path: t.Any) -> None:
+    limits = tmp_path / "limits"
+    limits.write_text("Limit                     Soft Limit           Hard Limit           Units     \n"
+                      "Max processes             32768                32768                processes \n"
+                      "Max core file size        0                    unlimited            bytes     \n")
+    assert runc_exec.init_rlimits(1, str(limits)) == [{"type": "RLIMIT_NPROC", "soft": 32768, "hard": 32768},
+                                                      {"type": "RLIMIT_CORE", "soft": 0, "hard": 2 ** 64 - 1}]
+    assert runc_exec.init_rlimits(1, str(tmp_path / "gone")) == []

@@ -99,7 +99,7 @@ def test_what_is_read_of_podmans_inspect() -> None:
     entry = {"Name": "bai-x-main1", "Id": CID, "OCIRuntime": "runc", "OCIConfigPath": "/c/config.json",
              "State": {"Running": True, "Pid": 7}, "GraphDriver": {"Data": {"MergedDir": "/m"}}}
     assert runc_exec.from_inspect(entry) == {"name": "bai-x-main1", "id": CID, "runtime": "runc",
-                                             "config": "/c/config.json", "running": True, "rootfs": "/m"}
+                                             "config": "/c/config.json", "running": True, "rootfs": "/m", "pid": 7}
     assert runc_exec.from_inspect({"Name": "n", "State": None})["running"] is False
 
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """How long ``session_exec`` takes to run ``hostname`` in every container of a large local session (target <= 2 s for
-64), against the floor of its way in: the same number of plain ``podman exec`` at once.
+64), against two baselines: the same number of plain ``podman exec`` at once, and of plain ``runc exec`` at once.
 
 One session of N containers (default 64) of the test busybox image on this machine (the local backend, engine
 containers). Rounds alternate, in the same run: **exec** is what the module does after its options are parsed (the
-session's containers read from the runtime, the selection, one ``podman exec`` per container at once, the results and
-the summary: ``_local.session_exec.LocalExec`` with ``_session.session_exec``), checked to have every container's
-hostname; **baseline** is N ``podman exec <container> hostname`` started at once with the same containers.conf and
-waited for. The ratio exec / baseline is what the module adds to the engine's own cost. Needs root, podman and the test
-images (``scripts/build-images test-busybox``).
+session's containers read from the runtime and one ``podman inspect`` of them, the selection, one ``runc exec`` per
+container at once, the results and the summary: ``_local.session_exec.LocalExec`` with ``_session.session_exec``),
+checked to have every container's hostname; **podman** is N ``podman exec <container> hostname`` started at once with
+the same containers.conf and waited for (the engine's own exec, which the module used before); **runc** is N plain
+``runc exec <container id> hostname`` at once (the floor of the module's way in: exec / runc is what the module adds
+to it). Needs root, podman with runc and the test images (``scripts/build-images test-busybox``).
 
     python3 benchmarks/session_exec.py --size 64 --repeat 5
 """
@@ -60,6 +61,16 @@ def baseline_round(conf: str, engines: t.List[str]) -> float:
     return took
 
 
+def runc_round(ids: t.List[str]) -> float:
+    start = time.monotonic()
+    procs = [subprocess.Popen(["runc", "exec", i, "hostname"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL) for i in ids]
+    outs = [p.communicate()[0] for p in procs]
+    took = time.monotonic() - start
+    assert all(p.returncode == 0 for p in procs) and all(outs)
+    return took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=64)
@@ -68,7 +79,7 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("needs root")
     image = images.image("test-busybox")
-    execs, bases = [], []
+    execs, bases, runcs = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-exec-") as root, machine_lock():
         backend = LocalBackend(root, task=local_session_dict.TASK)
         made = backend.present({"name": NAME, "image": image, "cluster_size": args.size,
@@ -78,17 +89,23 @@ def main() -> None:
             with open(os.path.join(root, NAME, "session.json"), encoding="utf-8") as f:
                 info = json.load(f)
             engines = [c["engine"] for c in info["containers"]]
+            ids = subprocess.run(["podman", "container", "inspect", "--format", "{{.Id}}"] + engines, check=True,
+                                 stdout=subprocess.PIPE, env={"PATH": os.environ.get("PATH", ""),
+                                                              "CONTAINERS_CONF": info["engine"]["conf"]}
+                                 ).stdout.decode().split()
             for i in range(args.repeat):
                 execs.append(exec_round(root, args.size))
                 bases.append(baseline_round(info["engine"]["conf"], engines))
-                print("round %d: session_exec %.2f s, %d plain podman exec %.2f s (load %.2f)"
-                      % (i + 1, execs[-1], args.size, bases[-1], os.getloadavg()[0]), flush=True)
+                runcs.append(runc_round(ids))
+                print("round %d: session_exec %.2f s, %d plain podman exec %.2f s, %d plain runc exec %.2f s (load %.2f)"
+                      % (i + 1, execs[-1], args.size, bases[-1], args.size, runcs[-1], os.getloadavg()[0]), flush=True)
         finally:
             backend.absent(NAME)
-    e, b = statistics.median(execs), statistics.median(bases)
+    e, b, r = statistics.median(execs), statistics.median(bases), statistics.median(runcs)
     load = os.getloadavg()
-    print("N=%d, median of %d: session_exec of hostname %.2f s (target <= 2); %d plain podman exec at once %.2f s; "
-          "ratio %.2f; load average %.2f %.2f %.2f" % (args.size, args.repeat, e, args.size, b, e / b, *load))
+    print("N=%d, median of %d: session_exec of hostname %.2f s (target <= 2); %d plain podman exec at once %.2f s "
+          "(session_exec / podman %.2f); %d plain runc exec at once %.2f s (session_exec / runc %.2f); "
+          "load average %.2f %.2f %.2f" % (args.size, args.repeat, e, args.size, b, e / b, args.size, r, e / r, *load))
 
 
 if __name__ == "__main__":

@@ -278,3 +278,45 @@ def test_results_of_both_backends_match_return(run: ModuleRun, live: t.Dict[str,
     results.add(exec_nomad(run, nomad, command="hostname", roles=["main"]), "nomad")
     assert not results.problems, results.problems
     assert results.never_returned() == []
+
+
+#: What a process sees of its container: identity, capabilities, seccomp and no-new-privileges, cgroups (the memory
+#: and pids limits apply only inside them), rlimits, umask, working directory and environment.
+PROBE = ("id; grep -E '^(Cap|NoNewPrivs|Seccomp)' /proc/self/status; cat /proc/self/cgroup; ulimit -a; umask; pwd; "
+         "env | grep -v -E '^(PWD|SHLVL|_)=' | sort")
+
+
+@pytest.mark.parametrize("user", ["session", "root"])
+def test_runc_exec_gives_the_process_podman_exec_gives(run: ModuleRun, live: t.Dict[str, t.Any], user: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cheap way in (``runc exec`` with the container's own process spec, ``_local.runc_exec``) is taken, and the
+    command sees exactly what it sees through ``podman exec`` (the fallback, forced here by hiding the inspect)."""
+    from ansible_collections.backendai.cluster.plugins.module_utils._local import session_exec as local_exec
+    tools: t.List[str] = []
+    real_exec_one = local_exec._exec_one
+
+    def spy(container: t.Any, request: t.Any, command: t.List[str], env: t.Any, runc_log: t.Any) -> t.Any:
+        tools.append(os.path.basename(command[0]))
+        return real_exec_one(container, request, command, env, runc_log)
+
+    monkeypatch.setattr(local_exec, "_exec_one", spy)
+    cheap = exec_local(run, live, command=PROBE, user=user, hostnames=["main1", "sub3"])
+    assert tools == ["runc", "runc"] and not cheap.get("failed"), cheap.get("msg")
+    monkeypatch.setattr(local_exec, "_inspect", lambda engines, env: {})
+    tools.clear()
+    engine = exec_local(run, live, command=PROBE, user=user, hostnames=["main1", "sub3"])
+    assert tools == ["podman", "podman"] and not engine.get("failed"), engine.get("msg")
+    for a, b in zip(cheap["containers"], engine["containers"]):
+        assert a["stdout"] == b["stdout"] and a["stderr"] == b["stderr"] == ""
+    text = cheap["containers"][1]["stdout"]
+    assert "memory:/" in text and "pids:/" in text and "BACKENDAI_SESSION_ID=" in text
+    assert ("uid=0(root)" in text) == (user == "root")
+    cgroups = {line.split(":", 2)[1]: line.split(":", 2)[2] for line in text.splitlines() if line.count(":") >= 2
+               and line.split(":", 1)[0].isdigit()}
+    assert cgroups["memory"] != "/" and cgroups["memory"] == cgroups["pids"]  # the container's, not the host's root
+
+
+def test_runc_exec_reports_a_missing_program_as_a_shell_would(run: ModuleRun, live: t.Dict[str, t.Any]) -> None:
+    result = exec_local(run, live, argv=["no-such-program-here"], hostnames=["sub2"])
+    sub2 = by_host(result)["sub2"]
+    assert (sub2["result"], sub2["exit_code"]) == ("failed", 127) and "no-such-program-here" in sub2["stderr"]

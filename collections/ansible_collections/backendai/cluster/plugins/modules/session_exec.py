@@ -12,7 +12,8 @@ version_added: 0.3.0
 description:
   - Runs one command in every container of session O(name), or in those O(hostnames) and O(roles) select, all at once,
     as the session user (V(work) by default) or root, and returns per container its output, exit code and time.
-  - "Local backend: one C(podman exec) per container, with the collection's engine configuration: the command gets the
+  - "Local backend: one C(runc exec) per container through the runtime podman runs it with, with the container's own
+    process spec as podman's exec makes it (C(podman exec) where the runtime is not runc): the command gets the
     container's namespaces, cgroup limits, capabilities and environment, in the user's home."
   - "Nomad: through what reaches a session from outside today, and nothing else - one C(ssh) to main1's published
     ssh port as the session user, with the session keypair read from where the job keeps it (Nomad Variables or
@@ -89,7 +90,7 @@ options:
   command_timeout:
     description:
       - Seconds after which a container's command that still runs is reported V(timed_out) and its client is killed
-        (local - its C(podman exec); nomad - its C(ssh) or shell on main1). V(0) waits as long as it takes.
+        (local - its C(runc exec) or C(podman exec); nomad - its C(ssh) or shell on main1). V(0) waits as long as it takes.
       - The command itself may go on in the container (the engine and sshd do not always stop it).
     type: float
     default: 0

@@ -4,7 +4,7 @@
 
 The request is checked (``_session.session_exec.parse_request``), the session's containers read from the chosen
 backend (``_ansible.backends``), the selection made; in check mode nothing runs and the selection is returned.
-Otherwise the backend runs the command (``_local.session_exec``: ``podman exec``; ``_nomad.session_exec``: ssh to
+Otherwise the backend runs the command (``_local.session_exec``: ``runc exec``, else ``podman exec``; ``_nomad.session_exec``: ssh to
 main1, then the session network) and ``_session.session_exec.summarise`` decides, by ``fail_on``, whether the task
 fails. Each backend is imported only when chosen.
 """

@@ -6,7 +6,7 @@
 what is allowed); :func:`select` picks the containers it runs in from a session view's containers (by role and
 hostname; a selected container that is not running gets its result at once, ``not_running``, and is not run in);
 :func:`outcome` gives one container's result; :func:`summarise` makes the module's result and decides, by
-``fail_on``, whether the task fails. Both backends (``_local.session_exec``: ``podman exec``; ``_nomad.session_exec``:
+``fail_on``, whether the task fails. Both backends (``_local.session_exec``: ``runc exec``, else ``podman exec``; ``_nomad.session_exec``:
 ssh to main1, then over the session network) run the request and return results made by :func:`outcome`.
 """
 

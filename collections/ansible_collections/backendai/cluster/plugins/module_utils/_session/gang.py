@@ -106,7 +106,9 @@ publish() {
 @RELAY@
 EOR
 } > $GD/relay
-{ echo "#!$B/bin/sh"; echo "read -t 2 -r m; case \"\$m\" in ping*|'') ;; relay\ *) o=\${m#relay }; m=\${o#* }; o=\${o%% *}; $GD/relay \"\$o\" \"\$m\" </dev/null >/dev/null 2>&1 & ;; esac"
+{ echo "#!$B/bin/sh"
+  echo "read -t 2 -r m"
+  echo "case \"\$m\" in ping*|'') ;; relay\ *) o=\${m#relay }; m=\${o#* }; o=\${o%% *}; $GD/relay \"\$o\" \"\$m\" </dev/null >/dev/null 2>&1 & ;; esac"
   echo "case \"\$m\" in ping*|'') ;; *) echo \"\$m\" > $GD/t.\$\$; mv $GD/t.\$\$ $GD/in.\$\$;; esac"
   echo "cat $GD/now"; } > $GD/handle
 chmod 700 $GD/handle $GD/relay; TW=$(up); TS=$TW; publish
@@ -226,8 +228,8 @@ while :; do
   esac
   sleep @TICK@
 done
-""".replace("@RELAY@", RELAY_SCRIPT.strip("\n")).replace("@FANOUT@", str(FANOUT)).replace("@HB@", HEARTBEAT_FILE).replace("@GRACE@", str(GRACE)).replace("@WATCHED@", str(WATCHED)).replace(
-    "@TICK@", TICK)
+""".replace("@RELAY@", RELAY_SCRIPT.strip("\n")).replace("@FANOUT@", str(FANOUT)).replace("@HB@", HEARTBEAT_FILE).replace(
+    "@GRACE@", str(GRACE)).replace("@WATCHED@", str(WATCHED)).replace("@TICK@", TICK)
 
 
 def policy_line(failure: FailureSpec, max_run_time: int = 0, keep_after: t.Optional[int] = None) -> str:

@@ -170,7 +170,8 @@ def test_bad_input_fails_clearly_and_makes_nothing(session: Session) -> None:
     result = task_results(bad)[CREATE_TASK]
     assert result["problems"] == [
         'session.colour: unknown key; allowed keys: name, image, driver, command, cluster_size, cluster_mode, '
-        'resources, mounts, ssh, secrets, network, master_port, env, roles, placement, datacenters, ports, mpi, user, failure',
+        'resources, mounts, ssh, secrets, network, master_port, env, roles, placement, datacenters, ports, mpi, user, '
+        'failure, max_run_time, keep_after',
         'session.cluster_size: must be an integer from 1 to 4096 (containers in total, main included) (got "many")']
     too_big = session.play("create_session.yml", spec=spec_vars(session.name, resources={"cpu": 10 ** 7}))
     assert too_big.returncode != 0

@@ -142,6 +142,25 @@ ENTRYPOINT_ARGV = (RUNTIME_MOUNT + "/bin/sh", "/%s/entrypoint.sh" % LOCAL_SUBDIR
 #: default: client/config/config.go), so docker and podman tasks may set it.
 TASK_USER = "0"
 
+
+def _without_comments(script: str) -> str:
+    """``script`` as the job carries it: its comment lines and its end-of-line comments (after two spaces, ``# ``)
+    left out. Every session's job carries the entrypoint in its Meta, so its ~1.3 KB of comments were 20 bytes per
+    container of a 64-container job; the source keeps them for the reader. A line whose code part leaves a quote open
+    is kept whole (the ``#`` is in a string); a script with a here-document is not changed at all."""
+    if "<<" in script:
+        return script
+    kept = []
+    for i, line in enumerate(script.split("\n")):
+        if i and line.lstrip().startswith("#"):
+            continue
+        code, sep, _comment = line.partition("  # ")
+        if sep and code.count('"') % 2 == 0 and code.count("'") % 2 == 0:
+            line = code.rstrip()
+        kept.append(line)
+    return "\n".join(kept)
+
+
 # The entrypoint every container runs, as root in the image, with the bundle's busybox sh (standalone: its
 # applets, grep, cut, id, su, ..., run whatever the image has, so only the image's own setpriv/runuser and sshd
 # are looked up in the image, by path): add the session user if the image lacks it (by writing the account files,
@@ -163,24 +182,6 @@ TASK_USER = "0"
 # first 5 s (then every 0.5 s, as before), blocking in ``read -t`` on a FIFO rather than a ``sleep`` process per poll.
 # sshd starts only once /etc/hosts has every peer, as before: an sshd that answers is a container whose ``ssh subN``
 # resolves. The command's user switch (setpriv, runuser or su) is chosen after sshd started, and only for a command.
-def _without_comments(script: str) -> str:
-    """``script`` as the job carries it: its comment lines and its end-of-line comments (after two spaces, ``# ``)
-    left out. Every session's job carries the entrypoint in its Meta, so its ~1.3 KB of comments were 20 bytes per
-    container of a 64-container job; the source keeps them for the reader. A line whose code part leaves a quote open
-    is kept whole (the ``#`` is in a string); a script with a here-document is not changed at all."""
-    if "<<" in script:
-        return script
-    kept = []
-    for i, line in enumerate(script.split("\n")):
-        if i and line.lstrip().startswith("#"):
-            continue
-        code, sep, _ = line.partition("  # ")
-        if sep and code.count('"') % 2 == 0 and code.count("'") % 2 == 0:
-            line = code.rstrip()
-        kept.append(line)
-    return "\n".join(kept)
-
-
 ENTRYPOINT = r"""#!/bin/sh
 set -eu
 S=${NOMAD_SECRETS_DIR:-/secrets}/backendai L=${NOMAD_TASK_DIR:-/local}/backendai P=$NOMAD_META_BACKENDAI_SSH_PORT

@@ -21,6 +21,7 @@ import signal
 import time
 import typing as t
 
+from ansible_collections.backendai.cluster.plugins.module_utils._local.netns import is_alive, proc_stat
 from ansible_collections.backendai.cluster.plugins.module_utils._local.runtime import destroy_session, session_status
 from ansible_collections.backendai.cluster.plugins.module_utils._local.state import SessionPaths
 from ansible_collections.backendai.cluster.plugins.module_utils._session.status import ERROR, TERMINATED
@@ -30,16 +31,6 @@ REAPER_FILE = "reaper"
 #: How often the reaper reads the session's state (s).
 POLL = 1.0
 FINISHED = (TERMINATED, ERROR)
-
-
-def _start_time(pid: int) -> t.Optional[str]:
-    """The start time of a live process (None: gone, or a zombie nobody reaped yet)."""
-    try:
-        with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as f:
-            fields = f.read().rpartition(")")[2].split()
-        return None if fields[0] in ("Z", "X") else fields[19]
-    except (OSError, IndexError):
-        return None
 
 
 def start_reaper(name: str, state_root: str, keep_after: int, poll: float = POLL) -> None:
@@ -62,7 +53,7 @@ def start_reaper(name: str, state_root: str, keep_after: int, poll: float = POLL
             signal.signal(sig, signal.SIG_DFL)
         me = os.getpid()
         with open(os.path.join(paths.root, REAPER_FILE), "w", encoding="utf-8") as f:
-            f.write("%d %s\n" % (me, _start_time(me)))
+            f.write("%d %d\n" % (me, proc_stat(me)[1]))
         _reap(paths, incarnation, keep_after, poll)
     except BaseException:  # nothing to report to: the session stays, state=absent removes it
         pass
@@ -98,13 +89,14 @@ def end_reaper(name: str, state_root: str) -> None:
             pid_text, started = (f.read().split() + ["", ""])[:2]
     except OSError:
         return
-    if not pid_text.isdigit() or int(pid_text) == os.getpid() or _start_time(int(pid_text)) != started:
+    if not pid_text.isdigit() or not started.isdigit() or int(pid_text) == os.getpid() \
+            or not is_alive(int(pid_text), int(started)):
         return
     try:
         os.kill(int(pid_text), signal.SIGKILL)
     except ProcessLookupError:
         return
-    for _attempt in range(100):  # gone (or a zombie, whose start time reads as None) within 2 s
-        if _start_time(int(pid_text)) != started:
+    for _attempt in range(100):  # gone (or a zombie, or in its exit) within 2 s
+        if not is_alive(int(pid_text), int(started)):
             return
         time.sleep(0.02)

@@ -2,7 +2,7 @@
 ... type vxlan`` makes, in the kernel: both made in a namespace of the test's own, their details (``ip -d -j link
 show``: MTU, state, every VXLAN attribute the kernel reports, defaults included) compared. Plain (local underlay
 address) and as a session inside WireGuard makes it (local tunnel address, bound to a device). The byte format: the
-collection's unit test ``test_cni_netlink.py``."""
+collection's unit test ``test_cni_vxlan_netlink.py``."""
 from __future__ import annotations
 
 import json

@@ -252,28 +252,3 @@ def test_links_up_turns_off_ipv6_addresses_only_where_the_device_has_ipv6(monkey
     off = [line for line in batch.splitlines() if "addrgenmode" in line]
     assert off == ([] if mtu < 1280 else ["link set dev baib addrgenmode none", "link set dev baix addrgenmode none"])
     assert "link set baix master baib" in batch and batch.endswith("link set baib up\n")
-
-
-@pytest.mark.parametrize("local, dev", [("192.0.2.1", ""), ("fd00::1:1", "baiwg0")])
-def test_the_vxlan_device_is_made_as_ip_link_add_makes_it(netlink: t.Type[FakeNetlink], monkeypatch: t.Any,
-                                                           local: str, dev: str) -> None:
-    """``ip link add baix0 mtu 1450 type vxlan id 65921 local LOCAL dstport 4789 [dev baiwg0]`` as iproute2 6.1 sends
-    it (``iplink.c``, ``iplink_vxlan.c``: IFLA_IFNAME, IFLA_MTU, IFLA_LINKINFO holding IFLA_INFO_KIND ``vxlan`` without
-    its NUL and IFLA_INFO_DATA with the ID, the local address, the device, the port in network order), one request
-    with CREATE and EXCL, acknowledged. (The device it makes, against ip's, in the kernel: tests/local_runtime/
-    test_session_network_vxlan_device.py.)"""
-    monkeypatch.setattr(system._socket, "if_nametoindex", lambda name: {"baiwg0": 7}[name])
-    system.vxlan_add("baix0", 1450, 65921, local, 4789, dev)
-    (sent,) = netlink.sent
-    ((kind, flags, _seq, payload),) = messages(sent)
-    assert (kind, flags) == (16, 0x1 | 0x4 | 0x400 | 0x200)  # RTM_NEWLINK: REQUEST, ACK, CREATE, EXCL
-    assert payload[:16] == b"\0" * 16  # ifinfomsg: AF_UNSPEC, index 0, no flags
-    top = attrs(payload[16:])
-    assert top[:2] == [(3, b"baix0\0"), (4, struct.pack(E + "I", 1450))]  # IFLA_IFNAME, IFLA_MTU
-    ((linkinfo, nested),) = top[2:]
-    (info_kind, kind_name), (info_data, data) = attrs(nested)
-    assert (linkinfo, info_kind, kind_name, info_data) == (18, 1, b"vxlan", 2)  # IFLA_LINKINFO: KIND, DATA
-    family = socket.AF_INET6 if ":" in local else socket.AF_INET
-    want = [(1, struct.pack(E + "I", 65921)), (17 if ":" in local else 4, socket.inet_pton(family, local))]
-    want += [(3, struct.pack(E + "I", 7))] if dev else []  # IFLA_VXLAN_ID, _LOCAL6 or _LOCAL, _LINK
-    assert attrs(data) == want + [(15, struct.pack(">H", 4789))]  # IFLA_VXLAN_PORT, in network order

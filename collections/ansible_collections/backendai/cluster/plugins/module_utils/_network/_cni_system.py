@@ -628,30 +628,6 @@ def fdb_append(device: str, dests: t.Sequence[str]) -> None:
         nl.call(requests, lambda i, _err: "fdb append dev %s dst %s" % (device, dests[i]))
 
 
-# rtnetlink: rtnetlink.h, if_link.h
-_RTM_NEWLINK = 16
-_NLM_F_EXCL = 0x200
-_IFLA_IFNAME, _IFLA_MTU, _IFLA_LINKINFO = 3, 4, 18
-_IFLA_INFO_KIND, _IFLA_INFO_DATA = 1, 2
-_IFLA_VXLAN_ID, _IFLA_VXLAN_LINK, _IFLA_VXLAN_LOCAL, _IFLA_VXLAN_PORT, _IFLA_VXLAN_LOCAL6 = 1, 3, 4, 15, 17
-
-
-def vxlan_add(name: str, mtu: int, vni: int, local: str, port: int, dev: str = "") -> None:
-    """What ``ip link add NAME mtu MTU type vxlan id VNI local LOCAL dstport PORT [dev DEV]`` sends (iproute2's
-    ``vxlan_parse_opt``: the same attributes, nested as it nests them; the device is made down): from this process,
-    so that its forwarding entries can start while ``ip -batch`` does the rest of the session's links."""
-    family, kind = (_socket.AF_INET6, _IFLA_VXLAN_LOCAL6) if ":" in local else (_socket.AF_INET, _IFLA_VXLAN_LOCAL)
-    data = _attr(_IFLA_VXLAN_ID, _u32(vni)) + _attr(kind, _socket.inet_pton(family, local))
-    if dev:
-        data += _attr(_IFLA_VXLAN_LINK, _u32(_socket.if_nametoindex(dev)))
-    data += _attr(_IFLA_VXLAN_PORT, port.to_bytes(2, "big"))
-    payload = (b"\0" * 16  # ifinfomsg: AF_UNSPEC, no type, index, flags or change
-               + _attr(_IFLA_IFNAME, name.encode("ascii") + b"\0") + _attr(_IFLA_MTU, _u32(mtu))
-               + _attr(_IFLA_LINKINFO, _attr(_IFLA_INFO_KIND, b"vxlan") + _attr(_IFLA_INFO_DATA, data)))
-    with _Netlink(_NETLINK_ROUTE) as nl:
-        nl.call([(_RTM_NEWLINK, _NLM_F_CREATE | _NLM_F_EXCL, payload)], lambda _i, _err: "ip link add %s type vxlan" % name)
-
-
 # nfnetlink: ipset (netfilter/ipset/ip_set.h)
 _NFNL_SUBSYS_IPSET = 6
 _IPSET_PROTOCOL = 6  # what every kernel with ipset speaks (its minimum; 7 adds only what this does not use)
@@ -797,8 +773,9 @@ IPV6_MIN_MTU = 1280
 
 
 def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
-    """The session's bridge and, when it spans agents, its VXLAN device (made by :func:`vxlan_up`) in it and up. Its
-    forwarding entries: :func:`flood_up`."""
+    """The session's bridge and, when it spans agents, its VXLAN device: between underlay addresses, or, encrypted,
+    between tunnel addresses over the agent's WireGuard interface (``dev``: it routes only there). Its forwarding
+    entries: :func:`flood_up`."""
     br, vx, mtu = st["bridge"], st["vxlan"], st["mtu"]
     # Neither device has an IPv6 address of its own (addrgenmode none: no link-local address, so no DAD, router
     # solicitation or MLD report of theirs): the session network is IPv4, and what the bridge itself sends is flooded
@@ -809,7 +786,11 @@ def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     no_v6_addr = ["link set dev %s addrgenmode none"] if mtu >= IPV6_MIN_MTU else []
     lines = ["link add %s address %s mtu %d type bridge" % (br, bridge_mac(st["sid"], cfg.underlay_ip), mtu)]
     lines += [x % br for x in no_v6_addr] + ["addr add %s/%d dev %s" % (st["gateway"], st["prefixlen"], br)]
-    if st["peers"]:  # (the VXLAN device is made already: vxlan_up)
+    encrypted = st.get("encryption") == "wireguard"
+    if st["peers"]:
+        lines.append("link add %s mtu %d type vxlan id %d local %s dstport %d%s"
+                     % (vx, mtu, st["vni"], st["tunnel"] if encrypted else cfg.underlay_ip, cfg.vxlan_port,
+                        " dev %s" % cfg.wg_interface if encrypted else ""))
         lines += [x % vx for x in no_v6_addr]
         lines += ["link set %s master %s" % (vx, br),
                   # multicast is not flooded to the other agents (broadcast, so ARP, and unicast are): each container
@@ -820,35 +801,21 @@ def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     run(["ip", "-batch", "-"], "".join(x + "\n" for x in lines))
 
 
-def vxlan_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
-    """The session's VXLAN device, when it spans agents (down, in no bridge: :func:`links_up` does the rest): between
-    underlay addresses, or, encrypted, between tunnel addresses over the agent's WireGuard interface (``dev``: it
-    routes only there)."""
-    if st["peers"]:
-        encrypted = st.get("encryption") == "wireguard"
-        vxlan_add(st["vxlan"], st["mtu"], st["vni"], st["tunnel"] if encrypted else cfg.underlay_ip, cfg.vxlan_port,
-                  cfg.wg_interface if encrypted else "")
-
-
 def flood_up(st: t.Mapping[str, t.Any]) -> None:
     """The session's VXLAN device floods to each of its peers (their underlay addresses, or inside WireGuard their
-    tunnel addresses): a forwarding entry per peer, after :func:`vxlan_up`."""
+    tunnel addresses): a forwarding entry per peer, after :func:`links_up`."""
     if st["peers"]:
         encrypted = st.get("encryption") == "wireguard"
         fdb_append(st["vxlan"], [tun for _key, tun, _ul in st["wg_peers"]] if encrypted else st["peers"])
 
 
 def session_up(cfg: Config, st: t.Mapping[str, t.Any], first_session: bool) -> None:
-    """The session's VXLAN device, then its forwarding entries (a thread of their own: ~6-8 ms of the kernel's work
-    at 1,023 peers) beside the rest of its links, its peer sets and rules (``ip -batch``, iptables-save and -restore:
-    ~8-10 ms of waiting for them). All are in place when this returns, before any container of the session is
-    attached: a container's first frame to a peer (its ARP request) is flooded to every peer."""
-    def links_and_rules() -> None:
-        links_up(cfg, st)
-        rules_up(cfg, st, first_session)
-
-    vxlan_up(cfg, st)
-    beside(lambda: flood_up(st), links_and_rules)
+    """The session's links, then its forwarding entries (a thread of their own: ~5-10 ms of the kernel's work at
+    1,023 peers) beside its peer sets and rules (iptables-save and -restore: ~6-10 ms of waiting for them). Both are
+    in place when this returns, before any container of the session is attached: a container's first frame to a
+    peer (its ARP request) is flooded to every peer."""
+    links_up(cfg, st)
+    beside(lambda: flood_up(st), lambda: rules_up(cfg, st, first_session))
 
 
 # ---------------------------------------------------------------------------- WireGuard

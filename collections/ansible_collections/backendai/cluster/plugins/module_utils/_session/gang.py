@@ -92,7 +92,8 @@ $NOMAD_META_BACKENDAI_FAILURE
 EOF
 GMRT=${GMRT:-0} GKEEP=${GKEEP:--1}  # max_run_time (s; 0: no limit), from this supervisor's start; keep_after (-1: none)
 MEMBERS=$(echo "$NOMAD_META_BACKENDAI_GANG_MEMBERS" | tr , ' ')
-G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG= END=
+G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG= END= IA=
+[ $# -gt 0 ] || IA=1  # an interactive member: no command, only the time, the end and the gang's messages
 export BACKENDAI_HEARTBEAT_FILE=$HB
 up() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }  # centiseconds
 publish() {
@@ -157,6 +158,7 @@ failed() {  # host code reason command...: what the policy says about a failure 
   else LOST="$LOST $1@$(up)" LAST=$(stamp "$1" "$2" "$3"); publish; fi
 }
 start() {
+  if [ -n "$IA" ]; then ST=running T0=$(date +%s); publish; return 0; fi  # (its sshd runs on, started before)
   rm -f $GD/rc $GD/pid; : > "$HB"; chown "$UI:$GI" "$HB"
   export BACKENDAI_RESTART_COUNT=$R
   if [ "$RUN" = su ]; then
@@ -213,7 +215,7 @@ while :; do
         [ "$rc" -le 128 ] || why="the command was killed by signal $((rc - 128))"
         [ "$rc" != 137 ] || why="$why (SIGKILL: kill -9, or the kernel's OOM killer)"
         failed "$ME" "$rc" "$why" "$@"
-      elif [ "$GHANG" -gt 0 ] && [ $(( $(date +%s) - $(stat -c %Y "$HB" 2>/dev/null || echo "$T0") )) -ge "$GHANG" ]; then
+      elif [ -z "$IA" ] && [ "$GHANG" -gt 0 ] && [ $(( $(date +%s) - $(stat -c %Y "$HB" 2>/dev/null || echo "$T0") )) -ge "$GHANG" ]; then
         stop_cmd; failed "$ME" - "the command hung: its heartbeat file was not touched for ${GHANG}s" "$@"
       fi
       for x in $LOST; do
@@ -242,6 +244,15 @@ def policy_line(failure: FailureSpec, max_run_time: int = 0, keep_after: t.Optio
     if keep_after is not None:
         return line + " %d %d" % (max_run_time, keep_after)
     return line + (" %d" % max_run_time if max_run_time else "")
+
+
+def gang_members(containers: t.Sequence[t.Any], max_run_time: int = 0, keep_after: t.Optional[int] = None) -> t.List[str]:
+    """The hostnames whose supervisor is a member of the gang, in the session's order (``containers``: the plan's, with
+    ``hostname`` and ``command``): the containers that run a command; with ``max_run_time`` or ``keep_after`` every
+    container, interactive ones too (their supervisor runs no command: it keeps the session's time, takes the gang's
+    messages and keeps the container up ``keep_after`` seconds after the end; docs/session-lifecycle.md)."""
+    lifetime = bool(max_run_time) or keep_after is not None
+    return [c.hostname for c in containers if c.command or lifetime]
 
 
 def gang_meta(failure: FailureSpec, members: t.Sequence[str], max_run_time: int = 0,

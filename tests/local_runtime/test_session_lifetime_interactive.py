@@ -98,7 +98,7 @@ class InteractiveNomadGang(NomadGang):
 
 def test_an_interactive_session_ends_error_at_max_run_time_on_nomad(run: ModuleRun, nomad_double_factory: t.Any,
                                                                     state_root: str, helpers: t.Any) -> None:
-    """The rendered job's tasks (interactive: the job is a service job) run as engine containers: the supervisor of
+    """The rendered job's tasks (interactive, bounded: a batch job) run as engine containers: the supervisor of
     each keeps the time, every task exits 1 at max_run_time, Nomad restarts none of them (Attempts 0: a restarted task
     would count its time anew), and session_info of the nomad backend shows ERROR with the reason, read from the
     supervisors' status files through the double's ``/v1/client/fs/cat``."""
@@ -111,7 +111,7 @@ def test_an_interactive_session_ends_error_at_max_run_time_on_nomad(run: ModuleR
         start = time.monotonic()
         g.up()
         job = double.stored_job(g.name)
-        assert job["Type"] == "service" and job["Meta"][gang.MEMBERS_META_KEY] == "main1,sub1,sub2", job["Meta"]
+        assert job["Type"] == "batch" and job["Meta"][gang.MEMBERS_META_KEY] == "main1,sub1,sub2", job["Meta"]
         view = g.until(lambda v: v["state"] == "RUNNING", 15)
         view = g.until(lambda v: v["state"] == "ERROR" and all(c["status"] == "failed" for c in v["containers"]),
                        LIMIT + 30)

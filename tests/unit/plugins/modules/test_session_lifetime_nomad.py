@@ -53,12 +53,12 @@ def test_a_keep_after_that_could_never_start_is_refused_before_anything_is_writt
 
 
 def test_max_run_time_ends_an_interactive_session_error(nomad: NomadAPIDouble, run: ModuleRun) -> None:
-    """No command: the job is a service job whose every task runs the supervisor (no Nomad restart), and the view of
+    """No command, but a lifetime: a batch job whose every task runs the supervisor (no Nomad restart), and the view of
     the end is the batch session's (tests/local_runtime/test_session_lifetime_interactive.py runs the tasks)."""
     result = run(session_module, conn(nomad, spec=spec(size=2, max_run_time=30)))
     assert not result.get("failed"), result.get("msg")
     job = nomad.stored_job("s1")
-    assert job["Type"] == "service" and job["Meta"][gang.MEMBERS_META_KEY] == "main1,sub1", job["Meta"]
+    assert job["Type"] == "batch" and job["Meta"][gang.MEMBERS_META_KEY] == "main1,sub1", job["Meta"]
     assert all(g["RestartPolicy"] == GANG_RESTART_POLICY for g in job["TaskGroups"])
     first = "1795826188 sub1 - max_run_time 30s exceeded: every command was stopped"
     for host in ("main1", "sub1"):

@@ -541,7 +541,11 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     job: t.Dict[str, t.Any] = {
         "ID": spec.name,
         "Name": spec.name,
-        "Type": "batch" if spec.command or any(r.command for r in spec.roles) else "service",
+        # batch: a session that ends by itself (a command, or a lifetime: max_run_time, keep_after), which Nomad's
+        # garbage collector then removes (a dead service job is kept until it is stopped: nomad/state/schema.go
+        # jobIsGCable); service: an interactive session, up until state=absent
+        "Type": "batch" if spec.command or any(r.command for r in spec.roles) or spec.max_run_time
+        or spec.keep_after is not None else "service",
         "Datacenters": datacenters,
         "UI": job_ui(plan),
         "Meta": dict(sorted(meta.items())),

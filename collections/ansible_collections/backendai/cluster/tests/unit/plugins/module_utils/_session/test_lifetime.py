@@ -68,7 +68,7 @@ def test_interactive_containers_are_members_with_a_lifetime(extra: t.Dict[str, t
 def test_an_interactive_session_takes_max_run_time() -> None:
     raw = {"name": "s", "image": "busybox", "cluster_size": 2, "max_run_time": 60}
     job = _job(raw)
-    assert job["Type"] == "service" and job["Meta"][gang.MEMBERS_META_KEY] == "main1,sub1"
+    assert job["Type"] == "batch" and job["Meta"][gang.MEMBERS_META_KEY] == "main1,sub1"
     assert job["Meta"][gang.POLICY_META_KEY] == "none 3 600 0 360 2201 2,126,127 60"
     assert all(g["RestartPolicy"] == GANG_RESTART_POLICY for g in job["TaskGroups"])
     assert _job(dict(raw, keep_after=30))["Meta"][gang.POLICY_META_KEY].endswith(" 60 30")

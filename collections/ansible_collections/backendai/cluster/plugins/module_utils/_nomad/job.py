@@ -59,6 +59,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     session_network,
     session_slots,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.exec_channel import ENTRYPOINT_LINE as EXEC_CHANNEL_LINE
 from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import gang_meta
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume
@@ -287,6 +288,7 @@ if [ "$C" -lt "$BACKENDAI_CLUSTER_SIZE" ]; then  # a wait that is a read with a 
   exec 3<&-
 fi
 (. $L/hosts)
+@EXEC_CHANNEL@  # the local backend's session_exec channel, where it gave one (_session.exec_channel)
 if [ $# -eq 0 ]; then exec $D -D -e; fi
 $D
 if [ "$U" = root ]; then RUN=
@@ -302,8 +304,8 @@ fi
 if [ "$RUN" = su ]; then exec su -m -s "$X" "$U" -c 'exec "$0" "$@"' "$@"; fi
 exec $RUN "$@"
 """
-ENTRYPOINT = _without_comments(ENTRYPOINT.replace("@RUNTIME_MOUNT@", RUNTIME_MOUNT))  # the bundle's mount point: one
-# source, the volume_mount's Destination
+# the bundle's mount point: one source, the volume_mount's Destination
+ENTRYPOINT = _without_comments(ENTRYPOINT.replace("@RUNTIME_MOUNT@", RUNTIME_MOUNT).replace("@EXEC_CHANNEL@", EXEC_CHANNEL_LINE))
 
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
 

@@ -55,7 +55,8 @@ run() {
   (cd "$C" && umask "$M" && go) </dev/null >"$x.out" 2>"$x.err" 3>&- &
   echo $! > "$x.pid"; wait $!; echo $? > "$x.rc"
 }
-tree() { for c in $(pgrep -P "$1"); do tree "$c"; done; kill -KILL "$1"; }  # a command and what it started
+kids() { ps -o pid,ppid | while read -r c pp; do [ "$pp" != "$1" ] || echo "$c"; done; }
+tree() { for c in $(kids "$1"); do tree "$c"; done; kill -KILL "$1"; }  # a command and what it started
 while read -r op id <&3; do
   case $id in ''|*[!0-9a-f]*) continue ;; esac
   case $op in
@@ -71,9 +72,9 @@ def request_text(process: t.Mapping[str, t.Any]) -> str:
     every word quoted for sh; ``$E`` and ``$SP`` are the agent's ``env`` and ``setpriv``."""
     user = process["user"]
     umask = user.get("umask")
-    groups = ",".join(str(int(g)) for g in user.get("additionalGids") or [user["gid"]])
+    groups = ",".join(str(int(g)) for g in user.get("additionalGids") or [])
     words = ["exec", '"$E"', "-i", "--"] + [shlex.quote(str(e)) for e in process.get("env") or [] if "=" in str(e)]
-    words += ['"$SP"', "--reuid=%d" % int(user["uid"]), "--regid=%d" % int(user["gid"]), "--groups=" + groups,
+    words += ['"$SP"', "--reuid=%d" % int(user["uid"]), "--regid=%d" % int(user["gid"]), "--groups=" + groups if groups else "--clear-groups",
               "--inh-caps=-all", "--"] + [shlex.quote(str(a)) for a in process["args"]]
     return "C=%s M=%04o\ngo() { %s; }\n" % (shlex.quote(str(process.get("cwd") or "/")),
                                            umask if isinstance(umask, int) else 0o022, " ".join(words))

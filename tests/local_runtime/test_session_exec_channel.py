@@ -147,11 +147,11 @@ def test_another_sessions_container_cannot_see_the_channel(run: ModuleRun, live:
         exec_in(run, live, "ch", user="root", hostnames=["main1"], command="rm -f %s/%s" % (MOUNT, marker))
 
 
-def test_a_link_planted_by_container_root_is_not_followed(run: ModuleRun, live: t.Dict[str, t.Any], run_dir: str,
+def test_a_link_planted_by_container_root_is_not_followed(run: ModuleRun, live: t.Dict[str, t.Any], tmp_path: t.Any,
                                                           ways: t.List[str]) -> None:
     """The container's root replaces the agent's FIFO by a link to a host file: the host writes nothing there, and
     that container's command runs through ``runc exec`` instead. (Last: it breaks chb's channel.)"""
-    victim = os.path.join(run_dir, "channel-victim-" + uuid.uuid4().hex[:8])
+    victim = str(tmp_path / "victim")  # a host file the container cannot reach
     with open(victim, "w", encoding="utf-8") as f:
         f.write("untouched\n")
     try:

@@ -76,8 +76,8 @@ def request_text(process: t.Mapping[str, t.Any]) -> str:
     words = ["exec", '"$E"', "-i", "--"] + [shlex.quote(str(e)) for e in process.get("env") or [] if "=" in str(e)]
     words += ['"$SP"', "--reuid=%d" % int(user["uid"]), "--regid=%d" % int(user["gid"]), "--groups=" + groups if groups else "--clear-groups",
               "--inh-caps=-all", "--"] + [shlex.quote(str(a)) for a in process["args"]]
-    return "C=%s M=%04o\ngo() { %s; }\n" % (shlex.quote(str(process.get("cwd") or "/")),
-                                           umask if isinstance(umask, int) else 0o022, " ".join(words))
+    cwd = shlex.quote(str(process.get("cwd") or "/"))
+    return "C=%s M=%04o\ngo() { %s; }\n" % (cwd, umask if isinstance(umask, int) else 0o022, " ".join(words))
 
 
 #: The entrypoint's line that starts the agent where the local backend gave the container its exec directory.

@@ -39,7 +39,8 @@ def test_the_session_user_gets_the_containers_process_without_root_powers(tmp_pa
     p = made["process"]
     assert p["args"] == ["sh", "-c", "id"] and p["cwd"] == "/home/work" and p["terminal"] is False
     assert "consoleSize" not in p
-    assert p["user"] == {"uid": 1000, "gid": 1000, "umask": 18, "additionalGids": [44]}  # the groups listing work (as podman exec: not its primary group), not root's
+    # the groups that list work (as podman exec gives them: not its primary group again), not root's
+    assert p["user"] == {"uid": 1000, "gid": 1000, "umask": 18, "additionalGids": [44]}
     assert p["env"] == ["PATH=/bin", "RANK=3", "HOME=/home/work"]
     assert p["capabilities"] == {"bounding": ["CAP_CHOWN", "CAP_KILL"], "effective": [], "permitted": [],
                                  "inheritable": [], "ambient": []}

@@ -31,6 +31,10 @@ from ansible_collections.backendai.cluster.plugins.module_utils._session.exec_ch
 DIR_NAME = "exec"
 #: How long the host waits for a killed command's FIFOs to close before it gives up on it (s).
 KILL_GRACE = 2.0
+#: How long the host waits for the agent to take a command (its ``<id>.pid``) before it reports the container
+#: unreachable (the agent was stopped, or the container is going away): without it a command nobody took would be
+#: waited for forever when there is no ``command_timeout``.
+TAKE_TIMEOUT = 5.0
 _SUFFIXES = (".out", ".err", ".rc")
 
 
@@ -126,22 +130,39 @@ def start(exec_dir: str, process: t.Mapping[str, t.Any]) -> t.Optional[_Job]:
 
 def wait_all(jobs: t.Sequence[_Job], timeout: float) -> t.List[t.Dict[str, t.Any]]:
     """Each started job's result, in order, once all are done: ``exit_code`` (``None``: no status), ``stdout``,
-    ``stderr`` (bytes), ``time`` and ``timed_out`` (still running after ``timeout`` s, 0: none; its command killed)."""
+    ``stderr`` (bytes), ``time``, ``timed_out`` (still running after ``timeout`` s, 0: none; its command killed) and
+    ``lost`` (the agent did not take the command within :data:`TAKE_TIMEOUT`: it is gone, or was stopped)."""
     live = {fd: job for job in jobs for fd in job.fds}
     poller = select.poll()
     for fd in live:
         poller.register(fd, select.POLLIN)
     deadline = time.monotonic() + timeout if timeout else None
     killed_at: t.Optional[float] = None
+    unconfirmed = {id(job): job for job in jobs}
+    lost: t.Set[int] = set()
     while live:
         now = time.monotonic()
+        for key, job in list(unconfirmed.items()):
+            if _taken(job):
+                del unconfirmed[key]
+            elif now - job.start >= TAKE_TIMEOUT:  # nobody took it: stop waiting for it
+                del unconfirmed[key]
+                lost.add(key)
+                for fd in list(job.fds):
+                    poller.unregister(fd)
+                    del live[fd]
+                job.end = now
+        if not live:
+            break
         if deadline is not None and now >= deadline and killed_at is None:
             killed_at = now
             for job in {id(j): j for j in live.values()}.values():
                 _send(job, "kill %s\n" % job.ident)
         if killed_at is not None and now >= killed_at + KILL_GRACE:
             break
-        wait = None if deadline is None else max(0.0, (deadline if killed_at is None else killed_at + KILL_GRACE) - now)
+        ends = ([] if deadline is None else [deadline if killed_at is None else killed_at + KILL_GRACE]) + (
+            [now + 0.1] if unconfirmed else [])
+        wait = max(0.0, min(ends) - now) if ends else None
         for fd, _event in poller.poll(None if wait is None else int(wait * 1000) + 1):
             job = live[fd]
             chunk = os.read(fd, 65536)
@@ -157,9 +178,19 @@ def wait_all(jobs: t.Sequence[_Job], timeout: float) -> t.List[t.Dict[str, t.Any
     results = []
     for job in jobs:
         rc = bytes(job.data[".rc"]).strip()
-        late = killed_at is not None and (job.end is None or job.end >= killed_at)
-        results.append({"exit_code": int(rc) if job.end is not None and rc.isdigit() and not late else None,
-                        "stdout": bytes(job.data[".out"]), "stderr": bytes(job.data[".err"]),
-                        "time": (job.end or time.monotonic()) - job.start, "timed_out": late})
+        late = killed_at is not None and (job.end is None or job.end >= killed_at) and id(job) not in lost
+        done = job.end is not None and rc.isdigit() and not late and id(job) not in lost
+        results.append({"exit_code": int(rc) if done else None, "stdout": bytes(job.data[".out"]),
+                        "stderr": bytes(job.data[".err"]), "time": (job.end or time.monotonic()) - job.start,
+                        "timed_out": late, "lost": id(job) in lost})
         job.close()
     return results
+
+
+def _taken(job: _Job) -> bool:
+    """Whether the agent has started the job's command (it writes ``<id>.pid`` when it has)."""
+    try:
+        os.stat(job.ident + ".pid", dir_fd=job.dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True

@@ -101,6 +101,10 @@ def _channel_outcome(container: t.Mapping[str, t.Any], request: plan.ExecRequest
     if answer["timed_out"]:
         return plan.outcome(container, request, None, out, err, seconds, plan.TIMED_OUT,
                             "still running after %gs: it was killed" % request.timeout)
+    if answer.get("lost"):
+        return plan.outcome(container, request, None, out, err, seconds, plan.UNREACHABLE,
+                            "the container's exec agent did not take the command within %gs"
+                            % exec_channel.TAKE_TIMEOUT)
     if answer["exit_code"] is None:
         return plan.outcome(container, request, None, out, err, seconds, plan.UNREACHABLE,
                             "the container's exec agent gave no exit status (the container stopped meanwhile?)")

@@ -51,7 +51,7 @@ elif [ -x $B/bin/setpriv ]; then SP=$B/bin/setpriv; fi
 rm -f @REQ@ && mkfifo -m 600 @REQ@ || exit 0
 exec 3<>@REQ@
 run() {
-  x=$1; . "./$x.req" || exit 0
+  x=$1; if ! . "./$x.req"; then echo > "$x.pid"; : > "$x.out"; : > "$x.err"; echo 126 > "$x.rc"; exit 0; fi
   (cd "$C" && umask "$M" && go) </dev/null >"$x.out" 2>"$x.err" 3>&- &
   echo $! > "$x.pid"; wait $!; echo $? > "$x.rc"
 }

@@ -141,7 +141,7 @@ def _sweep(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        roots = sorted(os.listdir(path))
+        roots = sorted(r for r in os.listdir(path) if os.path.isdir(os.path.join(path, r)))  # (a test's files too)
         for root in roots:
             if root.startswith(AGENTS_PREFIX):
                 continue

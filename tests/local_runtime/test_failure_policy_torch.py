@@ -6,8 +6,8 @@ with SIGKILL in its fourth step of the first run. Under ``restart_all`` every ra
 job completes with the right sum in every rank (the session ends TERMINATED); under ``fail`` every container is
 down and the session ERROR, naming sub2's exit 137.
 
-torch comes from the venv ``test_torch_gloo`` makes (``.cache/torch-venv``, of the machine's python3, which is the
-example image's Debian python3 too), mounted read-only as a user's job would mount its environment.
+torch comes from the venv of ``tests/support/torch_venv.py`` (``.cache/torch-venv``, of the machine's python3, which is
+the example image's Debian python3 too), mounted read-only as a user's job would mount its environment.
 """
 
 from __future__ import annotations

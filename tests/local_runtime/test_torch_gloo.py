@@ -3,14 +3,12 @@ backend and ``init_method="env://"``, one rank per container, started over ``ssh
 user, in engine containers of the example image, on this machine and behind two local agents (multi-node). It reads only what the session injects (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK), resolves main1
 and the ranks' own names inside the session network, and all_reduce must add every rank's value.
 
-torch runs from a venv of the machine's ``/usr/bin/python3`` (Debian's, as the example image's) kept under the repository's ``.cache/`` (between
-runs, ignored by git), which the session mounts read-only at ``~/torch-venv`` of the session user as a user's job would mount its
-environment: a spec mount, from a mount root (``mount_roots``) that is the venv's folder. So the containers reach
-it wherever the repository is cloned (under a 0700 home, under /tmp, which containers have private), by the
-product's own means, not by where the clone happens to be. It is made with ``pip install torch==2.13.0`` (a CPU build, 0.2 GB,
-which pip on this project's machines finds on their disk; elsewhere point pip at PyTorch's CPU index,
-e.g. ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``). If it cannot be made the test is
-skipped, except under CI (``CI`` set), where it fails.
+torch runs from the venv of ``tests/support/torch_venv.py`` (the machine's ``/usr/bin/python3``, Debian's, as the example
+image's, with torch under the repository's ``.cache/``), which the session mounts read-only at ``~/torch-venv`` of the
+session user as a user's job would mount its environment: a spec mount, from a mount root (``mount_roots``) that is the
+venv's folder. So the containers reach it wherever the repository is cloned (under a 0700 home, under /tmp, which
+containers have private), by the product's own means, not by where the clone happens to be. If it cannot be made the
+test is skipped, except under CI (``CI`` set), where it fails.
 """
 from __future__ import annotations
 
@@ -23,15 +21,12 @@ import uuid
 import pytest
 
 import local_session_dict  # tests/support/local_session_dict.py: the example image, the Nomad job's renderer
+import torch_venv  # tests/support/torch_venv.py: the venv of torch the sessions mount
+from torch_venv import CACHE, VENV
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local import local_backend
 
-from conftest import REPO
 
-TORCH = "torch==2.13.0"
-CACHE = os.path.join(REPO, ".cache")
-VENV = os.path.join(CACHE, "torch-venv")
-PYTHON = os.path.join(VENV, "bin", "python")
 #: where the session mounts the venv: in the session user's home (each container's own, so nothing is made on the
 #: machine); a venv runs from where its python is called (pyvenv.cfg sits beside bin/)
 VENV_IN_CONTAINER = "/home/work/torch-venv"
@@ -49,26 +44,13 @@ dist.destroy_process_group()
 
 
 def _torch_python() -> str:
-    """The venv's python, made (and its torch checked: importable, with gloo) if the venv does not hold TORCH yet (its
-    public version: a CPU build is ``2.13.0+cpu``). A venv that does is taken as it is: its package metadata says so in
-    a tenth of a second, where importing torch on this machine takes 10-25 s, and the tests that use it import it in
-    their containers anyway."""
-    installed = [PYTHON, "-c", "import importlib.metadata as m; print(m.version('torch'))"]
-    check = [PYTHON, "-c", "import torch.distributed as d; assert d.is_gloo_available()"]
-    if os.path.exists(PYTHON) and subprocess.run(installed, capture_output=True, text=True,
-                                                 check=False).stdout.strip().split("+")[0] == TORCH.split("==")[1]:
-        return PYTHON
-    steps = [["/usr/bin/python3", "-m", "venv", "--clear", VENV],
-             [PYTHON, "-m", "pip", "install", "-q", "--disable-pip-version-check", TORCH]]
-    for step in steps:
-        p = subprocess.run(step, capture_output=True, text=True, check=False)
-        if p.returncode != 0:
-            reason = "cannot install %s for the containers (%s): %s" % (TORCH, " ".join(step[:4]), p.stderr[-600:])
-            if os.environ.get("CI"):
-                pytest.fail(reason)
-            pytest.skip(reason)
-    subprocess.run(check, check=True)
-    return PYTHON
+    """The venv's python, once the venv is made (by ``scripts/run-tests`` beside the tests, or here)."""
+    reason = torch_venv.ensure()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return torch_venv.PYTHON
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,13 @@ client older than 1.10 (or one whose version cannot be read) is refused before a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
+import time
 import typing as t
 
 import pytest
@@ -35,10 +37,12 @@ from ansible_collections.backendai.cluster.plugins.module_utils._network._sessio
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/lib/cni/portmap"),
                                 reason="needs root and the CNI plugins (scripts/setup)")
-#: ansible-playbook runs (not in scripts/run-tests --quick). Only the test that lets the role probe for WireGuard (a
-#: link in this machine's namespace), load kernel modules and read and write sysctls is marked ``machine`` (it holds
-#: the machine lock); the others give the role a WireGuard mode, no module and no sysctl (``role_params``), so
-#: everything they make is under their tmp_path and they run beside the machine tests.
+#: ansible-playbook runs (not in scripts/run-tests --quick). The test that lets the role probe for WireGuard (a link),
+#: load kernel modules and read and write sysctls runs the role in a network namespace of its own (``own_netns``), so
+#: the probe's link and the network sysctls are that namespace's, and it needs no machine lock (the modules it loads,
+#: vxlan and bridge, are machine-wide but change no link, rule or sysctl); the others give the role a WireGuard mode,
+#: no module and no sysctl (``role_params``). Everything they make is under their tmp_path and they run beside the
+#: machine tests.
 pytestmark = [pytest.mark.slow, needs_root]
 
 PLAYBOOK = """
@@ -74,10 +78,36 @@ def stats(proc: t.Any) -> t.Dict[str, t.Any]:
     return json.loads(proc.stdout)["stats"]["localhost"]
 
 
-def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5", machine: bool = False) -> t.Dict[str, t.Any]:
+@contextlib.contextmanager
+def own_netns() -> t.Iterator[t.List[str]]:
+    """A network namespace of the test's own (held by a ``sleep`` that ``unshare`` started in it, named nowhere, so no
+    other test sees it; it goes with the process): the command prefix that runs a command in it."""
+    holder = subprocess.Popen(["unshare", "--net", "sleep", "600"])
+    try:
+        ours, theirs = os.readlink("/proc/self/ns/net"), "/proc/%d/ns/net" % holder.pid
+        for _ in range(500):  # until unshare has made it and exec'd sleep
+            if os.readlink(theirs) != ours and os.path.basename(os.readlink("/proc/%d/exe" % holder.pid)) == "sleep":
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("unshare --net did not make a network namespace")
+        yield ["nsenter", "--net=" + theirs, "--"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def ip_forward(prefix: t.Sequence[str] = ()) -> str:
+    return subprocess.run(list(prefix) + ["cat", "/proc/sys/net/ipv4/ip_forward"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5", machine: bool = False,
+                forward: str = "") -> t.Dict[str, t.Any]:
     """The role's variables with every file it writes under ``tmp_path``; with ``machine``, the role also probes for
-    WireGuard, loads its kernel modules and sets the sysctls to the values they have (so nothing of the host
-    changes), else it is given the WireGuard mode and no module or sysctl, and touches nothing outside ``tmp_path``."""
+    WireGuard, loads its kernel modules and sets net.ipv4.ip_forward to ``forward`` (the value it has in the namespace
+    the role runs in, so nothing changes), else it is given the WireGuard mode and no module or sysctl, and touches
+    nothing outside ``tmp_path``."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("_session_network.py", "_cni_system.py", "_cni_nomad.py"):
@@ -87,8 +117,6 @@ def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5", mach
     bin_dir.mkdir()
     for plugin in ("loopback", "portmap"):
         os.symlink("/usr/lib/cni/" + plugin, bin_dir / plugin)
-    with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
-        forward = f.read().strip()
     (tmp_path / "etc").mkdir(mode=0o700)
     (tmp_path / "modules-load.d").mkdir()
     (tmp_path / "sysctl.d").mkdir()
@@ -114,7 +142,7 @@ def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5", mach
         "overlay_agent_modules_file": str(tmp_path / "modules-load.d" / "backendai-cluster.conf"),
         "overlay_agent_sysctl_file": str(tmp_path / "sysctl.d" / "90-backendai-cluster.conf"),
         "overlay_agent_kernel_modules": ["vxlan", "bridge"],
-        "overlay_agent_sysctls": {"net.ipv4.ip_forward": forward},
+        "overlay_agent_sysctls": {"net.ipv4.ip_forward": forward or "0"},
         "overlay_agent_nomad_config_dir": str(tmp_path / "nomad.d"),
         "overlay_agent_runtime_install": False,  # (no apt here; OpenSSH and busybox-static are installed)
         "overlay_agent_runtime_dir": str(tmp_path / "runtime"),
@@ -123,14 +151,17 @@ def role_params(tmp_path: t.Any, nomad_version_line: str = "Nomad v1.10.5", mach
     }
 
 
-@pytest.mark.machine
 def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path: t.Any) -> None:
+    with own_netns() as netns:
+        _prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path, netns)
+
+
+def _prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path: t.Any, netns: t.List[str]) -> None:
     playbook = tmp_path / "prepare.yml"
     playbook.write_text(PLAYBOOK)
-    params = role_params(tmp_path, machine=True)
+    forward = ip_forward(netns)
+    params = role_params(tmp_path, machine=True, forward=forward)
     bin_dir = tmp_path / "bin"
-    with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
-        forward = f.read().strip()
     control_key = tmp_path / "control" / "network.key"
     agent_key = tmp_path / "etc" / "agent.key"
     legacy_key = tmp_path / "etc" / "network.key"
@@ -138,14 +169,14 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
     legacy_key.write_text("00" * 32 + "\n")  # the cluster key an earlier release copied to agents
     args = ["-i", "inventories/localhost.yml", "-e", json.dumps(params)]
 
-    check = run_playbook(str(playbook), *args, check=True)
+    check = run_playbook(str(playbook), *args, check=True, prefix=netns)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
     assert not control_key.exists() and not agent_key.exists() and not (tmp_path / "lib").exists()
     assert legacy_key.exists() and not token_file.exists()
     assert not (bin_dir / "backendai").exists() and not os.listdir(tmp_path / "sysctl.d")
     assert not (tmp_path / "runtime").exists()
 
-    first = run_playbook(str(playbook), "-v", *args)
+    first = run_playbook(str(playbook), "-v", *args, prefix=netns)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     key_text = control_key.read_text().strip()
     assert len(key_text) == 64 and read_key(str(agent_key)) == derive_agent_key(read_key(str(control_key)), "node-a")
@@ -174,15 +205,14 @@ def test_prepare_is_check_mode_safe_idempotent_and_keeps_the_key_secret(tmp_path
     declared = (tmp_path / "nomad.d" / "backendai-runtime.hcl").read_text()
     assert 'host_volume "%s" {\n    path      = "%s"\n    read_only = true' % (RUNTIME_VOLUME, bundle) in declared
 
-    second = run_playbook(str(playbook), *args)
+    second = run_playbook(str(playbook), *args, prefix=netns)
     assert second.returncode == 0 and stats(second)["changed"] == 0, second.stdout[-3000:]
     assert control_key.read_text().strip() == key_text  # made once, never replaced
     agent_text = agent_key.read_text().strip()
     for proc in (check, first, second):
         for piece in (key_text, key_text[:16], key_text[-16:], agent_text[:16], agent_text[-16:], NOMAD_TOKEN):
             assert piece not in proc.stdout + proc.stderr
-    with open("/proc/sys/net/ipv4/ip_forward", encoding="ascii") as f:
-        assert f.read().strip() == forward
+    assert ip_forward(netns) == forward
 
 
 def test_data_roots_become_nomad_host_volumes_and_key_paths_are_refused(tmp_path: t.Any) -> None:

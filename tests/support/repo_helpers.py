@@ -21,14 +21,15 @@ VENV_BIN = os.path.dirname(sys.executable)
 
 
 def run_playbook(playbook: str, *extra: str, env: t.Optional[t.Dict[str, str]] = None,
-                 check: bool = False) -> subprocess.CompletedProcess:
+                 check: bool = False, prefix: t.Sequence[str] = ()) -> subprocess.CompletedProcess:
     """Run ``ansible-playbook backendai.cluster.<playbook>`` from the repository top, as a user would, with JSON
-    results on stdout (the collection's playbook, found through ansible.cfg's collections path)."""
+    results on stdout (the collection's playbook, found through ansible.cfg's collections path); ``prefix`` runs it
+    through a command (``nsenter --net=... --``)."""
     if os.path.isabs(playbook):  # a test's own playbook file
         target = playbook
     else:
         target = "backendai.cluster." + (playbook[:-len(".yml")] if playbook.endswith(".yml") else playbook)
-    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), target] + list(extra)
+    cmd = list(prefix) + [os.path.join(VENV_BIN, "ansible-playbook"), target] + list(extra)
     if check:
         cmd.append("--check")
     full_env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="results_json", ANSIBLE_NOCOLOR="1",

@@ -154,6 +154,8 @@ ENGINE_STARTS_PER_CORE = 3
 ENTRYPOINT_REFUSED = ("77", "78")
 #: The file in a container's directory that ``podman run --pidfile`` writes the container's first process into.
 ENGINE_PIDFILE = "pid"
+#: The nameserver of a container without egress (``_engine_bring_up``): its own loopback, where none answers.
+NO_EGRESS_NAMESERVER = "127.0.0.1"
 #: How long after a refused connection an engine container's sshd is tried again (s): the wait runs beside the
 #: containers' start, and a probe of each of 64 starting containers every 10 ms took CPU from them.
 ENGINE_PROBE_INTERVAL = 0.05
@@ -197,6 +199,12 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
     pidfiles = {h: os.path.join(paths.container_dir(h), ENGINE_PIDFILE) for h in hosts}
     cidfiles = {h: os.path.join(paths.container_dir(h), ENGINE_CIDFILE) for h in hosts}
     runs: t.Dict[str, t.Tuple[t.List[str], str, str]] = {}
+    # The sessions of this machine's own agent have no egress (_local.agent_network: no ip_forward), so the machine's
+    # nameserver, which podman would give them, is out of their reach: every lookup of a name not in /etc/hosts
+    # (reverse ones included: torch's c10d store resolves each client's IPv4-mapped address) sent packets that go
+    # nowhere and failed only after the resolver's timeouts (10 s: 2 tries of 5 s). A nameserver on the container's
+    # own loopback refuses at once. (Behind local agents, and on Nomad, the agent routes the container's lookups.)
+    dns = [] if session.agents else ["--dns", NO_EGRESS_NAMESERVER]
     for host, group in groups.items():  # every container's podman run, made before any starts (errors name the task)
         task_files(group, envs[host], secret, "")
         cdir = paths.container_dir(host)
@@ -206,7 +214,7 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                         extra=["--label", "backendai-cluster.session=" + paths.root, "--pidfile", pidfiles[host],
                                "--cidfile", cidfiles[host],
                                "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)]
-                        + exec_channel.volume_args(cdir))
+                        + dns + exec_channel.volume_args(cdir))
         runs[host] = (["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host]))
     # A container's files are written by its start, just before its podman run, with the peers known then (none until
     # the network is up: then they are rendered again, whole, for the containers whose files were written before).

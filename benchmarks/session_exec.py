@@ -4,12 +4,13 @@
 
 One session of N containers (default 64) of the test busybox image on this machine (the local backend, engine
 containers). Rounds alternate, in the same run: **exec** is what the module does after its options are parsed (the
-session's containers read from the runtime and one ``podman inspect`` of them, the selection, one ``runc exec`` per
-container at once, the results and the summary: ``_local.session_exec.LocalExec`` with ``_session.session_exec``),
+session's containers read from the runtime and one ``podman inspect`` of them, the selection, the command through
+every container's exec channel at once (``_local.exec_channel``; ``runc exec`` where a container has none), the
+results and the summary: ``_local.session_exec.LocalExec`` with ``_session.session_exec``),
 checked to have every container's hostname; **podman** is N ``podman exec <container> hostname`` started at once with
 the same containers.conf and waited for (the engine's own exec, which the module used before); **runc** is N plain
-``runc exec <container id> hostname`` at once (the floor of the module's way in: exec / runc is what the module adds
-to it). Needs root, podman with runc and the test images (``scripts/build-images test-busybox``).
+``runc exec <container id> hostname`` at once (the module's fallback, and its way in before the exec channel).
+Needs root, podman with runc and the test images (``scripts/build-images test-busybox``).
 
     python3 benchmarks/session_exec.py --size 64 --repeat 5
 """

@@ -300,6 +300,7 @@ def test_runc_exec_gives_the_process_podman_exec_gives(run: ModuleRun, live: t.D
         return real_exec_one(container, request, command, env, runc_log)
 
     monkeypatch.setattr(local_exec, "_exec_one", spy)
+    monkeypatch.setattr(local_exec, "CHANNEL", False)  # the exec channel's own equivalence: test_session_exec_channel.py
     cheap = exec_local(run, live, command=PROBE, user=user, hostnames=["main1", "sub3"])
     assert tools == ["runc", "runc"] and not cheap.get("failed"), cheap.get("msg")
     monkeypatch.setattr(local_exec, "_inspect", lambda engines, env: {})

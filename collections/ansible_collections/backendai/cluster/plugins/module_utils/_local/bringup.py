@@ -19,6 +19,7 @@ import time
 import typing as t
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as _local_network
+from ansible_collections.backendai.cluster.plugins.module_utils._local import exec_channel
 from ansible_collections.backendai.cluster.plugins.module_utils._local.engine import (
     ENGINE_CIDFILE,
     ENGINE_DIR,
@@ -212,7 +213,8 @@ def _engine_bring_up(session: LocalSession, paths: SessionPaths, journal: Journa
                         hosts_file=os.path.join(cdir, "hosts"), host_volumes=host_volumes, core_mhz=core_mhz,
                         extra=["--label", "backendai-cluster.session=" + paths.root, "--pidfile", pidfiles[host],
                                "--cidfile", cidfiles[host],
-                               "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)] + dns)
+                               "--log-driver", "k8s-file", "--log-opt", "path=" + paths.log(host)]
+                        + dns + exec_channel.volume_args(cdir))
         runs[host] = (["run", "--detach"] + args, cdir, "podman run of container %s (image %s)" % (host, images[host]))
     # A container's files are written by its start, just before its podman run, with the peers known then (none until
     # the network is up: then they are rendered again, whole, for the containers whose files were written before).

@@ -124,7 +124,7 @@ def lookup_user(rootfs: str, user: str) -> t.Optional[t.Tuple[int, int, str, t.L
         fields = line.split(":")
         if len(fields) >= 7 and fields[0] == user and fields[2].isdigit() and fields[3].isdigit():
             uid, gid, home = int(fields[2]), int(fields[3]), fields[5] or "/"
-            groups = [gid]
+            groups: t.List[int] = []  # the groups that list the user (podman's exec: runc's GetExecUser Sgids)
             for entry in (group or "").splitlines():
                 g = entry.split(":")
                 if len(g) >= 4 and g[2].isdigit() and user in g[3].split(",") and int(g[2]) not in groups:

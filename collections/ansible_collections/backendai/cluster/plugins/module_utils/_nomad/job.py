@@ -59,6 +59,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     session_network,
     session_slots,
 )
+from ansible_collections.backendai.cluster.plugins.module_utils._session.exec_channel import ENTRYPOINT_LINE as EXEC_CHANNEL_LINE
 from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import gang_members, gang_meta
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume
@@ -287,6 +288,7 @@ if [ "$C" -lt "$BACKENDAI_CLUSTER_SIZE" ]; then  # a wait that is a read with a 
   exec 3<&-
 fi
 (. $L/hosts)
+@EXEC_CHANNEL@  # the local backend's session_exec channel, where it gave one (_session.exec_channel)
 # an interactive container runs its sshd as its first process, but where the supervisor keeps the session's time and end
 case $#,,${NOMAD_META_BACKENDAI_GANG_MEMBERS:-}, in 0,*",$BACKENDAI_CLUSTER_HOST,"*) ;; 0,*) exec $D -D -e;; esac
 $D
@@ -303,8 +305,8 @@ fi
 if [ "$RUN" = su ]; then exec su -m -s "$X" "$U" -c 'exec "$0" "$@"' "$@"; fi
 exec $RUN "$@"
 """
-ENTRYPOINT = _without_comments(ENTRYPOINT.replace("@RUNTIME_MOUNT@", RUNTIME_MOUNT))  # the bundle's mount point: one
-# source, the volume_mount's Destination
+# the bundle's mount point: one source, the volume_mount's Destination
+ENTRYPOINT = _without_comments(ENTRYPOINT.replace("@RUNTIME_MOUNT@", RUNTIME_MOUNT).replace("@EXEC_CHANNEL@", EXEC_CHANNEL_LINE))
 
 PEERS_TEMPLATE = '{{ range nomadService "%s" }}{{ .Address }} {{ index .Tags 0 }}\n{{ end }}'
 

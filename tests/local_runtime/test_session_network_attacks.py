@@ -470,33 +470,35 @@ def test_a_host_on_the_underlay_cannot_join_with_a_wireguard_of_its_own(world: W
 
 
 #: Raw IPv6 (IPPROTO_RAW: the header is ours) from ``src`` to ``dst`` through whatever route the netns has (WireGuard
-#: here): UDP to ``dport`` carrying the hex payload, after the extension headers of ``shape``. argv = shape, src6,
-#: dst6, dport, hex payload.
+#: here): for each (shape, hex payload) of the JSON list, three times UDP to ``dport`` carrying the payload, after the
+#: extension headers of the shape. argv = JSON list, src6, dst6, dport.
 SEND_SHAPED6 = """
-import os, socket, struct, sys
-shape, src, dst, dport, payload = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), bytes.fromhex(sys.argv[5])
+import json, os, socket, struct, sys
+pairs, src, dst, dport = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 s6, d6 = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst)
-udp = struct.pack("!HHHH", 4789, dport, 8 + len(payload), 0) + payload
-data = s6 + d6 + struct.pack("!I3xB", len(udp), 17) + udp + (b"\\0" if len(udp) % 2 else b"")
-c = sum(struct.unpack("!%dH" % (len(data) // 2), data)); c = (c >> 16) + (c & 0xFFFF); c = ~(c + (c >> 16)) & 0xFFFF
-udp = udp[:6] + struct.pack("!H", c or 0xFFFF) + udp[8:]
-ident = struct.unpack("!I", os.urandom(4))[0]
 def options(nh, size):  # an options header of ``size`` bytes: one skippable option (type 0x1e) filling it
     return struct.pack("!BBBB", nh, size // 8 - 1, 0x1E, size - 4) + b"\\0" * (size - 4)
-def frag(nh, offset, more):
+def frag(nh, offset, more, ident):
     return struct.pack("!BBHI", nh, 0, (offset // 8) << 3 | more, ident)
-packets = {  # (next header of the IPv6 header, what follows it) per packet
-    "plain": [(17, udp)],
-    "destination options, 8 bytes": [(60, options(17, 8) + udp)],
-    "destination options, 24 bytes": [(60, options(17, 24) + udp)],
-    "hop-by-hop options": [(0, options(17, 8) + udp)],
-    "atomic fragment": [(44, frag(17, 0, 0) + udp)],
-    "two fragments": [(44, frag(17, 0, 1) + udp[:48]), (44, frag(17, 48, 0) + udp[48:])],
-}[shape]
 s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
-for _ in range(3):
-    for nh, rest in packets:
-        s.sendto(struct.pack("!IHBB", 6 << 28, len(rest), nh, 64) + s6 + d6 + rest, (dst, 0))
+for shape, payload in pairs:
+    payload = bytes.fromhex(payload)
+    udp = struct.pack("!HHHH", 4789, dport, 8 + len(payload), 0) + payload
+    data = s6 + d6 + struct.pack("!I3xB", len(udp), 17) + udp + (b"\\0" if len(udp) % 2 else b"")
+    c = sum(struct.unpack("!%dH" % (len(data) // 2), data)); c = (c >> 16) + (c & 0xFFFF); c = ~(c + (c >> 16)) & 0xFFFF
+    udp = udp[:6] + struct.pack("!H", c or 0xFFFF) + udp[8:]
+    ident = struct.unpack("!I", os.urandom(4))[0]
+    packets = {  # (next header of the IPv6 header, what follows it) per packet
+        "plain": [(17, udp)],
+        "destination options, 8 bytes": [(60, options(17, 8) + udp)],
+        "destination options, 24 bytes": [(60, options(17, 24) + udp)],
+        "hop-by-hop options": [(0, options(17, 8) + udp)],
+        "atomic fragment": [(44, frag(17, 0, 0, ident) + udp)],
+        "two fragments": [(44, frag(17, 0, 1, ident) + udp[:48]), (44, frag(17, 48, 0, ident) + udp[48:])],
+    }[shape]
+    for _ in range(3):
+        for nh, rest in packets:
+            s.sendto(struct.pack("!IHBB", 6 << 28, len(rest), nh, 64) + s6 + d6 + rest, (dst, 0))
 print("sent")
 """
 LISTEN6 = """
@@ -526,28 +528,37 @@ def test_vxlan_with_extension_headers_through_wireguard_never_reaches_a_session_
     It sends A's VNI to agent1's tunnel address through WireGuard, as plain UDP and behind each shape of extension
     headers (destination options of 8 and 24 bytes, hop-by-hop options, an atomic fragment, two real fragments):
     0 frames reach A's main1. Controls: A's own peer agent3 delivers the plain packet; each shape, sent by agent2 to a
-    plain UDP port of agent1's tunnel address, arrives (the kernel accepts it; only the VXLAN chain refuses it)."""
+    plain UDP port of agent1's tunnel address, arrives (the kernel accepts it; only the VXLAN chain refuses it).
+
+    Each shape carries its own text, so one listening window tells them apart. The control is sent after every shape
+    (by the time it arrives each shape was sent), and the listener ends only 3 s after the last datagram it got."""
     w = world
     one = _tunnel_of(w, "sa", "agent1")
     attacker, peer = _tunnel_of(w, "sb", "agent2"), _tunnel_of(w, "sa", "agent3")
-    pkt = vxlan_packet(w.sessions["sa"]["vni"], w.mac(w.netns("sa", "main1")), w.addr("sa", "sub1"),
-                       w.addr("sa", "main1"), 9999, "forged")
 
-    def delivered(sender: str, src: str, shape: str) -> list[list[str]]:
-        lis = Listener(w.netns("sa", "main1"), "udp", 9999, 2.0)
-        _sender(w.agents[sender]["netns"], SEND_SHAPED6, shape, src, one, "4789", pkt.hex())
-        return lis.result()
+    def pkt(text: str) -> bytes:
+        return vxlan_packet(w.sessions["sa"]["vni"], w.mac(w.netns("sa", "main1")), w.addr("sa", "sub1"),
+                            w.addr("sa", "main1"), 9999, text)
 
-    assert delivered("agent3", peer, "plain"), "A's own peer's VXLAN was not delivered: the test proves nothing"
-    got = {shape: delivered("agent2", attacker, shape) for shape in ("plain",) + SHAPES6}
-    assert got == {shape: [] for shape in got}, "VXLAN of A from agent2 (no agent of A) reached A's main1: %s" % got
-    for shape in SHAPES6:  # each shape is well-formed: it reaches a plain socket of agent1's tunnel address
-        lis = subprocess.Popen(["nsenter", "--net=/run/netns/" + w.agents["agent1"]["netns"], "--", sys.executable,
-                                "-c", LISTEN6, "9998", "2.0"], stdout=subprocess.PIPE, text=True)
-        assert lis.stdout is not None and lis.stdout.readline().strip() == "ready"
-        _sender(w.agents["agent2"]["netns"], SEND_SHAPED6, shape, attacker, one, "9998", pkt.hex())
-        out, _ = lis.communicate(timeout=30)
-        assert json.loads(out.strip().splitlines()[-1]) == [pkt.hex()] * 3, "%s did not reach agent1" % shape
+    forged = {shape: pkt("forged " + shape) for shape in ("plain",) + SHAPES6}
+    lis = Listener(w.netns("sa", "main1"), "udp", 9999, 3.0)
+    _sender(w.agents["agent2"]["netns"], SEND_SHAPED6, json.dumps([[k, v.hex()] for k, v in forged.items()]),
+            attacker, one, "4789")
+    _sender(w.agents["agent3"]["netns"], SEND_SHAPED6, json.dumps([["plain", pkt("control").hex()]]), peer, one, "4789")
+    got = {text for text, _src in lis.result()}
+    assert "control" in got, "A's own peer's VXLAN was not delivered: the test proves nothing"
+    assert got == {"control"}, "VXLAN of A from agent2 (no agent of A) reached A's main1: %s" % sorted(got)
+    # each shape is well-formed: it reaches a plain socket of agent1's tunnel address
+    plain = {shape: pkt("to a plain socket " + shape) for shape in SHAPES6}
+    lis6 = subprocess.Popen(["nsenter", "--net=/run/netns/" + w.agents["agent1"]["netns"], "--", sys.executable,
+                             "-c", LISTEN6, "9998", "3.0"], stdout=subprocess.PIPE, text=True)
+    assert lis6.stdout is not None and lis6.stdout.readline().strip() == "ready"
+    _sender(w.agents["agent2"]["netns"], SEND_SHAPED6, json.dumps([[k, v.hex()] for k, v in plain.items()]),
+            attacker, one, "9998")
+    out, _ = lis6.communicate(timeout=30)
+    arrived = json.loads(out.strip().splitlines()[-1])
+    assert {shape: arrived.count(p.hex()) for shape, p in plain.items()} == {shape: 3 for shape in plain}, \
+        "a shape did not reach agent1: %s" % arrived
 
 
 CAPTURE = """

@@ -152,6 +152,16 @@ class NomadAPIDouble(HTTPDouble):
         """A file in the allocation's directory, as its task wrote it (``alloc/...`` is the shared ``alloc`` dir)."""
         self.alloc_files[(alloc_id, path.lstrip("/"))] = text
 
+    def garbage_collect(self, now: t.Optional[int] = None, force: bool = False) -> t.Dict[str, t.List[str]]:
+        """The servers' garbage collection at ``now`` (ns; ``model/gc.py``), and each collected allocation's client
+        removing its directory (``client.removeAlloc``): its files are served no more."""
+        gone = self.model.garbage_collect(now, force)
+        for alloc_id in gone["allocs"]:
+            self.alloc_dirs.pop(alloc_id, None)
+            for key in [k for k in self.alloc_files if k[0] == alloc_id]:
+                del self.alloc_files[key]
+        return gone
+
     def stored_job(self, job_id: str, namespace: str = "default") -> t.Optional[t.Dict[str, t.Any]]:
         return self.model.stored_job(job_id, namespace)
 

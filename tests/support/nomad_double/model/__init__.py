@@ -6,13 +6,14 @@ One concern per module, each citing the Nomad source it follows and saying what 
 ``state`` (index, ACL token, region, namespaces, error forms), ``jobs`` (validation, register, deregister,
 plan, views), ``diff`` (the plan's job diff), ``scheduler`` (feasibility, bin-packing, reconcile),
 ``allocs`` (allocations, task states, logs), ``evals`` (evaluations), ``nodes`` (client nodes),
-``variables`` (variables and locks) and ``tasks`` (a client's restarts of the tasks a test runs for real). It is not Nomad: no raft, no scheduler workers, no clients.
+``variables`` (variables and locks), ``gc`` (the servers' garbage collection) and ``tasks`` (a client's restarts of the tasks a test runs for real). It is not Nomad: no raft, no scheduler workers, no clients.
 """
 
 from __future__ import annotations
 
 from .allocs import AllocsModel
 from .evals import EvalsModel
+from .gc import GCModel
 from .jobs import JobsModel
 from .nodes import NodesModel
 from .scheduler import SchedulerModel
@@ -23,5 +24,6 @@ from .variables import VariablesModel
 __all__ = ["CodedError", "Conflict", "ModelState", "NomadModel"]
 
 
-class NomadModel(JobsModel, SchedulerModel, AllocsModel, EvalsModel, NodesModel, VariablesModel, TasksModel):
+class NomadModel(JobsModel, SchedulerModel, AllocsModel, EvalsModel, NodesModel, VariablesModel, TasksModel,
+                 GCModel):
     """Everything the double knows, behind :attr:`lock` (the HTTP shell holds it while it serves a request)."""

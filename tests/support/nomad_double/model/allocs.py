@@ -179,6 +179,7 @@ class AllocsModel(ModelState):
             alloc["override"] = {"ClientStatus": client_status, "State": task_state, "Failed": failed,
                                  "Restarts": restarts, "Description": description}
             alloc["ModifyIndex"] = self.next_index()
+            alloc["ModifyTime"] = time.time_ns()
 
     def append_log(self, alloc_id: str, task: str, text: str, stream: str = "stdout") -> None:
         with self.lock:

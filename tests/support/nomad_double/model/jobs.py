@@ -127,7 +127,7 @@ class JobsModel(ModelState):
         allocs = self.job_allocs(rec["job"]["Namespace"], rec["job"]["ID"])
         if any(self.client_status(a) in ("pending", "running") for a in allocs):
             return "running"
-        if rec["job"].get("Stop") or allocs:
+        if rec["job"].get("Stop") or allocs or rec.get("reaped"):  # (reaped: its allocations collected, ``gc``)
             return "dead"
         return "pending"
 

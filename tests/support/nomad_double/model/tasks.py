@@ -128,6 +128,7 @@ class TasksModel(ModelState):
         alloc["override"] = {"ClientStatus": status, "Description": description,
                              "TaskStates": {task: dict(state, Events=list(state["Events"])) for task in alloc["Tasks"]}}
         alloc["ModifyIndex"] = self.next_index()
+        alloc["ModifyTime"] = time.time_ns()
 
     def task_pending(self, alloc_id: str) -> None:
         """The allocation reached its client, which has not started the task yet."""

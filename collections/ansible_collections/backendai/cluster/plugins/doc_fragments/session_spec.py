@@ -343,18 +343,20 @@ options:
             default: 2201
       max_run_time:
         description:
-          - Seconds (1 to 2592000) a batch session may run; when the first of its containers has run that long, every
+          - Seconds (1 to 2592000) a session may run; when the first of its containers has run that long, every
             container stops its command and the session ends C(ERROR) with the reason C(max_run_time <N>s exceeded).
             Unset, there is no limit.
-          - Only for batch sessions whose every container runs a command (the session's O(spec.command), or each
-            role's). Kept by every container's supervisor, on both backends; see the collection's
+          - Interactive containers (no command) are bounded too, and so is a session where no container runs a
+            command. Kept by every container's supervisor, on both backends; see the collection's
             docs/session-lifecycle.md.
         type: int
       keep_after:
         description:
-          - Seconds (0 to 2592000) a finished batch session (every command ended, or the session ended C(ERROR)) keeps
-            its containers, logs and network before they are removed. Unset, they stay until the session module's C(state=absent).
-          - Only for batch sessions whose every container runs a command. Who removes them on each backend is in the
-            collection's docs/session-lifecycle.md.
+          - Seconds (0 to 2592000) a finished session (every command ended, or the session ended C(ERROR), its
+            max_run_time included) keeps its containers, logs and network before they are removed. Unset, they stay
+            until the session module's C(state=absent).
+          - A session where no container runs a command ends only at its O(spec.max_run_time) or by its failure policy,
+            so it needs one of them for C(keep_after). Who removes them on each backend is in the collection's
+            docs/session-lifecycle.md.
         type: int
 """

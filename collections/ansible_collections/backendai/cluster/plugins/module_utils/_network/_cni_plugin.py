@@ -229,8 +229,7 @@ def _ensure_session(cfg: Config, want: t.Dict[str, t.Any]) -> None:
     system.write_file(cfg.path("sessions", want["sid"] + ".json"), system.json_dumps(want))
     if want["encryption"] == "wireguard":  # the tunnel first: the VXLAN device is bound to its interface
         system.wireguard_up(cfg, want, sessions)
-    system.links_up(cfg, want)
-    system.rules_up(cfg, want, first_session=not sessions)
+    system.session_up(cfg, want, first_session=not sessions)
 
 
 def _remove_session(cfg: Config, sid: str) -> None:
@@ -285,9 +284,12 @@ def _delegate(command: str, conf: t.Mapping[str, t.Any], env: t.Mapping[str, str
 
 # ---------------------------------------------------------------------------- commands
 
-def _admission(cfg: Config, env: t.Mapping[str, str]) -> "net.Admission":
+def _admission(cfg: Config, env: t.Mapping[str, str],
+               also: t.Callable[["net.Admission"], t.Any] = lambda adm: None) -> t.Tuple["net.Admission", t.Any]:
     """The allocation's admission: on a Nomad client with its identity as the local Nomad agent has it, after
-    the look-up (``_cni_nomad``); on a local agent with the identity in CNI_ARGS (the local runtime's own)."""
+    the look-ups (``_cni_nomad``); on a local agent with the identity in CNI_ARGS (the local runtime's own). With
+    ``also(admission)``'s result: run once the MAC is checked, in a thread beside the look-up of the group's other
+    allocations (the admission's last step, whose refusal comes first: ``_cni_system.beside``)."""
     try:
         key = net.network_mac_key(net.read_key(cfg.key_file))
     except net.NetworkError as e:
@@ -295,23 +297,23 @@ def _admission(cfg: Config, env: t.Mapping[str, str]) -> "net.Admission":
     try:
         cni_args = net.parse_cni_args(env.get("CNI_ARGS", ""))
         if cfg.identity == "local":
-            return net.admit(key, cni_args)
+            adm = net.admit(key, cni_args)
+            return adm, also(adm)
         identity, api = nomad.confirmed_identity(cfg, cni_args, env.get("CNI_CONTAINERID", ""))
         adm = net.admit(key, cni_args, identity)
     except net.NetworkError as e:
         raise PluginError(E_ADMISSION, "backendai session network: admission refused: %s" % e) from None
-    nomad.check_only_live(api, identity, adm.alloc_id)
-    return adm
+    return adm, system.beside(lambda: also(adm), lambda: nomad.check_only_live(api, identity, adm.alloc_id))
 
 
 def cmd_add(cfg: Config, env: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
-    adm = _admission(cfg, env)
+    # with the agents: a version 4 session's first ADD on this agent reads its table beside the group's look-up
+    adm, have = _admission(cfg, env, lambda admitted: _with_table(cfg, admitted))[1]
     cid = env.get("CNI_CONTAINERID", "")
     cfile = _container_file(cfg, cid)
     ifname = env.get("CNI_IFNAME", "")
     if not (0 < len(ifname) <= 15 and _IFNAME_CHARS.issuperset(ifname)) or not env.get("CNI_NETNS"):
         raise PluginError(E_ENV, "CNI_IFNAME and CNI_NETNS must be set")
-    adm, have = _with_table(cfg, adm)
     try:
         want = have if have is not None else _session_state(cfg, adm)
     except net.NetworkError as e:
@@ -392,7 +394,7 @@ def cmd_del(cfg: Config, env: t.Mapping[str, str]) -> None:
 
 
 def cmd_check(cfg: Config, env: t.Mapping[str, str], prev: t.Optional[t.Mapping[str, t.Any]]) -> None:
-    adm = _admission(cfg, env)
+    adm = _admission(cfg, env)[0]
     member = system.read_json(_container_file(cfg, env.get("CNI_CONTAINERID", "")))
     if not isinstance(member, dict) or member.get("sid") != adm.params.session_id:
         raise PluginError(E_CONFLICT, "container %s is not attached to session %s on this agent"

@@ -12,6 +12,7 @@ DEL of a container, so it imports nothing slow either (see ``json_loads`` and ``
 from __future__ import annotations
 
 import _socket  # built in: the forwarding entries go over netlink (see fdb_append)
+import _thread  # built in: threading costs ~5-9 ms to import (functools, _weakrefset), about a tenth of an ADD
 import hashlib
 import os
 import sys
@@ -165,6 +166,40 @@ def cni_error(out: str, stderr: bytes) -> str:
     except (ValueError, AttributeError):
         pass
     return detail
+
+
+def beside(background: t.Callable[[], t.Any], foreground: t.Callable[[], None]) -> t.Any:
+    """``background()`` in a thread of its own while ``foreground()`` runs in this one; ``background``'s result once
+    both have ended. ``foreground``'s error comes first: ``background`` is waited for, and its own error dropped;
+    then ``background``'s. What a session's first ADD on an agent does only because the session spans many agents (the
+    agent table's read and check, a forwarding entry per peer) runs beside what every ADD does (the look-up of the
+    group's other allocations, the rules), not after it: each waits mostly on another process or the kernel, and
+    the first ADD of a 1,024-agent session no longer adds one to the other (benchmarks/cni_add.py --scale). Where
+    no thread can be started, one after the other."""
+    done = _thread.allocate_lock()
+    done.acquire()
+    outcome: t.List[t.Tuple[t.Any, t.Optional[BaseException]]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((background(), None))
+        except BaseException as e:  # (re-raised in the caller's thread below)
+            outcome.append((None, e))
+        finally:
+            done.release()
+
+    try:
+        _thread.start_new_thread(run, ())
+    except RuntimeError:  # no thread to be had (the process's or the machine's limit): here, first
+        run()
+    try:
+        foreground()
+    finally:
+        done.acquire()  # nothing of the background outlives the call, whatever the foreground did
+    value, error = outcome[0]
+    if error is not None:
+        raise error
+    return value
 
 
 def write_file(path: str, text: str, mode: int = 0o600) -> None:
@@ -739,7 +774,8 @@ IPV6_MIN_MTU = 1280
 
 def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     """The session's bridge and, when it spans agents, its VXLAN device: between underlay addresses, or, encrypted,
-    between tunnel addresses over the agent's WireGuard interface (``dev``: it routes only there)."""
+    between tunnel addresses over the agent's WireGuard interface (``dev``: it routes only there). Its forwarding
+    entries: :func:`flood_up`."""
     br, vx, mtu = st["bridge"], st["vxlan"], st["mtu"]
     # Neither device has an IPv6 address of its own (addrgenmode none: no link-local address, so no DAD, router
     # solicitation or MLD report of theirs): the session network is IPv4, and what the bridge itself sends is flooded
@@ -751,7 +787,6 @@ def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
     lines = ["link add %s address %s mtu %d type bridge" % (br, bridge_mac(st["sid"], cfg.underlay_ip), mtu)]
     lines += [x % br for x in no_v6_addr] + ["addr add %s/%d dev %s" % (st["gateway"], st["prefixlen"], br)]
     encrypted = st.get("encryption") == "wireguard"
-    dests = [tun for _key, tun, _ul in st["wg_peers"]] if encrypted else st["peers"]
     if st["peers"]:
         lines.append("link add %s mtu %d type vxlan id %d local %s dstport %d%s"
                      % (vx, mtu, st["vni"], st["tunnel"] if encrypted else cfg.underlay_ip, cfg.vxlan_port,
@@ -764,8 +799,23 @@ def links_up(cfg: Config, st: t.Mapping[str, t.Any]) -> None:
                   "link set dev %s type bridge_slave mcast_flood off" % vx, "link set %s up" % vx]
     lines.append("link set %s up" % br)
     run(["ip", "-batch", "-"], "".join(x + "\n" for x in lines))
+
+
+def flood_up(st: t.Mapping[str, t.Any]) -> None:
+    """The session's VXLAN device floods to each of its peers (their underlay addresses, or inside WireGuard their
+    tunnel addresses): a forwarding entry per peer, after :func:`links_up`."""
     if st["peers"]:
-        fdb_append(vx, dests)
+        encrypted = st.get("encryption") == "wireguard"
+        fdb_append(st["vxlan"], [tun for _key, tun, _ul in st["wg_peers"]] if encrypted else st["peers"])
+
+
+def session_up(cfg: Config, st: t.Mapping[str, t.Any], first_session: bool) -> None:
+    """The session's links, then its forwarding entries (a thread of their own: ~5-10 ms of the kernel's work at
+    1,023 peers) beside its peer sets and rules (iptables-save and -restore: ~6-10 ms of waiting for them). Both are
+    in place when this returns, before any container of the session is attached: a container's first frame to a
+    peer (its ARP request) is flooded to every peer."""
+    links_up(cfg, st)
+    beside(lambda: flood_up(st), lambda: rules_up(cfg, st, first_session))
 
 
 # ---------------------------------------------------------------------------- WireGuard

@@ -59,7 +59,7 @@ from ansible_collections.backendai.cluster.plugins.module_utils._nomad.job_netwo
     session_network,
     session_slots,
 )
-from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import gang_meta
+from ansible_collections.backendai.cluster.plugins.module_utils._session.gang import gang_members, gang_meta
 from ansible_collections.backendai.cluster.plugins.module_utils._session.hosts import HOSTS_SCRIPT
 from ansible_collections.backendai.cluster.plugins.module_utils._session.placement import HostVolume
 from ansible_collections.backendai.cluster.plugins.module_utils._session.plan import Container, SessionPlan
@@ -287,9 +287,10 @@ if [ "$C" -lt "$BACKENDAI_CLUSTER_SIZE" ]; then  # a wait that is a read with a 
   exec 3<&-
 fi
 (. $L/hosts)
-if [ $# -eq 0 ]; then exec $D -D -e; fi
+# an interactive container runs its sshd as its first process, but where the supervisor keeps the session's time and end
+case $#,,${NOMAD_META_BACKENDAI_GANG_MEMBERS:-}, in 0,*",$BACKENDAI_CLUSTER_HOST,"*) ;; 0,*) exec $D -D -e;; esac
 $D
-if [ "$U" = root ]; then RUN=
+if [ $# -eq 0 ] || [ "$U" = root ]; then RUN=
 elif own setpriv && $R --help 2>&1 | grep -q -e --reuid; then RUN="$R --reuid=$UI --regid=$GI --init-groups"
 elif own runuser; then RUN="$R -m -u $U --"
 elif [ -n "$BOK" ] && [ -x $B/bin/setpriv ]; then RUN="$B/bin/setpriv --reuid=$UI --regid=$GI --init-groups"
@@ -531,8 +532,8 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     meta[HOSTS_SCRIPT_META_KEY] = HOSTS_SCRIPT
     meta[RUNTIME_META_KEY] = RUNTIME_VERSION
     meta.update(zip(USER_META_KEYS, (spec.user.name, str(spec.user.uid), str(spec.user.gid))))
-    meta.update(gang_meta(spec.failure, [c.hostname for c in plan.containers if c.command], spec.max_run_time,
-                          spec.keep_after))
+    meta.update(gang_meta(spec.failure, gang_members(plan.containers, spec.max_run_time, spec.keep_after),
+                          spec.max_run_time, spec.keep_after))
     meta[MANAGED_META_KEY] = spec.name
     meta["backendai_cluster_service"] = service
     meta["backendai_secrets_backend"] = spec.secrets.backend
@@ -540,7 +541,11 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     job: t.Dict[str, t.Any] = {
         "ID": spec.name,
         "Name": spec.name,
-        "Type": "batch" if spec.command or any(r.command for r in spec.roles) else "service",
+        # batch: a session that ends by itself (a command, or a lifetime: max_run_time, keep_after), which Nomad's
+        # garbage collector then removes (a dead service job is kept until it is stopped: nomad/state/schema.go
+        # jobIsGCable); service: an interactive session, up until state=absent
+        "Type": "batch" if spec.command or any(r.command for r in spec.roles) or spec.max_run_time
+        or spec.keep_after is not None else "service",
         "Datacenters": datacenters,
         "UI": job_ui(plan),
         "Meta": dict(sorted(meta.items())),

@@ -92,7 +92,8 @@ $NOMAD_META_BACKENDAI_FAILURE
 EOF
 GMRT=${GMRT:-0} GKEEP=${GKEEP:--1}  # max_run_time (s; 0: no limit), from this supervisor's start; keep_after (-1: none)
 MEMBERS=$(echo "$NOMAD_META_BACKENDAI_GANG_MEMBERS" | tr , ' ')
-G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG= END=
+G=0 R=0 ST=starting LAST= FIRST= HIST= DONE= LOST= MISS= CPID= T0=0 TW=0 NEXTW=0 BM= AG= AS= GO=- END= IA=
+[ $# -gt 0 ] || IA=1  # an interactive member: no command, only the time, the end and the gang's messages
 export BACKENDAI_HEARTBEAT_FILE=$HB
 up() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }  # centiseconds
 publish() {
@@ -147,7 +148,7 @@ failed() {  # host code reason command...: what the policy says about a failure 
     [ "$1" = "$ME" ] || return 0  # container with its code, as without a supervisor; the others go on
     case "$2" in ''|-|*[!0-9]*) finish 1;; esac; finish "$2"
   fi
-  case ",$GCODES," in *",$2,"*) give_up "$1" "$2" "$3 (exit code $2 is in fail_on_exit_codes)";; esac
+  [ "$2" = - ] || case ",$GCODES," in *",$2,"*) give_up "$1" "$2" "$3 (exit code $2 is in fail_on_exit_codes)";; esac
   [ "$GP" != fail ] || give_up "$1" "$2" "$3"
   [ "$GP" != restart_all ] || [ -z "$DONE" ] || give_up "$1" "$2" "$3 (after$DONE completed)"
   [ "$(recent)" -lt "$GMAX" ] || give_up "$1" "$2" "$3 (after $GMAX restarts within ${GWIN}s)" gave_up
@@ -157,6 +158,7 @@ failed() {  # host code reason command...: what the policy says about a failure 
   else LOST="$LOST $1@$(up)" LAST=$(stamp "$1" "$2" "$3"); publish; fi
 }
 start() {
+  if [ -n "$IA" ]; then ST=running T0=$(date +%s); publish; return 0; fi  # (its sshd runs on, started before)
   rm -f $GD/rc $GD/pid; : > "$HB"; chown "$UI:$GI" "$HB"
   export BACKENDAI_RESTART_COUNT=$R
   if [ "$RUN" = su ]; then
@@ -166,12 +168,19 @@ start() {
 }
 answer() {  # member: asks its "generation state"; learns a failure or (restart_all) a later generation from it
   r=$(ask "$1" "ping $ME") && [ -n "$r" ] || return 1
-  set -- "$1" $r; AG=$2
+  set -- "$1" $r; AG=$2 AS=${3:-}
   case "${3:-}" in failed|gave_up) shift 2; adopt_fail "$@";; esac
   [ "$GP" != restart_all ] || [ "$AG" -le "$G" ] || restart_all "$AG" "$1" - "learned from $1 that the gang restarts"
 }
-barrier() {  # every member answers at this generation (its old command is stopped)
-  for m in $(others); do BM=$m; answer "$m" && [ "$AG" -eq "$G" ] || return 1; done
+coord() { C=; for m in $MEMBERS; do case " $DONE " in *" $m "*) ;; *) C=$m; return 0;; esac; done; }  # (no fork)
+barrier() {  # every member is at this generation (its old command is stopped): O(N) probes a tick, not N^2
+  coord
+  if [ "$C" = "$ME" ]; then  # the gang's coordinator (its first member not done) asks every member, then says go
+    for m in $(others); do BM=$m; answer "$m" && [ "$AG" -eq "$G" ] || return 1; done
+    tell "go $G"; return 0
+  fi
+  [ "$GO" != "$G" ] || return 0  # the coordinator's go, told through the tree; else asked: it runs at this generation
+  BM=$C; answer "$C" && [ "$AG" -eq "$G" ] && case "$AS" in running|done) ;; *) false;; esac
 }
 watch() {  # the next WATCHED members of the ring after this one: an answer, or two missed ones (gone)
   set -- $MEMBERS $MEMBERS; n=0
@@ -199,6 +208,7 @@ while :; do
       restart) [ "$GP" != restart_all ] || [ "$g" -le "$G" ] || restart_all "$g" "$h" "$c" "$why";;
       note) LAST=$(stamp "$h" "$c" "$why"); publish;;
       done) DONE="$DONE $g";;
+      go) GO=$g;;
     esac
   done
   if [ "$GMRT" -gt 0 ] && [ $(( $(up) - TS )) -ge $((GMRT * 100)) ]; then
@@ -213,7 +223,7 @@ while :; do
         [ "$rc" -le 128 ] || why="the command was killed by signal $((rc - 128))"
         [ "$rc" != 137 ] || why="$why (SIGKILL: kill -9, or the kernel's OOM killer)"
         failed "$ME" "$rc" "$why" "$@"
-      elif [ "$GHANG" -gt 0 ] && [ $(( $(date +%s) - $(stat -c %Y "$HB" 2>/dev/null || echo "$T0") )) -ge "$GHANG" ]; then
+      elif [ -z "$IA" ] && [ "$GHANG" -gt 0 ] && [ $(( $(date +%s) - $(stat -c %Y "$HB" 2>/dev/null || echo "$T0") )) -ge "$GHANG" ]; then
         stop_cmd; failed "$ME" - "the command hung: its heartbeat file was not touched for ${GHANG}s" "$@"
       fi
       for x in $LOST; do
@@ -222,8 +232,10 @@ while :; do
       if [ "$ST" = running ] && [ "$GP" != none ] && [ "$(up)" -ge "$NEXTW" ]; then NEXTW=$(( $(up) + 100 )); watch; fi;;
     starting|waiting)
       if [ "$GP" = none ] || barrier; then start "$@"
-      elif [ $(( $(up) - TW )) -ge $((GREJ * 100)) ]; then
+      elif [ "$C" = "$ME" ] && [ $(( $(up) - TW )) -ge $((GREJ * 100)) ]; then
         give_up "$BM" - "the gang did not come back together within ${GREJ}s (rejoin_timeout): no answer from $BM"
+      elif [ $(( $(up) - TW )) -ge $((GREJ * 100 + 300)) ]; then  # (3 s more: the coordinator's reason names the culprit)
+        give_up "$C" - "the gang did not come back together within ${GREJ}s (rejoin_timeout): $C did not start it (no answer, or no go)"
       fi;;
   esac
   sleep @TICK@
@@ -242,6 +254,15 @@ def policy_line(failure: FailureSpec, max_run_time: int = 0, keep_after: t.Optio
     if keep_after is not None:
         return line + " %d %d" % (max_run_time, keep_after)
     return line + (" %d" % max_run_time if max_run_time else "")
+
+
+def gang_members(containers: t.Sequence[t.Any], max_run_time: int = 0, keep_after: t.Optional[int] = None) -> t.List[str]:
+    """The hostnames whose supervisor is a member of the gang, in the session's order (``containers``: the plan's, with
+    ``hostname`` and ``command``): the containers that run a command; with ``max_run_time`` or ``keep_after`` every
+    container, interactive ones too (their supervisor runs no command: it keeps the session's time, takes the gang's
+    messages and keeps the container up ``keep_after`` seconds after the end; docs/session-lifecycle.md)."""
+    lifetime = bool(max_run_time) or keep_after is not None
+    return [c.hostname for c in containers if c.command or lifetime]
 
 
 def gang_meta(failure: FailureSpec, members: t.Sequence[str], max_run_time: int = 0,

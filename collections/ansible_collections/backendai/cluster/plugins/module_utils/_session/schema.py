@@ -123,7 +123,7 @@ SCHEMA: t.Dict[str, t.Dict[str, t.Any]] = {
         "hang_timeout": {"type": "int", "default": 0},
         "rejoin_timeout": {"type": "int", "default": 360},
         "port": {"type": "int", "default": 2201}}},
-    # batch sessions only (every container runs a command); unset: no limit, kept until removed (docs/session-lifecycle.md)
+    # seconds; unset: no limit, kept until removed; interactive containers too (docs/session-lifecycle.md)
     "max_run_time": {"type": "int"},
     "keep_after": {"type": "int"},
 }
@@ -264,9 +264,9 @@ class SessionSpec:
     #: wireguard (session VXLAN only inside WireGuard between agents) or none (an underlay encrypted already)
     underlay_encryption: str = field(default="wireguard")
     failure: FailureSpec = field(default=FailureSpec())
-    #: seconds a batch session may run before it ends ERROR (0: no limit); ``_session.gang`` keeps the time
+    #: seconds a session (interactive too) may run before it ends ERROR (0: no limit); ``_session.gang`` keeps the time
     max_run_time: int = field(default=0)
-    #: seconds a finished batch session's containers, logs and network stay before they are removed (None: until
+    #: seconds a finished session's containers, logs and network stay before they are removed (None: until
     #: ``state: absent``); see docs/session-lifecycle.md for who removes them on each backend
     keep_after: t.Optional[int] = field(default=None)
 

@@ -248,7 +248,7 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
             roles.append(Role("sub", cluster_size - 1, image, command, resources, base.env))
         heterogeneous = False
 
-    max_run_time, keep_after = _parse_lifetime(c, top, path, roles)
+    max_run_time, keep_after = _parse_lifetime(c, top, path, roles, failure)
     if c.problems:
         raise SpecError(c.problems)
     return SessionSpec(
@@ -265,25 +265,24 @@ def parse_spec(raw: t.Any, path: str = "session") -> SessionSpec:
 MAX_LIFETIME = 30 * 86400
 
 
-def _parse_lifetime(c: _Checker, top: t.Dict[str, t.Any], path: str,
-                    roles: t.Sequence[Role]) -> t.Tuple[int, t.Optional[int]]:
+def _parse_lifetime(c: _Checker, top: t.Dict[str, t.Any], path: str, roles: t.Sequence[Role],
+                    failure: FailureSpec) -> t.Tuple[int, t.Optional[int]]:
     """``max_run_time`` (seconds, 0 when unset: no limit) and ``keep_after`` (seconds, None when unset: kept until
-    removed). Both need a batch session whose every container runs a command: an interactive container (sshd only)
-    lives until the session is removed, so such a session never ends, and its supervisor would not see the time."""
+    removed). Both hold for interactive containers too (their supervisor keeps the time and the end: ``_session.gang``),
+    but ``keep_after`` counts from the session's end, and a session where no container runs a command ends only when
+    its time is up or its failure policy ends it: without either, ``keep_after`` would never start, and is refused."""
     max_run_time = c.integer(top, "max_run_time", path, 0, 1, MAX_LIFETIME,
-                             unit="seconds a batch session may run before it ends ERROR; unset: no limit")
+                             unit="seconds a session may run before it ends ERROR; unset: no limit")
     keep_after: t.Optional[int] = None
     if top.get("keep_after") is not None:
         keep_after = c.integer(top, "keep_after", path, -1, 0, MAX_LIFETIME,
-                               unit="seconds a finished batch session stays before it is removed; unset: until "
+                               unit="seconds a finished session stays before it is removed; unset: until "
                                     "state=absent")
         keep_after = None if keep_after < 0 else keep_after
-    idle = [r.name for r in roles if not r.command]
-    for key, given in (("max_run_time", max_run_time > 0), ("keep_after", keep_after is not None)):
-        if given and idle:
-            c.bad(path + "." + key, "needs a batch session whose every container runs a command (give the session a "
-                  "command, or each role one); role(s) %s have none: an interactive container runs its sshd until the "
-                  "session is removed" % ", ".join(idle), top.get(key))
+    if keep_after is not None and not max_run_time and not failure.active and not any(r.command for r in roles):
+        c.bad(path + ".keep_after", "counts from the session's end, and a session where no container runs a command "
+              "(an interactive session) ends only at its max_run_time or by its failure policy: set max_run_time (or "
+              "a failure policy), or give the session a command", top.get("keep_after"))
     return max_run_time, keep_after
 
 

@@ -40,7 +40,7 @@ def test_unset_means_no_limit_and_the_job_is_what_it_was() -> None:
 @pytest.mark.parametrize("extra, field, message", [
     ({"max_run_time": 0}, "session.max_run_time", "must be an integer from 1 to 2592000"),
     ({"max_run_time": "1h"}, "session.max_run_time", "must be an integer from 1 to 2592000"),
-    ({"max_run_time": True}, "session.max_run_time", "seconds a batch session may run"),
+    ({"max_run_time": True}, "session.max_run_time", "seconds a session may run"),
     ({"keep_after": -1}, "session.keep_after", "must be an integer from 0 to 2592000"),
     ({"keep_after": 2592001}, "session.keep_after", "until state=absent"),
 ])
@@ -50,17 +50,47 @@ def test_bad_values_name_the_field_and_what_is_allowed(extra: t.Dict[str, t.Any]
     assert field in str(e.value) and message in str(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("key", ["max_run_time", "keep_after"])
-def test_only_a_session_whose_every_container_runs_a_command(key: str) -> None:
-    raw = spec(**{key: 60})
+def _mixed(**extra: t.Any) -> t.Dict[str, t.Any]:
+    raw = spec(**extra)
     raw.pop("cluster_size")
     raw.pop("command")
     raw["roles"] = [{"name": "main", "replicas": 1, "command": ["mpirun", "train"]}, {"name": "worker", "replicas": 2}]
+    return raw
+
+
+@pytest.mark.parametrize("extra", [{"max_run_time": 60}, {"keep_after": 60}, {"max_run_time": 60, "keep_after": 0}])
+def test_interactive_containers_are_members_with_a_lifetime(extra: t.Dict[str, t.Any]) -> None:
+    """Each interactive container's supervisor keeps the time and the end too: every container is a member."""
+    meta = _job(_mixed(**extra))["Meta"]
+    assert meta[gang.MEMBERS_META_KEY] == "main1,worker1,worker2" and meta[gang.SCRIPT_META_KEY] == gang.GANG_SCRIPT
+
+
+def test_an_interactive_session_takes_max_run_time() -> None:
+    raw = {"name": "s", "image": "busybox", "cluster_size": 2, "max_run_time": 60}
+    job = _job(raw)
+    assert job["Type"] == "batch" and job["Meta"][gang.MEMBERS_META_KEY] == "main1,sub1"
+    assert job["Meta"][gang.POLICY_META_KEY] == "none 3 600 0 360 2201 2,126,127 60"
+    assert all(g["RestartPolicy"] == GANG_RESTART_POLICY for g in job["TaskGroups"])
+    assert _job(dict(raw, keep_after=30))["Meta"][gang.POLICY_META_KEY].endswith(" 60 30")
+
+
+def test_without_a_lifetime_members_are_the_containers_with_a_command() -> None:
+    """A failure policy alone leaves interactive containers as they were (sshd as their first process)."""
+    assert _job(_mixed(failure={"policy": "fail"}))["Meta"][gang.MEMBERS_META_KEY] == "main1"
+    assert gang.SCRIPT_META_KEY not in _job({"name": "s", "image": "busybox", "cluster_size": 2,
+                                             "failure": {"policy": "fail"}})["Meta"]
+
+
+def test_keep_after_of_a_session_that_never_ends_is_refused() -> None:
+    """keep_after counts from the end: a session where no container runs a command ends only at max_run_time or by
+    its failure policy."""
+    raw = {"name": "s", "image": "busybox", "cluster_size": 2, "keep_after": 60}
     with pytest.raises(SpecError) as e:
         parse_spec(raw)
-    assert "session.%s" % key in str(e.value) and "role(s) worker have none" in str(e.value), str(e.value)
-    with pytest.raises(SpecError, match="role\\(s\\) main, sub have none"):
-        parse_spec({"name": "s", "image": "busybox", "cluster_size": 2, key: 60})
+    assert "session.keep_after" in str(e.value) and "set max_run_time" in str(e.value), str(e.value)
+    assert parse_spec(dict(raw, max_run_time=600)).keep_after == 60
+    assert parse_spec(dict(raw, failure={"policy": "fail"})).keep_after == 60
+    assert parse_spec(_mixed(keep_after=60)).keep_after == 60  # a command ends: it counts from there
 
 
 def test_max_run_time_puts_the_supervisor_in_the_job_and_nomad_restarts_no_task() -> None:

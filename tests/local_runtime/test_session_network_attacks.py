@@ -44,7 +44,7 @@ LISTEN = """
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[2]))); s.settimeout(float(sys.argv[3]))
+s.bind(("0.0.0.0", int(sys.argv[2]))); s.settimeout(float(sys.argv[4]))
 if sys.argv[1] == "tcp":
     s.listen(8)
 print("ready", flush=True)
@@ -53,6 +53,7 @@ try:
     while True:
         if sys.argv[1] == "udp":
             data, peer = s.recvfrom(65535); got.append([data.decode(errors="replace"), peer[0]])
+            s.settimeout(float(sys.argv[3]))
         else:
             c, peer = s.accept(); got.append(["conn", peer[0]]); c.close()
 except socket.timeout:
@@ -105,9 +106,12 @@ def ns_python(netns: str, code: str, *args: str, timeout: float = 30) -> subproc
 
 
 class Listener:
-    def __init__(self, netns: str, proto: str, port: int, seconds: float) -> None:
+    """What ``netns`` gets on ``port``, until ``seconds`` pass with nothing (``first``: for the first datagram)."""
+
+    def __init__(self, netns: str, proto: str, port: int, seconds: float, first: float | None = None) -> None:
         self.proc = subprocess.Popen(["nsenter", "--net=/run/netns/" + netns, "--", sys.executable, "-c", LISTEN,
-                                      proto, str(port), str(seconds)], stdout=subprocess.PIPE, text=True)
+                                      proto, str(port), str(seconds), str(first or seconds)],
+                                     stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
 
     def result(self) -> list[list[str]]:
@@ -381,18 +385,30 @@ def test_check_re_admits_and_finds_the_links(world: World) -> None:
 
 # ---------------------------------------------------------------------------- 2. and 3. forged VXLAN
 
-def _forge_and_listen(w: World, send: t.Callable[[str, str, bytes], None],
-                      targets: t.Sequence[str] = ("main1", "sub1", "sub2", "sub3")) -> dict[str, list[list[str]]]:
-    """Forge B's-VNI frames to each B container in ``targets``, sent by ``send(host, its agent, VXLAN payload)``;
-    what each B container got."""
+#: The agent of each of B's containers, and the other agent of B.
+AGENT_OF_B = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2"}
+OTHER_AGENT_OF_B = {"agent1": "agent2", "agent2": "agent1"}
+Send = t.Callable[[str, str, bytes], None]
+
+
+def _forge_and_listen(w: World, sends: t.Mapping[str, Send], targets: t.Sequence[str] = tuple(AGENT_OF_B),
+                      control: bool = True) -> dict[str, list[str]]:
+    """Forge B's-VNI frames to each B container in ``targets``: for each (text, send) of ``sends``, one frame per
+    container carrying that text, sent by ``send(container, its agent, VXLAN payload)``; the texts each container got.
+
+    With ``control``, a frame with the text "control" goes last to each container from B's other agent, through
+    WireGuard. One listening window serves every send: a listener ends 3 s after the last datagram it got, so the
+    control arriving means every forged frame, sent before it, had its time to arrive."""
     vni = w.sessions["sb"]["vni"]
-    agent_of = {"main1": "agent1", "sub1": "agent1", "sub2": "agent2", "sub3": "agent2"}
-    listeners = {h: Listener(w.netns("sb", h), "udp", 9999, 3.0) for h in targets}
-    for host in targets:
-        pkt = vxlan_packet(vni, w.mac(w.netns("sb", host)), w.addr("sb", "sub3" if host != "sub3" else "sub2"),
-                           w.addr("sb", host), 9999, "forged")
-        send(host, agent_of[host], pkt)
-    return {h: lis.result() for h, lis in listeners.items()}
+    listeners = {h: Listener(w.netns("sb", h), "udp", 9999, 3.0, first=15.0 if control else 3.0) for h in targets}
+    if control:
+        sends = {**sends, "control": _through_wireguard(w)}
+    for text, send in sends.items():
+        for host in targets:
+            send(host, AGENT_OF_B[host], vxlan_packet(vni, w.mac(w.netns("sb", host)),
+                                                      w.addr("sb", "sub3" if host != "sub3" else "sub2"),
+                                                      w.addr("sb", host), 9999, text))
+    return {h: sorted({text for text, _src in lis.result()}) for h, lis in listeners.items()}
 
 
 def _sender(netns: str, code: str, *args: str) -> None:
@@ -400,20 +416,23 @@ def _sender(netns: str, code: str, *args: str) -> None:
     assert p.returncode == 0, p.stderr
 
 
-def _through_wireguard(w: World, sender: str) -> t.Callable[[str, str, bytes], None]:
-    """The control: the agent ``sender`` of B sends to the other agent's tunnel address, i.e. inside WireGuard."""
-    return lambda host, agent, pkt: _sender(w.agents[sender]["netns"], SEND, pkt.hex(), _tunnel(w, agent))
+def _through_wireguard(w: World) -> Send:
+    """The control: B's other agent sends to the container's agent's tunnel address, i.e. inside WireGuard."""
+    return lambda host, agent, pkt: _sender(w.agents[OTHER_AGENT_OF_B[agent]]["netns"], SEND, pkt.hex(),
+                                            _tunnel(w, agent))
 
 
 def test_forged_vxlan_from_another_sessions_containers_never_arrives(world: World) -> None:
+    """A's main1 (on agent1, an agent of B) and A's sub1 (on agent3, no agent of B) send B's VXLAN to B's agents: 0
+    frames reach B's containers. Control: the same frames from B's other agent through WireGuard arrive."""
     w = world
-    for sender in ("main1", "sub1"):  # A's main1 is on an agent of B (agent1), A's sub1 on one that is not (agent3)
-        got = _forge_and_listen(w, lambda host, agent, pkt: _sender(w.netns("sa", sender), SEND, pkt.hex(),
-                                                                    w.agents[agent]["underlay_ip"]))
-        assert got == {h: [] for h in got}, "forged VXLAN from A's %s reached B: %s" % (sender, got)
-    # control: the same packets from one of B's agents (agent2 -> B's containers on agent1), through WireGuard
-    control = _forge_and_listen(w, _through_wireguard(w, "agent2"), ("main1", "sub1"))
-    assert control["main1"] and control["sub1"], "the control packet was not delivered: the test proves nothing"
+
+    def from_a(sender: str) -> Send:
+        return lambda host, agent, pkt: _sender(w.netns("sa", sender), SEND, pkt.hex(), w.agents[agent]["underlay_ip"])
+
+    got = _forge_and_listen(w, {"from A's " + sender: from_a(sender) for sender in ("main1", "sub1")})
+    assert all("control" in texts for texts in got.values()), "a control was not delivered: the test proves nothing"
+    assert got == {h: ["control"] for h in got}, "forged VXLAN from A reached B: %s" % got
 
 
 def test_forged_vxlan_from_a_host_on_the_underlay_never_arrives(world: World) -> None:
@@ -431,11 +450,9 @@ def test_forged_vxlan_from_a_host_on_the_underlay_never_arrives(world: World) ->
             w.stranger, SEND_FRAME6, "eth0", w.mac(w.agents[agent]["netns"]), _tunnel(w, other[agent]),
             _tunnel(w, agent), pkt.hex()),
     }
-    for what, send in attacks.items():
-        got = _forge_and_listen(w, send)
-        assert got == {h: [] for h in got}, "%s VXLAN from the underlay reached B: %s" % (what, got)
-    control = _forge_and_listen(w, _through_wireguard(w, "agent1"), ("sub2", "sub3"))
-    assert control["sub2"] and control["sub3"], "the control packet was not delivered: the test proves nothing"
+    got = _forge_and_listen(w, attacks)
+    assert all("control" in texts for texts in got.values()), "a control was not delivered: the test proves nothing"
+    assert got == {h: ["control"] for h in got}, "VXLAN from the underlay reached B: %s" % got
 
 
 def test_a_host_on_the_underlay_cannot_join_with_a_wireguard_of_its_own(world: World) -> None:
@@ -455,8 +472,9 @@ def test_a_host_on_the_underlay_cannot_join_with_a_wireguard_of_its_own(world: W
                        input=key + "\n", text=True, check=True)
         subprocess.run(["ip", "-n", w.stranger, "-batch", "-"], text=True, check=True,
                        input="addr add %s/48 dev %s nodad\nlink set %s up\n" % (two.tunnel, name, name))
-        got = _forge_and_listen(w, lambda host, agent, pkt: _sender(w.stranger, SEND, pkt.hex(), one.tunnel),
-                                ("main1", "sub1"))
+        got = _forge_and_listen(w, {"own wireguard": lambda host, agent, pkt: _sender(w.stranger, SEND, pkt.hex(),
+                                                                                      one.tunnel)},
+                                ("main1", "sub1"), control=False)
         assert got == {h: [] for h in got}, "VXLAN through the stranger's own WireGuard reached B: %s" % got
         shakes = subprocess.run(["ip", "netns", "exec", w.stranger, "wg", "show", name, "latest-handshakes"],
                                 capture_output=True, text=True, check=True).stdout.split()
@@ -470,33 +488,35 @@ def test_a_host_on_the_underlay_cannot_join_with_a_wireguard_of_its_own(world: W
 
 
 #: Raw IPv6 (IPPROTO_RAW: the header is ours) from ``src`` to ``dst`` through whatever route the netns has (WireGuard
-#: here): UDP to ``dport`` carrying the hex payload, after the extension headers of ``shape``. argv = shape, src6,
-#: dst6, dport, hex payload.
+#: here): for each (shape, hex payload) of the JSON list, three times UDP to ``dport`` carrying the payload, after the
+#: extension headers of the shape. argv = JSON list, src6, dst6, dport.
 SEND_SHAPED6 = """
-import os, socket, struct, sys
-shape, src, dst, dport, payload = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), bytes.fromhex(sys.argv[5])
+import json, os, socket, struct, sys
+pairs, src, dst, dport = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 s6, d6 = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst)
-udp = struct.pack("!HHHH", 4789, dport, 8 + len(payload), 0) + payload
-data = s6 + d6 + struct.pack("!I3xB", len(udp), 17) + udp + (b"\\0" if len(udp) % 2 else b"")
-c = sum(struct.unpack("!%dH" % (len(data) // 2), data)); c = (c >> 16) + (c & 0xFFFF); c = ~(c + (c >> 16)) & 0xFFFF
-udp = udp[:6] + struct.pack("!H", c or 0xFFFF) + udp[8:]
-ident = struct.unpack("!I", os.urandom(4))[0]
 def options(nh, size):  # an options header of ``size`` bytes: one skippable option (type 0x1e) filling it
     return struct.pack("!BBBB", nh, size // 8 - 1, 0x1E, size - 4) + b"\\0" * (size - 4)
-def frag(nh, offset, more):
+def frag(nh, offset, more, ident):
     return struct.pack("!BBHI", nh, 0, (offset // 8) << 3 | more, ident)
-packets = {  # (next header of the IPv6 header, what follows it) per packet
-    "plain": [(17, udp)],
-    "destination options, 8 bytes": [(60, options(17, 8) + udp)],
-    "destination options, 24 bytes": [(60, options(17, 24) + udp)],
-    "hop-by-hop options": [(0, options(17, 8) + udp)],
-    "atomic fragment": [(44, frag(17, 0, 0) + udp)],
-    "two fragments": [(44, frag(17, 0, 1) + udp[:48]), (44, frag(17, 48, 0) + udp[48:])],
-}[shape]
 s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
-for _ in range(3):
-    for nh, rest in packets:
-        s.sendto(struct.pack("!IHBB", 6 << 28, len(rest), nh, 64) + s6 + d6 + rest, (dst, 0))
+for shape, payload in pairs:
+    payload = bytes.fromhex(payload)
+    udp = struct.pack("!HHHH", 4789, dport, 8 + len(payload), 0) + payload
+    data = s6 + d6 + struct.pack("!I3xB", len(udp), 17) + udp + (b"\\0" if len(udp) % 2 else b"")
+    c = sum(struct.unpack("!%dH" % (len(data) // 2), data)); c = (c >> 16) + (c & 0xFFFF); c = ~(c + (c >> 16)) & 0xFFFF
+    udp = udp[:6] + struct.pack("!H", c or 0xFFFF) + udp[8:]
+    ident = struct.unpack("!I", os.urandom(4))[0]
+    packets = {  # (next header of the IPv6 header, what follows it) per packet
+        "plain": [(17, udp)],
+        "destination options, 8 bytes": [(60, options(17, 8) + udp)],
+        "destination options, 24 bytes": [(60, options(17, 24) + udp)],
+        "hop-by-hop options": [(0, options(17, 8) + udp)],
+        "atomic fragment": [(44, frag(17, 0, 0, ident) + udp)],
+        "two fragments": [(44, frag(17, 0, 1, ident) + udp[:48]), (44, frag(17, 48, 0, ident) + udp[48:])],
+    }[shape]
+    for _ in range(3):
+        for nh, rest in packets:
+            s.sendto(struct.pack("!IHBB", 6 << 28, len(rest), nh, 64) + s6 + d6 + rest, (dst, 0))
 print("sent")
 """
 LISTEN6 = """
@@ -526,28 +546,37 @@ def test_vxlan_with_extension_headers_through_wireguard_never_reaches_a_session_
     It sends A's VNI to agent1's tunnel address through WireGuard, as plain UDP and behind each shape of extension
     headers (destination options of 8 and 24 bytes, hop-by-hop options, an atomic fragment, two real fragments):
     0 frames reach A's main1. Controls: A's own peer agent3 delivers the plain packet; each shape, sent by agent2 to a
-    plain UDP port of agent1's tunnel address, arrives (the kernel accepts it; only the VXLAN chain refuses it)."""
+    plain UDP port of agent1's tunnel address, arrives (the kernel accepts it; only the VXLAN chain refuses it).
+
+    Each shape carries its own text, so one listening window tells them apart. The control is sent after every shape
+    (by the time it arrives each shape was sent), and the listener ends only 3 s after the last datagram it got."""
     w = world
     one = _tunnel_of(w, "sa", "agent1")
     attacker, peer = _tunnel_of(w, "sb", "agent2"), _tunnel_of(w, "sa", "agent3")
-    pkt = vxlan_packet(w.sessions["sa"]["vni"], w.mac(w.netns("sa", "main1")), w.addr("sa", "sub1"),
-                       w.addr("sa", "main1"), 9999, "forged")
 
-    def delivered(sender: str, src: str, shape: str) -> list[list[str]]:
-        lis = Listener(w.netns("sa", "main1"), "udp", 9999, 2.0)
-        _sender(w.agents[sender]["netns"], SEND_SHAPED6, shape, src, one, "4789", pkt.hex())
-        return lis.result()
+    def pkt(text: str) -> bytes:
+        return vxlan_packet(w.sessions["sa"]["vni"], w.mac(w.netns("sa", "main1")), w.addr("sa", "sub1"),
+                            w.addr("sa", "main1"), 9999, text)
 
-    assert delivered("agent3", peer, "plain"), "A's own peer's VXLAN was not delivered: the test proves nothing"
-    got = {shape: delivered("agent2", attacker, shape) for shape in ("plain",) + SHAPES6}
-    assert got == {shape: [] for shape in got}, "VXLAN of A from agent2 (no agent of A) reached A's main1: %s" % got
-    for shape in SHAPES6:  # each shape is well-formed: it reaches a plain socket of agent1's tunnel address
-        lis = subprocess.Popen(["nsenter", "--net=/run/netns/" + w.agents["agent1"]["netns"], "--", sys.executable,
-                                "-c", LISTEN6, "9998", "2.0"], stdout=subprocess.PIPE, text=True)
-        assert lis.stdout is not None and lis.stdout.readline().strip() == "ready"
-        _sender(w.agents["agent2"]["netns"], SEND_SHAPED6, shape, attacker, one, "9998", pkt.hex())
-        out, _ = lis.communicate(timeout=30)
-        assert json.loads(out.strip().splitlines()[-1]) == [pkt.hex()] * 3, "%s did not reach agent1" % shape
+    forged = {shape: pkt("forged " + shape) for shape in ("plain",) + SHAPES6}
+    lis = Listener(w.netns("sa", "main1"), "udp", 9999, 3.0)
+    _sender(w.agents["agent2"]["netns"], SEND_SHAPED6, json.dumps([[k, v.hex()] for k, v in forged.items()]),
+            attacker, one, "4789")
+    _sender(w.agents["agent3"]["netns"], SEND_SHAPED6, json.dumps([["plain", pkt("control").hex()]]), peer, one, "4789")
+    got = {text for text, _src in lis.result()}
+    assert "control" in got, "A's own peer's VXLAN was not delivered: the test proves nothing"
+    assert got == {"control"}, "VXLAN of A from agent2 (no agent of A) reached A's main1: %s" % sorted(got)
+    # each shape is well-formed: it reaches a plain socket of agent1's tunnel address
+    plain = {shape: pkt("to a plain socket " + shape) for shape in SHAPES6}
+    lis6 = subprocess.Popen(["nsenter", "--net=/run/netns/" + w.agents["agent1"]["netns"], "--", sys.executable,
+                             "-c", LISTEN6, "9998", "3.0"], stdout=subprocess.PIPE, text=True)
+    assert lis6.stdout is not None and lis6.stdout.readline().strip() == "ready"
+    _sender(w.agents["agent2"]["netns"], SEND_SHAPED6, json.dumps([[k, v.hex()] for k, v in plain.items()]),
+            attacker, one, "9998")
+    out, _ = lis6.communicate(timeout=30)
+    arrived = json.loads(out.strip().splitlines()[-1])
+    assert {shape: arrived.count(p.hex()) for shape, p in plain.items()} == {shape: 3 for shape in plain}, \
+        "a shape did not reach agent1: %s" % arrived
 
 
 CAPTURE = """

@@ -316,7 +316,11 @@ def test_admission_refuses_copied_tampered_and_missing_parameters(world: World) 
     before = w.agent_state("agent1")
 
     def tampered(**change: str) -> dict[str, str]:
+        assert all(b_main1.get(k) != v for k, v in change.items()), change  # a change, not B's own value
         return dict(b_main1, **change)
+
+    # another /24 than B's own (the local runtime picks B's subnet itself, and 10.200.99.0/24 can be it)
+    other_subnet = "10.200.98.0/24" if params.subnet == "10.200.99.0/24" else "10.200.99.0/24"
 
     cases = {
         "B's parameters in another job": net.nomad_cni_args(b_main1, "local", lnet.LOCAL_NAMESPACE, "evil", "main1", "a1"),
@@ -324,7 +328,7 @@ def test_admission_refuses_copied_tampered_and_missing_parameters(world: World) 
         "a job naming itself B in its args": net.nomad_cni_args(
             dict(b_main1, NOMAD_JOB_ID="sb", NOMAD_NAMESPACE=lnet.LOCAL_NAMESPACE), "local", lnet.LOCAL_NAMESPACE,
             "evil", "main1", "a3"),
-        "another subnet": net.nomad_cni_args(tampered(BAI_NET="10.200.99.0/24"), "local", lnet.LOCAL_NAMESPACE, "sb",
+        "another subnet": net.nomad_cni_args(tampered(BAI_NET=other_subnet), "local", lnet.LOCAL_NAMESPACE, "sb",
                                              "main1", "a4"),
         "the stranger added to the agents": net.nomad_cni_args(
             tampered(BAI_AGENTS=net.encode_agents(params.agents + (STRANGER_IP,))), "local", lnet.LOCAL_NAMESPACE, "sb",

@@ -57,6 +57,9 @@ NETNS_DIR = "/run/netns"
 #: the runtime tags every process it starts with the state directory of its session (or agents)
 OWNER_ENV = "BACKENDAI_CLUSTER_LOCAL_OWNER"
 SESSION_ENV = "BACKENDAI_SESSION_ID"
+#: Carried by the process that holds a test's own unnamed network namespace (a test off the machine lock, e.g. a role
+#: run under ``unshare --net``): what runs in that namespace is that test's, not something another test left.
+OWN_NETNS_ENV = "BACKENDAI_CLUSTER_TESTS_OWN_NETNS"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TABLES = ("filter", "nat", "mangle", "raw", "security")
 #: host-wide settings a session or an agent could turn on (the per-link ones go with their links)
@@ -250,12 +253,20 @@ def processes() -> t.Dict[str, t.Dict[str, t.Any]]:
         try:
             with open("/proc/%s/environ" % entry, "rb") as f:
                 env = [v.decode("utf-8", "replace") for v in f.read().split(b"\0")
-                       if v.startswith((OWNER_ENV.encode() + b"=", SESSION_ENV.encode() + b"="))]
+                       if v.startswith((OWNER_ENV.encode() + b"=", SESSION_ENV.encode() + b"=",
+                                        OWN_NETNS_ENV.encode() + b"="))]
         except OSError:
             pass  # (not ours to read: e.g. the sandbox's init)
         out["%s:%d" % (entry, start)] = {"pid": int(entry), "netns": _inode("/proc/%s/ns/net" % entry),
                                          "cmd": cmd[:200], "env": env}
     return out
+
+
+def tests_own_netns(now: Snapshot) -> t.Set[t.Any]:
+    """The network namespaces a test off the machine lock made for itself and holds (a process in each carries
+    :data:`OWN_NETNS_ENV`): another test's, running beside, not a leftover."""
+    return {p["netns"] for p in now["processes"].values()
+            if any(v.startswith(OWN_NETNS_ENV + "=") for v in p["env"])}
 
 
 def wireguard_sockets() -> t.List[str]:
@@ -406,7 +417,7 @@ def _diff(before: Snapshot, after: Snapshot) -> t.List[str]:
     left += ["engine cgroup %s (of no container)" % d for d in after.get("engine_cgroups", [])
              if d not in before.get("engine_cgroups", []) and _cgroup_id(d)[:12] not in existing]
     known = {before["host_netns"]} | {i for i in before["netns"].values()} | {
-        p["netns"] for p in before["processes"].values()}
+        p["netns"] for p in before["processes"].values()} | tests_own_netns(after)
     for key, proc in after["processes"].items():
         if key not in before["processes"] and proc["netns"] not in known:
             left.append("process %d in a network namespace made since: %s" % (proc["pid"], proc["cmd"]))
@@ -471,7 +482,7 @@ def leaks(before: t.Optional[Snapshot] = None, rec: t.Optional[Record] = None,
     if rec is not None:
         left += _from_record(rec, after)
     # an unnamed namespace with a process in it outlived its name (its netns was deleted, a process kept it)
-    named = set(after["netns"].values()) | {after["host_netns"], None}
+    named = set(after["netns"].values()) | {after["host_netns"], None} | tests_own_netns(after)
     for key, proc in after["processes"].items():
         if before is not None and proc["netns"] not in named and key not in before["processes"]:
             left.append("process %d in an unnamed network namespace: %s" % (proc["pid"], proc["cmd"]))

@@ -71,8 +71,18 @@ class _Job:
         os.close(self.dir_fd)
 
 
-def _start(exec_dir: str, process: t.Mapping[str, t.Any]) -> t.Optional[_Job]:
-    """The request sent to the container's agent, or ``None`` when there is no agent to send it to."""
+def _open_request(dir_fd: int) -> int:
+    """The agent's request FIFO, opened for writing (``OSError``: none, not a FIFO, or one nobody reads)."""
+    fd = os.open(REQUEST_FIFO, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dir_fd)
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a FIFO")
+    return fd
+
+
+def start(exec_dir: str, process: t.Mapping[str, t.Any]) -> t.Optional[_Job]:
+    """``process`` (a runc process spec) sent to the agent of the container whose exec directory is ``exec_dir``;
+    ``None`` when that container has no agent (use runc exec)."""
     if not process.get("args"):
         return None
     try:
@@ -81,13 +91,11 @@ def _start(exec_dir: str, process: t.Mapping[str, t.Any]) -> t.Optional[_Job]:
         return None
     job = _Job(dir_fd, secrets.token_hex(8))
     try:
-        request = os.open(REQUEST_FIFO, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dir_fd)
-    except OSError:  # ENXIO: a FIFO nobody reads (no agent); ENOENT, ELOOP: none, or not one the agent made
-        os.close(dir_fd)
+        request = _open_request(dir_fd)
+    except OSError:  # ENXIO: a FIFO nobody reads (no agent); ENOENT, ELOOP, EINVAL: none, or not one the agent made
+        job.close()
         return None
     try:
-        if not stat.S_ISFIFO(os.fstat(request).st_mode):
-            raise OSError(errno.EINVAL, "not a FIFO")
         for suffix in _SUFFIXES:
             os.mkfifo(job.ident + suffix, 0o600, dir_fd=dir_fd)
             fd = os.open(job.ident + suffix, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dir_fd)
@@ -110,22 +118,15 @@ def _start(exec_dir: str, process: t.Mapping[str, t.Any]) -> t.Optional[_Job]:
 
 def _send(job: _Job, line: str) -> None:
     try:
-        request = os.open(REQUEST_FIFO, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=job.dir_fd)
+        request = _open_request(job.dir_fd)
     except OSError:
         return
     try:
-        if stat.S_ISFIFO(os.fstat(request).st_mode):
-            os.write(request, line.encode())
+        os.write(request, line.encode())
     except OSError:
         pass
     finally:
         os.close(request)
-
-
-def start(exec_dir: str, process: t.Mapping[str, t.Any]) -> t.Optional[_Job]:
-    """``process`` (a runc process spec) sent to the agent of the container whose exec directory is ``exec_dir``;
-    ``None`` when that container has no agent (use runc exec)."""
-    return _start(exec_dir, process)
 
 
 def wait_all(jobs: t.Sequence[_Job], timeout: float) -> t.List[t.Dict[str, t.Any]]:

@@ -43,9 +43,14 @@ from nomad_double.engine_client import EngineClient
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 
 HOSTS = ("main1", "sub1", "sub2")
-#: A rank: says which start it is; USR1 makes it exit 3, USR2 stops its heartbeat (it hangs); else it beats.
-RANK = ("trap 'exit 3' USR1; trap 'H=1' USR2; echo \"start $BACKENDAI_CLUSTER_HOST ${BACKENDAI_RESTART_COUNT:-0}\"; "
-        "while :; do [ -n \"$H\" ] || touch \"${BACKENDAI_HEARTBEAT_FILE:-/tmp/heartbeat}\"; sleep 0.2; done")
+#: A rank: says which start it is; USR1 makes it exit 3, USR2 stops its heartbeat (it hangs); else it beats. A hung rank
+#: dates its last beat a minute back, as a rank that stopped beating a minute ago would have left it: the supervisor
+#: reads the file's age against hang_timeout either way, and the tests need not wait hang_timeout out (5 s at least,
+#: each time). test_failure_policy.py's hung rank waits it out for real.
+RANK = ("HB=${BACKENDAI_HEARTBEAT_FILE:-/tmp/heartbeat}; trap 'exit 3' USR1; "
+        "trap 'H=1; touch -d @$(($(date +%s) - 60)) \"$HB\"' USR2; "
+        "echo \"start $BACKENDAI_CLUSTER_HOST ${BACKENDAI_RESTART_COUNT:-0}\"; "
+        "while :; do [ -n \"$H\" ] || touch \"$HB\"; sleep 0.2; done")
 #: Each container's MHz, and each client node's: one container per node. The local engine's CPU quota is the spec's MHz
 #: over a core's (task_start.py): 1,000 MHz gives each of the three containers 0.4 of a core here, where 100 MHz (4 %)
 #: made every supervisor tick and probe wait for its quota.
@@ -54,6 +59,8 @@ CPU, NODE_CPU = 1000, 1500
 #: that a test still sees the task restarting; the events still say 5 s): what is restarted, how often and when Nomad
 #: gives up does not depend on it.
 RESTART_TIME_SCALE = 2.5
+#: ... and once a test saw a task restarting (policy none), 25 times as fast (0.2 s for 5 s: the client double's tick)
+SEEN_RESTART_TIME_SCALE = 25.0
 
 
 class NomadGang:
@@ -275,6 +282,8 @@ def test_none_on_nomad_is_nomads_restart_policy(nomad_gang: t.Any) -> None:
     g.signal("sub1", "KILL")
     view = g.until(lambda v: by_host(v, "status")["sub1"] == "restarting", 10)
     assert view["state"] == "DEGRADED" and "failure" not in view, view
+    assert g.client is not None
+    g.client.time_scale = SEEN_RESTART_TIME_SCALE  # (from the next exit on: this restart is due as it was)
     view = g.until(lambda v: v["state"] == "RUNNING" and by_host(v, "restarts")["sub1"] == 1, 20)
     starts = until(lambda: g.starts("sub1"), lambda s: len(s) == 2, 10)  # the same container started again
     assert starts == ["start sub1 0", "start sub1 0"], starts

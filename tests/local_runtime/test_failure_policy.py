@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import pytest
 
+import faults
 import images
 
 from ansible_collections.backendai.cluster.plugins.module_utils._local.bringup import engine_log_tail
@@ -91,9 +92,8 @@ class Gang:
         return [line for line in engine_log_tail(self.paths.log(host), 200) if line.startswith("start ")]
 
     def kill_command(self, host: str, signal: int = 9) -> None:
-        """Kill the host's command (its process group leader, as the supervisor records it) from inside."""
-        images.podman("exec", self.engine(host), "%s/bin/sh" % nomad_job.RUNTIME_MOUNT, "-c",
-                      "kill -%d $(cat /run/backendai/gang/pid)" % signal)
+        """Kill the host's command (its process group leader, as the supervisor records it)."""
+        faults.signal_command(self.engine(host), images.engine_conf(), signal)
 
 
 @pytest.fixture

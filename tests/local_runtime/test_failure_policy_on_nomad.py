@@ -20,11 +20,13 @@ nothing left after the end (the leak check). Not the double's doing: the gang's 
 from __future__ import annotations
 
 import os
+import signal
 import typing as t
 import uuid
 
 import pytest
 
+import faults
 import images
 from test_failure_policy import TASK, until
 
@@ -41,15 +43,24 @@ from nomad_double.engine_client import EngineClient
 from nomad_double.fixtures import nomad_double_factory, test_pki  # noqa: F401 - pytest fixtures
 
 HOSTS = ("main1", "sub1", "sub2")
-#: A rank: says which start it is; USR1 makes it exit 3, USR2 stops its heartbeat (it hangs); else it beats.
-RANK = ("trap 'exit 3' USR1; trap 'H=1' USR2; echo \"start $BACKENDAI_CLUSTER_HOST ${BACKENDAI_RESTART_COUNT:-0}\"; "
-        "while :; do [ -n \"$H\" ] || touch \"${BACKENDAI_HEARTBEAT_FILE:-/tmp/heartbeat}\"; sleep 0.2; done")
+#: A rank: says which start it is; USR1 makes it exit 3, USR2 stops its heartbeat (it hangs); else it beats. A hung rank
+#: dates its last beat a minute back, as a rank that stopped beating a minute ago would have left it: the supervisor
+#: reads the file's age against hang_timeout either way, and the tests need not wait hang_timeout out (5 s at least,
+#: each time). test_failure_policy.py's hung rank waits it out for real.
+RANK = ("HB=${BACKENDAI_HEARTBEAT_FILE:-/tmp/heartbeat}; trap 'exit 3' USR1; "
+        "trap 'H=1; touch -d @$(($(date +%s) - 60)) \"$HB\"' USR2; "
+        "echo \"start $BACKENDAI_CLUSTER_HOST ${BACKENDAI_RESTART_COUNT:-0}\"; "
+        "while :; do [ -n \"$H\" ] || touch \"$HB\"; sleep 0.2; done")
+#: Each container's MHz, and each client node's: one container per node. The local engine's CPU quota is the spec's MHz
+#: over a core's (task_start.py): 1,000 MHz gives each of the three containers 0.4 of a core here, where 100 MHz (4 %)
+#: made every supervisor tick and probe wait for its quota.
+CPU, NODE_CPU = 1000, 1500
 #: How much faster the client double lets Nomad's restart delays pass (policy none: 5 s per restart of a task, 2 s here, so
 #: that a test still sees the task restarting; the events still say 5 s): what is restarted, how often and when Nomad
 #: gives up does not depend on it.
 RESTART_TIME_SCALE = 2.5
-#: the command's process: its supervisor's record of it, or the container's first process (policy none: exec'd)
-COMMAND_PID = "$(cat /run/backendai/gang/pid 2>/dev/null || echo 1)"
+#: ... and once a test saw a task restarting (policy none), 25 times as fast (0.2 s for 5 s: the client double's tick)
+SEEN_RESTART_TIME_SCALE = 25.0
 
 
 class NomadGang:
@@ -59,7 +70,7 @@ class NomadGang:
                  failure: t.Dict[str, t.Any]) -> None:
         self.run, self.double, self.name = run, double, name
         self.spec = {"name": name, "image": images.image("test-busybox"), "cluster_size": len(HOSTS), "cluster_mode": "multi-node",
-                     "resources": {"cpu": 100, "memory": 64}, "command": ["sh", "-c", RANK], "failure": failure}
+                     "resources": {"cpu": CPU, "memory": 64}, "command": ["sh", "-c", RANK], "failure": failure}
         self.local = LocalBackend(state_root, helpers.MOUNT_ROOTS, TASK)
         self.paths = SessionPaths(os.path.abspath(state_root), name)
         self.client: t.Optional[EngineClient] = None
@@ -117,13 +128,10 @@ class NomadGang:
         return self.client.engines[host]
 
     def signal(self, host: str, sig: str) -> None:
-        """Send ``sig`` to the host's command from inside its container (KILL under policy none: the command is the
-        container's first process, which takes no SIGKILL from inside: podman sends it from outside)."""
-        if sig == "KILL" and self.spec["failure"]["policy"] == "none":
-            images.podman("kill", "--signal", "KILL", self.engine(host))
-            return
-        images.podman("exec", self.engine(host), "%s/bin/sh" % nomad_job.RUNTIME_MOUNT, "-c",
-                      "kill -%s %s" % (sig, COMMAND_PID))
+        """Send ``sig`` to the host's command: its supervisor's record of it, or the container's first process under
+        policy none (the command is exec'd)."""
+        faults.signal_command(self.engine(host), images.engine_conf(), getattr(signal, "SIG" + sig),
+                              supervised=self.spec["failure"]["policy"] != "none")
 
     def allocs(self) -> t.Dict[str, t.Dict[str, t.Any]]:
         """Group -> its current allocation as the double serves it."""
@@ -152,7 +160,7 @@ def nomad_gang(run: ModuleRun, nomad_double_factory: t.Any, state_root: str, hel
     def make(name: str, failure: t.Dict[str, t.Any]) -> NomadGang:
         double = nomad_double_factory()
         for i in range(len(HOSTS)):  # one container per node
-            double.add_node("n%d" % (i + 1), cpu=150, memory=256)
+            double.add_node("n%d" % (i + 1), cpu=NODE_CPU, memory=256)
         made.append(NomadGang(run, double, state_root, helpers, name, failure))
         return made[-1].up()
     yield make
@@ -274,6 +282,8 @@ def test_none_on_nomad_is_nomads_restart_policy(nomad_gang: t.Any) -> None:
     g.signal("sub1", "KILL")
     view = g.until(lambda v: by_host(v, "status")["sub1"] == "restarting", 10)
     assert view["state"] == "DEGRADED" and "failure" not in view, view
+    assert g.client is not None
+    g.client.time_scale = SEEN_RESTART_TIME_SCALE  # (from the next exit on: this restart is due as it was)
     view = g.until(lambda v: v["state"] == "RUNNING" and by_host(v, "restarts")["sub1"] == 1, 20)
     starts = until(lambda: g.starts("sub1"), lambda s: len(s) == 2, 10)  # the same container started again
     assert starts == ["start sub1 0", "start sub1 0"], starts

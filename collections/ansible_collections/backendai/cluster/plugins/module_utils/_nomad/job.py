@@ -471,8 +471,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
                       "PortLabel": str(spec.ssh.port), "Tags": [container.hostname, "role-" + container.role]}],
         # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere; under a failure
         # policy the gang restarts commands itself, and a task that ends has ended (:data:`GANG_RESTART_POLICY`).
-        "RestartPolicy": dict(GANG_RESTART_POLICY if spec.failure.active or spec.max_run_time or spec.keep_after is not None
-                              else RESTART_POLICY),
+        "RestartPolicy": dict(GANG_RESTART_POLICY if spec.failure.active or spec.has_lifetime else RESTART_POLICY),
         "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }
@@ -534,8 +533,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
     meta[HOSTS_SCRIPT_META_KEY] = HOSTS_SCRIPT
     meta[RUNTIME_META_KEY] = RUNTIME_VERSION
     meta.update(zip(USER_META_KEYS, (spec.user.name, str(spec.user.uid), str(spec.user.gid))))
-    meta.update(gang_meta(spec.failure, gang_members(plan.containers, spec.max_run_time, spec.keep_after),
-                          spec.max_run_time, spec.keep_after))
+    meta.update(gang_meta(spec, gang_members(plan.containers, spec.has_lifetime)))
     meta[MANAGED_META_KEY] = spec.name
     meta["backendai_cluster_service"] = service
     meta["backendai_secrets_backend"] = spec.secrets.backend
@@ -546,8 +544,7 @@ def render_job(plan: SessionPlan, namespace: str = "", region: str = "",
         # batch: a session that ends by itself (a command, or a lifetime: max_run_time, keep_after), which Nomad's
         # garbage collector then removes (a dead service job is kept until it is stopped: nomad/state/schema.go
         # jobIsGCable); service: an interactive session, up until state=absent
-        "Type": "batch" if spec.command or any(r.command for r in spec.roles) or spec.max_run_time
-        or spec.keep_after is not None else "service",
+        "Type": "batch" if spec.runs_a_command or spec.has_lifetime else "service",
         "Datacenters": datacenters,
         "UI": job_ui(plan),
         "Meta": dict(sorted(meta.items())),

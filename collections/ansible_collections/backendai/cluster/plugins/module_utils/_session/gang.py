@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import FailureSpec
+from ansible_collections.backendai.cluster.plugins.module_utils._session.schema import FailureSpec, SessionSpec
 
 #: Job Meta keys (the task sees them as NOMAD_META_<KEY>).
 SCRIPT_META_KEY = "BACKENDAI_GANG_SCRIPT"
@@ -256,24 +256,23 @@ def policy_line(failure: FailureSpec, max_run_time: int = 0, keep_after: t.Optio
     return line + (" %d" % max_run_time if max_run_time else "")
 
 
-def gang_members(containers: t.Sequence[t.Any], max_run_time: int = 0, keep_after: t.Optional[int] = None) -> t.List[str]:
+def gang_members(containers: t.Sequence[t.Any], lifetime: bool = False) -> t.List[str]:
     """The hostnames whose supervisor is a member of the gang, in the session's order (``containers``: the plan's, with
-    ``hostname`` and ``command``): the containers that run a command; with ``max_run_time`` or ``keep_after`` every
-    container, interactive ones too (their supervisor runs no command: it keeps the session's time, takes the gang's
-    messages and keeps the container up ``keep_after`` seconds after the end; docs/session-lifecycle.md)."""
-    lifetime = bool(max_run_time) or keep_after is not None
+    ``hostname`` and ``command``): the containers that run a command; with a ``lifetime`` (the session's
+    ``max_run_time`` or ``keep_after``: ``SessionSpec.has_lifetime``) every container, interactive ones too (their
+    supervisor runs no command: it keeps the session's time, takes the gang's messages and keeps the container up
+    ``keep_after`` seconds after the end; docs/session-lifecycle.md)."""
     return [c.hostname for c in containers if c.command or lifetime]
 
 
-def gang_meta(failure: FailureSpec, members: t.Sequence[str], max_run_time: int = 0,
-              keep_after: t.Optional[int] = None) -> t.Dict[str, str]:
-    """Job Meta of a session whose policy is not none or that has a ``max_run_time`` or a ``keep_after``
-    (``members``: the hostnames of the containers that run a command, in the session's order); empty otherwise (the
-    job is what it was before the supervisor existed). Under policy none the supervisor only keeps the time and the
-    end: a failed command ends its container as without it, and nobody is watched."""
-    if not (failure.active or max_run_time or keep_after is not None) or not members:
+def gang_meta(spec: SessionSpec, members: t.Sequence[str]) -> t.Dict[str, str]:
+    """Job Meta of a session whose policy is not none or that has a lifetime
+    (``members``: :func:`gang_members`); empty otherwise (the job is what it was before the supervisor existed). Under
+    policy none the supervisor only keeps the time and the end: a failed command ends its container as without it, and
+    nobody is watched."""
+    if not (spec.failure.active or spec.has_lifetime) or not members:
         return {}
-    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(failure, max_run_time, keep_after),
+    return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(spec.failure, spec.max_run_time, spec.keep_after),
             MEMBERS_META_KEY: ",".join(members)}
 
 

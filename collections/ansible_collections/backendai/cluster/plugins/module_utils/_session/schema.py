@@ -270,6 +270,17 @@ class SessionSpec:
     #: ``state: absent``); see docs/session-lifecycle.md for who removes them on each backend
     keep_after: t.Optional[int] = field(default=None)
 
+    @property
+    def has_lifetime(self) -> bool:
+        """Whether the session's time (``max_run_time``) or its end (``keep_after``) is kept: then every container's
+        supervisor joins the gang, interactive ones too, and the session ends by itself (``_session.gang``)."""
+        return bool(self.max_run_time) or self.keep_after is not None
+
+    @property
+    def runs_a_command(self) -> bool:
+        """Whether a container of the session runs a command (a batch session), rather than only sshd."""
+        return bool(self.command) or any(r.command for r in self.roles)
+
 
 #: Where the session's runtime bundle is mounted read-only in every container (``_nomad.job.RUNTIME_MOUNT``; the
 #: local backend mounts it there too): its sshd and tools run as root.

@@ -80,33 +80,33 @@ for _ in range(3):
     s.sendto(ip + udp, (dst, 0))
 print("sent")
 """
-#: IPv6/UDP VXLAN (port 4789), three times each entry of the JSON list [ifname, dst MAC, src6, dst6, hex VXLAN
-#: payload]: with an ifname, as a raw Ethernet frame out of it (AF_PACKET, from the interface's own MAC: any source
-#: address, no route needed); without, through an ordinary UDP socket (the netns's routes, the kernel's source). Prints
-#: what became of each entry ("sent" or the error: in a container, the send may be refused).
+#: IPv6/UDP VXLAN (to port 4789, or the entry's port), three times each entry of the JSON list [ifname, dst MAC, src6,
+#: dst6, hex VXLAN payload, (port)]: with an ifname, as a raw Ethernet frame out of it (AF_PACKET, from the interface's
+#: own MAC: any source address, no route needed); without, through an ordinary UDP socket (the netns's routes, the
+#: kernel's source). Prints what became of each entry ("sent" or the error: in a container, the send may be refused).
 SEND6 = """
 import json, socket, struct, sys
-def frame(src_mac, dst_mac, src, dst, payload):
+def frame(src_mac, dst_mac, src, dst, payload, dport):
     s6, d6 = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst)
-    udp = struct.pack("!HHHH", 4789, 4789, 8 + len(payload), 0) + payload
+    udp = struct.pack("!HHHH", 4789, dport, 8 + len(payload), 0) + payload
     data = s6 + d6 + struct.pack("!I3xB", len(udp), 17) + udp + (b"\\0" if len(udp) % 2 else b"")
     c = sum(struct.unpack("!%dH" % (len(data) // 2), data)); c = (c >> 16) + (c & 0xFFFF); c = ~(c + (c >> 16)) & 0xFFFF
     udp = udp[:6] + struct.pack("!H", c or 0xFFFF) + udp[8:]
     return dst_mac + src_mac + b"\\x86\\xdd" + struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + s6 + d6 + udp
 outcomes = []
-for ifname, mac, src, dst, payload in json.loads(sys.argv[1]):
-    payload = bytes.fromhex(payload)
+for ifname, mac, src, dst, payload, *port in json.loads(sys.argv[1]):
+    payload, dport = bytes.fromhex(payload), int(port[0]) if port else 4789
     try:
         if ifname:
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
             s.bind((ifname, 0))
-            data = frame(s.getsockname()[4], bytes.fromhex(mac.replace(":", "")), src, dst, payload)
+            data = frame(s.getsockname()[4], bytes.fromhex(mac.replace(":", "")), src, dst, payload, dport)
             for _ in range(3):
                 s.send(data)
         else:
             s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
             for _ in range(3):
-                s.sendto(payload, (dst, 4789))
+                s.sendto(payload, (dst, dport))
         outcomes.append("sent")
     except OSError as e:
         outcomes.append(e.strerror or repr(e))
@@ -526,17 +526,19 @@ def test_vxlan_over_ipv6_from_another_sessions_containers_never_arrives(world: W
     IPv6, and the plugin must not count on it not doing so. Inside A's main1's container, as the session user and as
     root (Nomad's default capabilities: no NET_RAW, no NET_ADMIN): the same through an ordinary UDP socket (to each
     tunnel address, and to all nodes on eth0) and a raw one, whatever the container lets through. 0 frames reach B's
-    containers.
+    containers. And not VXLAN: A's main1 sends a datagram to agent2's tunnel address as agent1 (routed by agent1),
+    A's sub1 one to agent1's as agent3: neither arrives (an agent routes nothing into its WireGuard).
 
     What stops them (each turned off, with the others that stop the same frames, the test failed): the IPv6 FORWARD
-    DROP of VXLAN on agent1 and agent3 (frames routed into WireGuard); on agent1, the VXLAN chain's DROP of what does
-    not come from WireGuard and the session rule's own WireGuard match (frames delivered there); B's peer set in that
-    rule (A's sub1 through agent3 from agent3's address, which agent1's WireGuard takes from agent3; and the
-    container's all-nodes datagram, which the session user can send). WireGuard's allowed IPs drop a source of another
-    agent than the one that sent it.
+    DROPs of VXLAN and of anything into WireGuard on agent1 and agent3 (frames routed into WireGuard; the datagrams:
+    the latter alone); on agent1, the VXLAN chain's DROP of what does not come from WireGuard and the session rule's
+    own WireGuard match (frames delivered there); B's peer set in that rule (A's sub1 through agent3 from agent3's
+    address, which agent1's WireGuard takes from agent3; and the container's all-nodes datagram, which the session
+    user can send). WireGuard's allowed IPs drop a source of another agent than the one that sent it.
 
-    Controls: every forged frame sent from a network namespace reached its agent (seen there before its rules), and
-    the same frames from B's other agent through WireGuard are delivered (sent last, in the same listening window).
+    Controls: every forged frame sent from a network namespace reached its agent (seen there before its rules), the
+    same frames from B's other agent through WireGuard are delivered (sent last, in the same listening window), and
+    each datagram sent by the agent itself arrives.
     IPv4 VXLAN from another session's containers is tested where B's VXLAN is IPv4, without underlay encryption
     (``test_session_network_peer_sets.py``): encrypted, B receives no IPv4 VXLAN at all, whatever the rules."""
     w = world
@@ -567,6 +569,12 @@ def test_vxlan_over_ipv6_from_another_sessions_containers_never_arrives(world: W
             ["", "", "", tunnel[agent]], ["", "", "", "ff02::1%eth0"]] + [
                 raw("main1", OTHER_AGENT_OF_B[agent], to_all)(agent)[0] for to_all in (False, True)])
     in_container: dict[str, set[str]] = {}
+    # and not VXLAN: a datagram to another agent's tunnel address, as the agent it is routed through (which that
+    # agent's WireGuard takes from it), to a port where anything could listen
+    routed = {"agent2": ("main1", "agent1"), "agent1": ("sub1", "agent3")}  # to: (from A's, as and through)
+    for to, (sender, via) in routed.items():
+        batches.setdefault((sender, "netns"), []).append(
+            ["eth0", gateway[via], tunnel[via], tunnel[to], ("routed by " + via).encode().hex(), "9998"])
 
     def flush() -> None:
         def run(key: tuple[str, str]) -> None:
@@ -584,17 +592,33 @@ def test_vxlan_over_ipv6_from_another_sessions_containers_never_arrives(world: W
                 in_container.setdefault("%s, %s" % (user, kind), set()).add(outcome)
         with ThreadPoolExecutor(max_workers=len(batches)) as pool:
             list(pool.map(run, batches))
+        for to, (_a, via) in routed.items():  # the datagrams' control: the agent itself sends it, through WireGuard
+            _sent6(w.agents[via]["netns"], [["", "", "", tunnel[to], b"control".hex(), "9998"]])
 
     with _ipv6_forwarding([w.agents[a]["netns"] for a in ("agent1", "agent3")]), \
             _seen_on(w.agents["agent1"]["netns"], [t_ for t_ in netns_texts if "main1" in t_]) as seen1, \
             _seen_on(w.agents["agent3"]["netns"], [t_ for t_ in netns_texts if "sub1" in t_]) as seen3:
-        got = _forge_and_listen(w, sends, flush=flush)
+        plain = {to: subprocess.Popen(["nsenter", "--net=/run/netns/" + w.agents[to]["netns"], "--", sys.executable,
+                                       "-c", LISTEN6, "9998", "3.0", "15.0"], stdout=subprocess.PIPE, text=True)
+                 for to in routed}
+        try:
+            assert all(p.stdout is not None and p.stdout.readline().strip() == "ready" for p in plain.values())
+            got = _forge_and_listen(w, sends, flush=flush)
+            out = {to: p.communicate(timeout=30)[0].strip().splitlines()[-1] for to, p in plain.items()}
+            routed_got = {to: {bytes.fromhex(x).decode() for x in json.loads(text)} for to, text in out.items()}
+        finally:
+            for p in plain.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     assert all("control" in texts for texts in got.values()), "a control was not delivered: the test proves nothing"
     assert sorted(seen1() + seen3()) == sorted(netns_texts), \
         "a forged frame did not reach its agent (the test proves nothing for it): seen %s" % (seen1() + seen3())
     assert got == {h: ["control"] for h in got}, \
         "B's VXLAN over IPv6 from A's containers reached B: %s (in the container: %s)" % (
             got, {k: sorted(v) for k, v in in_container.items()})
+    assert routed_got == {to: {"control"} for to in routed}, \
+        "A's containers sent into WireGuard as their agent: %s" % routed_got
 
 
 def test_forged_vxlan_from_a_host_on_the_underlay_never_arrives(world: World) -> None:
@@ -684,12 +708,13 @@ print("sent")
 LISTEN6 = """
 import json, socket, sys
 s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-s.bind(("::", int(sys.argv[1]))); s.settimeout(float(sys.argv[2]))
+s.bind(("::", int(sys.argv[1]))); s.settimeout(float(sys.argv[3] if len(sys.argv) > 3 else sys.argv[2]))
 print("ready", flush=True)
 got = []
 try:
     while True:
         got.append(s.recvfrom(65535)[0].hex())
+        s.settimeout(float(sys.argv[2]))
 except socket.timeout:
     pass
 print(json.dumps(got), flush=True)

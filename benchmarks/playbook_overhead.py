@@ -13,7 +13,20 @@ with the difference to the empty run and to the empty run plus the backend's own
 playbook costs over an empty run, less what the backend itself does); the exit status is 1 when either misses it.
 Needs root; every session it makes is destroyed, also on failure or Ctrl-C.
 
-    .venv/bin/python benchmarks/playbook_overhead.py [--size 4] [--repeat 5] [--image IMAGE] [--breakdown] [--module]
+    .venv/bin/python benchmarks/playbook_overhead.py [--size 4] [--cpu 1000] [--repeat 5] [--image IMAGE] [--breakdown] [--module]
+
+Each container gets ``--cpu`` MHz (default 1000, the README example's): a quota its start does not use up. With a
+small one the benchmark measured the clock, not the playbook. A local container's CPU is a hard quota per period of
+1 s (``_local.task_start.CPU_PERIOD_US``), and the kernel refills the quotas of all cgroups at the same instants, a
+whole second apart on the monotonic clock (a new cgroup's period timer is forwarded from 0 in steps of its period: a
+cgroup given 41 ms a second at any moment ran again 0.05-0.09 s past a whole second, every time). A container's start
+took 60-110 ms of CPU in its cgroup (runc's init, the entrypoint, sshd), so at 100 MHz (41 ms a second on the 2,445
+MHz cores where this was measured) nearly every container used up its quota while starting and waited, 0.1-1.6 s, for
+the next refill: every bring-up of a 100 MHz session (25 of 25, in the playbook's worker and in this process alike)
+ended 0.06-0.19 s past a whole second, against anywhere in the second at 1000 MHz (none throttled). A bring-up's time
+was the distance from its start to a whole second, so the overhead, a difference of two of them taken at different
+points of the second, came out anywhere from +0.05 s to +0.62 s in runs of 7 rounds (and the bring-up 1.36 s in the
+playbook's worker against 0.88 s here, in one of them). ``--cpu 100`` shows it.
 
 ``--module`` also times both playbooks with ``session`` run as a module (an AnsiballZ payload and a
 second Python process, as every run did before the action plugin), in the same rounds: the plugin
@@ -124,14 +137,14 @@ def _module_interpreter() -> str:
 
 
 class Bench:
-    def __init__(self, size: int, workdir: str, image: str) -> None:
+    def __init__(self, size: int, workdir: str, image: str, cpu: int = 1000) -> None:
         self.name = "pbo-" + uuid.uuid4().hex[:8]
         self.state_dir = os.path.join(workdir, "state")
         self.empty = os.path.join(workdir, "empty.yml")
         with open(self.empty, "w", encoding="utf-8") as f:
             f.write(EMPTY_PLAYBOOK)
         self.spec = {"name": self.name, "image": image, "cluster_size": size,
-                     "resources": {"cpu": 100, "memory": 64}}
+                     "resources": {"cpu": cpu, "memory": 64}}
         self.direct_spec = dict(self.spec, name=self.name + "-direct")
         self.direct_made = False
         self._backend = None
@@ -254,6 +267,8 @@ def verdict(over: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=4, help="containers in the session (default 4)")
+    parser.add_argument("--cpu", type=int, default=1000,
+                        help="MHz per container (default 1000: a quota the containers' start does not use up; see above)")
     parser.add_argument("--repeat", type=int, default=5, help="measured rounds (default 5)")
     parser.add_argument("--breakdown", action="store_true", help="also show where the session task's time goes")
     parser.add_argument("--module", action="store_true", help="also time the playbooks with session run as a module")
@@ -265,7 +280,7 @@ def main() -> int:
 
     as_module = ("-e", "ansible_python_interpreter=" + _module_interpreter()) if args.module else ()
     workdir = tempfile.mkdtemp(prefix="backendai-pbo-")
-    bench = Bench(args.size, workdir, args.image)
+    bench = Bench(args.size, workdir, args.image, args.cpu)
     times: dict[str, list[float]] = {"empty": [], "create": [], "destroy": [], "runtime": [], "present": [], "absent": []}
     if args.module:
         times.update({"create-module": [], "destroy-module": []})
@@ -309,8 +324,8 @@ def main() -> int:
     # per round: the playbook less the empty run and the backend's own work of the same round
     over = {k: statistics.median(c - e - d for c, e, d in zip(times[k], times["empty"], times[own[k]]))
             for k in ("create", "destroy")}
-    print("playbook overhead: local session of %s, N = %d, median of %d runs (wall seconds); load average %s" % (
-        args.image, args.size, args.repeat, " ".join("%.1f" % x for x in os.getloadavg())))
+    print("playbook overhead: local session of %s, N = %d, %d MHz each, median of %d runs (wall seconds); load average %s"
+          % (args.image, args.size, args.cpu, args.repeat, " ".join("%.1f" % x for x in os.getloadavg())))
     print("  %-46s %6.2f" % ("empty ansible-playbook (one debug task)", med["empty"]))
     for what in ("create", "destroy"):
         print("  %-46s %6.2f   %+.2f over empty, the backend's own %s %.2f: %+.2f over both (%s)" % (

@@ -15,7 +15,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import typing as t
 from concurrent.futures import ThreadPoolExecutor
 
@@ -65,10 +67,28 @@ class Session:
         self.agent = {c["hostname"]: c["agent"] for c in self.info["containers"]}
         self.pid = {c["hostname"]: c["pid"] for c in self.info["containers"]}
         self.netns = {c["hostname"]: c["netns"] for c in self.info["containers"]}
+        self._control_dir: t.Optional[str] = None
 
     def container(self, hostname: str) -> t.Any:
-        """The container as a testinfra host, over ssh with the session's ssh_config (no control master)."""
-        return testinfra.get_host("ssh://" + hostname, ssh_config=self.ssh_config, controlpersist=0)
+        """The container as a testinfra host, over ssh with the session's ssh_config. Its commands share one ssh
+        connection (a control master, as Ansible's ssh connection does): a container takes several commands over verify,
+        and each fresh login costs 0.3-1.3 s here (a sub's twice: through main1). Every command is still a login
+        shell of its own (a new session channel); :meth:`close` ends the masters."""
+        if self._control_dir is None:
+            self._control_dir = tempfile.mkdtemp(prefix="bc-ssh-")  # (short: a unix socket's path has 108 bytes)
+        return testinfra.get_host("ssh://" + hostname, ssh_config=self.ssh_config, controlpersist=60,
+                                  controlpath=os.path.join(self._control_dir, hostname))
+
+    def close(self) -> None:
+        """End the control masters :meth:`container` started (a master would otherwise outlive verify by a minute)."""
+        if self._control_dir is None:
+            return
+        for hostname in os.listdir(self._control_dir):
+            control_path = os.path.join(self._control_dir, hostname)
+            subprocess.run(["ssh", "-F", self.ssh_config, "-o", "ControlPath=" + control_path, "-O", "exit", hostname],
+                           capture_output=True, timeout=30, check=False)
+        shutil.rmtree(self._control_dir, ignore_errors=True)
+        self._control_dir = None
 
     def ssh(self, hostname: str, command: str, stdin: t.Optional[bytes] = None) -> subprocess.CompletedProcess:
         return subprocess.run(["ssh", "-F", self.ssh_config, hostname, command], input=stdin, capture_output=True,
@@ -121,5 +141,7 @@ def spec(svars: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
 
 
 @pytest.fixture(scope="module")
-def session(svars: t.Mapping[str, t.Any], spec: t.Mapping[str, t.Any]) -> Session:
-    return Session(svars["session_state_dir"], spec["name"])
+def session(svars: t.Mapping[str, t.Any], spec: t.Mapping[str, t.Any]) -> t.Iterator[Session]:
+    s = Session(svars["session_state_dir"], spec["name"])
+    yield s
+    s.close()

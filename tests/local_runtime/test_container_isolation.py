@@ -154,10 +154,17 @@ def _cgroup(pid: int, controller: str) -> str:
 
 
 def test_fork_bomb_stops_at_the_pids_limit(sessions: Any, state_root: str, helpers: Any) -> None:
+    """The bomb goes off once the session is up (a login touches ``~/go``): one that went off with the container took
+    the pids its sshd needs to answer the start-up probe, and the create waited 17 s (quiet machine) for a pid to come
+    free."""
     bystander = sessions("bystander", size=1)
     r = sessions("bomb", size=1, resources={"cpu": 1000, "memory": 4096},
-                 command=["sh", "-c", "b() { b | b & }; b; sleep 600"])
+                 command=["sh", "-c", "while [ ! -e ~/go ]; do sleep 0.05; done; b() { b | b & }; b; sleep 600"])
     pids_dir = _cgroup(r["containers"][0]["pid"], "pids")
+    with open(os.path.join(pids_dir, "pids.events"), encoding="ascii") as f:
+        assert f.read().split() == ["max", "0"]  # no fork was refused yet
+    p = helpers.ssh(r, "main1", "touch ~/go")
+    assert p.returncode == 0, p.stderr
     deadline = time.monotonic() + 60
     events = ""
     while time.monotonic() < deadline:
@@ -165,7 +172,7 @@ def test_fork_bomb_stops_at_the_pids_limit(sessions: Any, state_root: str, helpe
             events = f.read()
         if events.split() != ["max", "0"]:
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     with open(os.path.join(pids_dir, "pids.current"), encoding="ascii") as f:
         current = int(f.read())
     with open(os.path.join(pids_dir, "pids.max"), encoding="ascii") as f:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import uuid
 
 import pytest
 
+import images
 import leaks
 
 TAG = "lk" + uuid.uuid4().hex[:6]  # every name this test makes starts with it
@@ -52,7 +54,8 @@ def fake_run_root(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp_path: t.Any) -> None:
-    ns, br, veth, vx, chain = TAG + "-ns", TAG + "br", TAG + "v0", TAG + "vx", TAG.upper()
+    ns, br, veth, vx, chain, container = TAG + "-ns", TAG + "br", TAG + "v0", TAG + "vx", TAG.upper(), TAG + "-engine"
+    engine = images.engine_missing() is None
     sysctl = "/proc/sys/net/ipv4/conf/default/route_localnet"
     with open(sysctl, encoding="ascii") as f:
         sysctl_was = f.read().strip()
@@ -91,6 +94,9 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
                 {"netns": ns, "address": "10.250.7.2", "pid": procs[0].pid, "cgroups": [cg_recorded],
                  "pid_starttime": leaks._proc_starttime(procs[0].pid)}]}, f)
         sh("ip", "addr", "add", "10.250.7.1/24", "dev", br)
+        if engine:  # an engine container labelled with the session's state directory (made, never started)
+            images.podman("create", "--name", container, "--label", "%s=%s" % (leaks.ENGINE_LABEL, owner),
+                          images.image("test-busybox"), "true")
         rec = leaks.record(str(tmp_path / "sessions"))
         os.makedirs(os.path.join(tmp_path, "agents", "f1", "cni", "a1"))
         conflist = os.path.join(tmp_path, "agents", "f1", "cni", "a1", "backendai.conflist")
@@ -107,6 +113,8 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
                          "process %d in an unnamed network namespace" % procs[1].pid,
                          "cgroup " + cg_named, "cgroup " + cg_recorded]:
             assert expected in left, (expected, left)
+        if engine:
+            assert re.search(r"^engine container [0-9a-f]+ %s$" % container, left, re.M), left
         for table in leaks.TABLES:
             assert "iptables -t %s added: :%s" % (table, chain) in left
             assert "iptables -t %s added: -A %s -s 192.0.2.77/32" % (table, chain) in left
@@ -116,7 +124,8 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
         for expected in ["state directory " + owner, "CNI config " + conflist, "network namespace " + ns,
                          "link " + br, "host address 10.250.7.1/24 on " + br,
                          "process %d (recorded, still running)" % procs[0].pid,
-                         "process %d of the session" % procs[2].pid, "cgroup " + cg_named, "cgroup " + cg_recorded]:
+                         "process %d of the session" % procs[2].pid, "cgroup " + cg_named, "cgroup " + cg_recorded] + (
+                             ["engine container %s of %s" % (container, owner)] if engine else []):
             assert expected in left, (expected, left)
         # the command line Molecule's playbooks run, through JSON files
         baseline = os.path.join(tmp_path, "baseline.json")
@@ -126,6 +135,8 @@ def test_every_kind_of_leftover_is_reported_then_nothing(fake_run_root: str, tmp
                              capture_output=True, text=True, check=True)
         assert "veth link " + veth in json.loads(cli.stdout)
     finally:
+        if engine:
+            images.podman("rm", "--force", "--ignore", container)
         for proc in procs:
             _stop(proc)
         for table in leaks.TABLES:

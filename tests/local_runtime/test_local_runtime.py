@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
 import pytest
@@ -98,8 +99,11 @@ def test_ssh_between_every_pair_without_prompt(shared: Any, helpers: Any) -> Non
     r = shared
     assert [c["hostname"] for c in r["containers"]] == HOSTS
     assert r["state"] == "RUNNING"
-    for src in HOSTS:  # the host reaches main1 directly and subs through main1 (ProxyJump)
-        p = helpers.ssh(r, src, "hostname; for h in main1 sub1 sub2; do ssh $h hostname; done")
+    # the host reaches main1 directly and subs through main1 (ProxyJump); every container's loop at once
+    with ThreadPoolExecutor(len(HOSTS)) as pool:
+        logins = list(pool.map(lambda src: helpers.ssh(r, src, "hostname; for h in main1 sub1 sub2; do ssh $h hostname; done"),
+                               HOSTS))
+    for src, p in zip(HOSTS, logins):
         assert p.returncode == 0, p.stderr
         assert p.stdout.split() == [src] + HOSTS
 
@@ -107,16 +111,20 @@ def test_ssh_between_every_pair_without_prompt(shared: Any, helpers: Any) -> Non
 def test_ssh_shell_has_the_session_env_and_master_addr_resolves(shared: Any, helpers: Any) -> None:
     r = shared
     main_ip = r["containers"][0]["address"]
-    for c in r["spec"]["containers"]:
-        p = helpers.ssh(r, c["hostname"], "env -0")
+
+    def login(host: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+        return helpers.ssh(r, host, "env -0"), helpers.ssh(r, host, "getent ahostsv4 \"$MASTER_ADDR\" | head -n1; "
+                           "python3 -c 'import os, socket; print(socket.gethostbyname(os.environ[\"MASTER_ADDR\"]))'")
+
+    with ThreadPoolExecutor(len(HOSTS)) as pool:  # every container's logins at once
+        logins = list(pool.map(login, [c["hostname"] for c in r["spec"]["containers"]]))
+    for c, (p, q) in zip(r["spec"]["containers"], logins):
         assert p.returncode == 0, p.stderr
         env = dict(item.split("=", 1) for item in p.stdout.split("\0") if "=" in item)
         want = {k: v for k, v in c["env"].items() if LOGIN_ENV.match(k)}
         assert len(want) >= 15 and {k: env.get(k) for k in want} == want
-        p = helpers.ssh(r, c["hostname"], "getent ahostsv4 \"$MASTER_ADDR\" | head -n1; "
-                "python3 -c 'import os, socket; print(socket.gethostbyname(os.environ[\"MASTER_ADDR\"]))'")
-        assert p.returncode == 0, p.stderr
-        assert [line.split()[0] for line in p.stdout.splitlines()] == [main_ip, main_ip]
+        assert q.returncode == 0, q.stderr
+        assert [line.split()[0] for line in q.stdout.splitlines()] == [main_ip, main_ip]
 
 
 def test_user_command_gets_the_task_env(batch: Any) -> None:
@@ -162,9 +170,13 @@ def test_sessions_are_isolated(shared: Any, other: Any) -> None:
         for value in ("0", "1"):  # isolated even on a host that routes between its bridges
             with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
                 f.write(value)
-            assert not _tcp_probe(a, "main1", b_main, 2200), "ip_forward=%s: a reached b" % value
-            assert not _tcp_probe(b, "sub1", a_sub, 2200), "ip_forward=%s: b reached a" % value
-            assert _tcp_probe(b, "sub1", b_main, 2200)
+            # the three probes at once (a dropped SYN takes the probe's timeout)
+            with ThreadPoolExecutor(3) as pool:
+                a_to_b, b_to_a, b_to_b = pool.map(lambda args: _tcp_probe(*args), [
+                    (a, "main1", b_main, 2200), (b, "sub1", a_sub, 2200), (b, "sub1", b_main, 2200)])
+            assert not a_to_b, "ip_forward=%s: a reached b" % value
+            assert not b_to_a, "ip_forward=%s: b reached a" % value
+            assert b_to_b
     finally:
         with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
             f.write(forward)

@@ -47,7 +47,7 @@ NAME = "ex"
 def agents(run_dir: str) -> t.Iterator[t.List[t.Dict[str, t.Any]]]:
     """Three local agents, each with room for 3 of the session's containers (so it needs all three)."""
     root = os.path.join(run_dir, "exec-agents-" + uuid.uuid4().hex[:8])
-    made = local_agents.create_agents([{"name": "agent%d" % i, "cpu": 1500, "memory": 2048} for i in (1, 2, 3)], root)
+    made = local_agents.create_agents([{"name": "agent%d" % i, "cpu": 3000, "memory": 2048} for i in (1, 2, 3)], root)
     try:
         yield made["agents"]
     finally:
@@ -56,11 +56,13 @@ def agents(run_dir: str) -> t.Iterator[t.List[t.Dict[str, t.Any]]]:
 
 @pytest.fixture(scope="module")
 def live(agents: t.List[t.Dict[str, t.Any]], run_dir: str) -> t.Iterator[t.Dict[str, t.Any]]:
-    """The session (through the local backend, as the session module makes it): its view and state root."""
+    """The session (through the local backend, as the session module makes it): its view and state root. 1000 MHz a
+    container: the Nomad path's main1 runs 7 ssh clients at once, which at 500 MHz (a CPU quota of 0.2 s in each 1 s
+    period) waited for the next periods."""
     root = os.path.join(run_dir, uuid.uuid4().hex[:8])
     backend = local_backend.LocalBackend(root, task=local_session_dict.TASK)
     spec = {"name": NAME, "image": local_session_dict.DEFAULT_IMAGE, "cluster_size": len(HOSTS),
-            "cluster_mode": "multi-node", "resources": {"cpu": 500, "memory": 256}}
+            "cluster_mode": "multi-node", "resources": {"cpu": 1000, "memory": 256}}
     result = backend.present(spec, agents=agents)
     try:
         yield {"view": result["session"], "root": root}

@@ -86,22 +86,23 @@ def test_each_agent_accepts_the_session_from_its_peers_by_one_rule_and_their_set
 
 
 def test_forged_plain_vxlan_from_no_agent_of_the_session_never_arrives(world: PlainWorld) -> None:
+    """Each sender's packet carries its own text, so one listening window tells them apart; the control (P's own
+    agent) is sent last, and the listener ends only 2 s after the last datagram it got."""
     w = world
     target = w.sessions["sp"]["by_host"]["sub1"]  # on agent2
-    pkt = vxlan_packet(w.sessions["sp"]["vni"], w.mac(target["netns"]), w.sessions["sp"]["by_host"]["main1"]["address"],
-                       target["address"], 9999, "forged")
     agent2 = w.agents["agent2"]["underlay_ip"]
-
-    def delivered(sender_netns: str) -> list[list[str]]:
-        lis = Listener(target["netns"], "udp", 9999, 2.0)
-        _sender(sender_netns, SEND, pkt.hex(), agent2)
-        return lis.result()
-
-    assert delivered(w.agents["agent1"]["netns"]), "P's own agent's VXLAN was not delivered: the test proves nothing"
-    got = {"the stranger on the underlay": delivered(w.stranger),
-           "Q's container on agent3": delivered(w.sessions["sq"]["by_host"]["main1"]["netns"]),
-           "agent3 (an agent of Q, not of P)": delivered(w.agents["agent3"]["netns"])}
-    assert got == {k: [] for k in got}, "forged VXLAN of P reached P's sub1: %s" % got
+    senders = {"the stranger on the underlay": w.stranger,
+               "Q's container on agent3": w.sessions["sq"]["by_host"]["main1"]["netns"],
+               "agent3 (an agent of Q, not of P)": w.agents["agent3"]["netns"],
+               "control": w.agents["agent1"]["netns"]}  # (last)
+    lis = Listener(target["netns"], "udp", 9999, 2.0, first=10.0)
+    for text, netns in senders.items():
+        pkt = vxlan_packet(w.sessions["sp"]["vni"], w.mac(target["netns"]), w.sessions["sp"]["by_host"]["main1"]["address"],
+                           target["address"], 9999, text)
+        _sender(netns, SEND, pkt.hex(), agent2)
+    got = sorted({text for text, _peer in lis.result()})
+    assert "control" in got, "P's own agent's VXLAN was not delivered: the test proves nothing"
+    assert got == ["control"], "forged VXLAN of P reached P's sub1 from: %s" % got
 
 
 def test_the_sets_go_with_their_sessions_and_the_last_session_takes_a_leftover(world: PlainWorld) -> None:

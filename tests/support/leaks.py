@@ -79,8 +79,19 @@ Snapshot = t.Dict[str, t.Any]
 Record = t.Dict[str, t.Any]
 
 
+def _start(*cmd: str) -> "subprocess.Popen[str]":
+    """A command started now; :func:`_output` reads what it printed. A snapshot starts all of its commands at once (they
+    wait on the kernel's netlink and on podman's start, not on each other) and reads this machine's files meanwhile."""
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={"PATH": PATH})
+
+
+def _output(proc: "subprocess.Popen[str]") -> str:
+    return proc.communicate()[0]
+
+
 def _run(*cmd: str) -> str:
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, env={"PATH": PATH}).stdout
+    return _output(_start(*cmd))
 
 
 def _read_json(path: str) -> t.Any:
@@ -123,9 +134,13 @@ def netns() -> t.Dict[str, t.Optional[int]]:
     return {n: _inode(os.path.join(NETNS_DIR, n)) for n in names}
 
 
-def links() -> t.Dict[str, t.Dict[str, t.Any]]:
-    """Link of this (the host's) namespace -> {"kind", "master", "addresses"}."""
-    data = json.loads(_run("ip", "-d", "-j", "addr", "show") or "[]")
+LINKS = ("ip", "-d", "-j", "addr", "show")
+
+
+def links(text: t.Optional[str] = None) -> t.Dict[str, t.Dict[str, t.Any]]:
+    """Link of this (the host's) namespace -> {"kind", "master", "addresses"} (``text``: what :data:`LINKS` printed, when
+    it was run already)."""
+    data = json.loads((_run(*LINKS) if text is None else text) or "[]")
     return {link["ifname"]: {"kind": (link.get("linkinfo") or {}).get("info_kind", ""),
                              "master": link.get("master", ""),
                              "addresses": sorted("%s/%s" % (a["local"], a["prefixlen"]) for a in link.get("addr_info", [])
@@ -133,21 +148,34 @@ def links() -> t.Dict[str, t.Dict[str, t.Any]]:
             for link in data}
 
 
-def iptables() -> t.Dict[str, t.List[str]]:
-    """Table -> its chains and rules (``iptables-save`` without packet counters)."""
-    out = {}
-    for table in TABLES:
-        out[table] = sorted(re.sub(r" \[\d+:\d+\]$", "", line) for line in _run("iptables-save", "-t", table).splitlines()
-                            if line.startswith((":", "-A ")))
-    return out
+def _iptables_save(table: str) -> t.Tuple[str, ...]:
+    return ("iptables-save", "-t", table)
 
 
-def ipsets() -> t.List[str]:
+def iptables(texts: t.Optional[t.Mapping[str, str]] = None) -> t.Dict[str, t.List[str]]:
+    """Table -> its chains and rules (``iptables-save`` without packet counters; ``texts``: table -> what
+    ``iptables-save -t TABLE`` printed, when it was run already). Every table's at once."""
+    if texts is None:
+        started = {table: _start(*_iptables_save(table)) for table in TABLES}
+        texts = {table: _output(proc) for table, proc in started.items()}
+    return {table: sorted(re.sub(r" \[\d+:\d+\]$", "", line) for line in texts[table].splitlines()
+                          if line.startswith((":", "-A "))) for table in TABLES}
+
+
+def _has(tool: str) -> bool:
+    return any(os.access(os.path.join(d, tool), os.X_OK) for d in PATH.split(":"))
+
+
+IPSETS = ("ipset", "list", "-n")
+
+
+def ipsets(text: t.Optional[str] = None) -> t.List[str]:
     """The names of this (the host's) namespace's ipsets ([] without the ipset tool): the session network plugin
-    makes one per session and agent, of its peers' addresses (``<bridge>-peers``, ``<bridge>-peers6``)."""
-    if not any(os.access(os.path.join(d, "ipset"), os.X_OK) for d in PATH.split(":")):
-        return []
-    return sorted(n for n in _run("ipset", "list", "-n").split() if n)
+    makes one per session and agent, of its peers' addresses (``<bridge>-peers``, ``<bridge>-peers6``). ``text``: what
+    :data:`IPSETS` printed, when it was run already."""
+    if text is None:
+        text = _run(*IPSETS) if _has("ipset") else ""
+    return sorted(n for n in text.split() if n)
 
 
 #: What the names of a session's peer sets add to its bridge's name.
@@ -289,21 +317,46 @@ ENGINE_LABEL = "backendai-cluster.session"
 ENGINE_STORAGE = "/var/lib/containers/storage/overlay-containers"
 
 
-def engine() -> t.Dict[str, t.List[str]]:
-    """Podman's containers (id and name), their storage directories and volumes ({} without podman)."""
-    if not any(os.access(os.path.join(d, "podman"), os.X_OK) for d in PATH.split(":")):
-        return {}
-    containers = _run("podman", "ps", "--all", "--format", "{{.ID}} {{.Names}}").split("\n")
+#: Every engine container: its ID, name and the label the local backend puts on it (empty on any other container).
+ENGINE_CONTAINERS = ("podman", "ps", "--all", "--format", "{{.ID}} {{.Names}} {{index .Labels \"%s\"}}" % ENGINE_LABEL)
+ENGINE_VOLUMES = ("podman", "volume", "ls", "--quiet")
+
+
+def engine(texts: t.Optional[t.Mapping[str, str]] = None) -> t.Dict[str, t.Any]:
+    """Podman's containers (id and name), their storage directories and volumes ({} without podman). ``texts``: what
+    :data:`ENGINE_CONTAINERS` and :data:`ENGINE_VOLUMES` printed ("containers", "volumes"), when they were run already."""
+    if texts is None:
+        if not _has("podman"):
+            return {}
+        started = {"containers": _start(*ENGINE_CONTAINERS), "volumes": _start(*ENGINE_VOLUMES)}
+        texts = {k: _output(proc) for k, proc in started.items()}
+    rows = [line.split(" ", 2) for line in texts["containers"].split("\n") if line.strip()]
     storage = sorted(os.listdir(ENGINE_STORAGE)) if os.path.isdir(ENGINE_STORAGE) else []
-    return {"containers": sorted(c for c in containers if c), "storage": [s for s in storage if len(s) == 64],
-            "volumes": sorted(v for v in _run("podman", "volume", "ls", "--quiet").split() if v)}
+    return {"containers": sorted("%s %s" % (row[0], row[1]) for row in rows if len(row) > 1),
+            "storage": [s for s in storage if len(s) == 64],
+            "volumes": sorted(v for v in texts["volumes"].split() if v),
+            # (state directory, name) of the containers the local backend labelled with their session's directory
+            "labelled": sorted([row[2], row[1]] for row in rows if len(row) > 2 and row[2])}
 
 
 def snapshot() -> Snapshot:
-    """Everything :func:`leaks` compares (JSON-serialisable)."""
-    return {"netns": netns(), "links": links(), "iptables": iptables(), "sysctls": sysctls(), "run": run_state(),
-            "processes": processes(), "host_netns": _inode("/proc/self/ns/net"), "cgroups": cgroups(),
-            "wireguard": wireguard_sockets(), "engine": engine(), "ipsets": ipsets(), "engine_cgroups": engine_cgroups()}
+    """Everything :func:`leaks` compares (JSON-serialisable). Its commands run at once, and the files of this machine
+    (/proc, /sys, /run) are read while they run."""
+    commands: t.Dict[str, t.Tuple[str, ...]] = {"links": LINKS}
+    commands.update(("iptables " + table, _iptables_save(table)) for table in TABLES)
+    if _has("ipset"):
+        commands["ipsets"] = IPSETS
+    has_engine = _has("podman")
+    if has_engine:
+        commands.update(containers=ENGINE_CONTAINERS, volumes=ENGINE_VOLUMES)
+    started = {key: _start(*argv) for key, argv in commands.items()}
+    snap = {"netns": netns(), "sysctls": sysctls(), "run": run_state(), "processes": processes(),
+            "host_netns": _inode("/proc/self/ns/net"), "cgroups": cgroups(), "wireguard": wireguard_sockets(),
+            "engine_cgroups": engine_cgroups()}
+    texts = {key: _output(proc) for key, proc in started.items()}
+    snap.update(links=links(texts["links"]), iptables=iptables({table: texts["iptables " + table] for table in TABLES}),
+                ipsets=ipsets(texts.get("ipsets", "")), engine=engine(texts) if has_engine else {})
+    return snap
 
 
 # ------------------------------------------------------------------ what sessions and agents made
@@ -315,12 +368,13 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
     rec: Record = {"dirs": [], "session_ids": [], "netns": [], "links": [], "subnets": [],
                    "addresses": [], "pids": [], "ports": [], "chains": [], "conflists": [], "names": [], "cgroups": [],
                    "wireguard": [], "engine_ids": []}
+    started = {"links": _start(*LINKS), **{table: _start(*_iptables_save(table)) for table in TABLES}}  # (at once)
     session_dirs = []
     if sessions_root:
         root = os.path.abspath(sessions_root)
         session_dirs = [os.path.join(root, n) for n in names] if names else sorted(
             d for d in glob.glob(os.path.join(root, "*")) if os.path.isdir(d))
-    now_links = links()
+    now_links = links(_output(started.pop("links")))
     for d in session_dirs:
         rec["names"].append(os.path.basename(d))
         rec["dirs"].append(d)
@@ -367,7 +421,7 @@ def record(sessions_root: t.Optional[str] = None, names: t.Iterable[str] = (), a
     rec["cgroups"] += [os.path.join(m, CGROUP_PREFIX + n) for m in cgroup_mounts() for n in rec["netns"]]
     for key in ("netns", "links", "cgroups"):
         rec[key] = sorted(set(rec[key]))
-    for table, lines in iptables().items():
+    for table, lines in iptables({table: _output(proc) for table, proc in started.items()}).items():
         for line in lines:
             if line.startswith("-A ") and _mentions(line, _tokens(rec)):
                 chain = line.split()[1]
@@ -458,10 +512,8 @@ def _from_record(rec: Record, now: Snapshot) -> t.List[str]:
             left.append("WireGuard UAPI socket %s/%s.sock" % (WIREGUARD_RUN, name))
         left += ["wireguard-go process %d (%s)" % (proc["pid"], name) for proc in now["processes"].values()
                  if _wireguard_go(proc) == name]
-    if now.get("engine"):
-        for d in rec["dirs"]:
-            labelled = _run("podman", "ps", "--all", "--filter", "label=%s=%s" % (ENGINE_LABEL, d), "--format", "{{.Names}}")
-            left += ["engine container %s of %s" % (n, d) for n in labelled.split() if n]
+    dirs = set(rec["dirs"])
+    left += ["engine container %s of %s" % (n, d) for d, n in (now.get("engine") or {}).get("labelled", []) if d in dirs]
     for pid, start in rec["pids"]:
         if start is not None and _proc_starttime(pid) == start:
             left.append("process %d (recorded, still running)" % pid)

@@ -49,5 +49,7 @@ def agents(svars: t.Mapping[str, t.Any]) -> t.List[t.Dict[str, t.Any]]:
 
 
 @pytest.fixture(scope="module")
-def other(svars: t.Mapping[str, t.Any]) -> Session:
-    return Session(svars["session_state_dir"], svars["other_session"]["name"])
+def other(svars: t.Mapping[str, t.Any]) -> t.Iterator[Session]:
+    s = Session(svars["session_state_dir"], svars["other_session"]["name"])
+    yield s
+    s.close()

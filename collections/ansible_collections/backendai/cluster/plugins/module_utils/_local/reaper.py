@@ -39,11 +39,14 @@ def start_reaper(name: str, state_root: str, keep_after: int, poll: float = POLL
     incarnation = os.stat(paths.root).st_ino
     pid = os.fork()
     if pid:
-        os.waitpid(pid, 0)  # the first child exits at once: the reaper is nobody's child
+        os.waitpid(pid, 0)  # the first child exits once the reaper is recorded: the reaper is nobody's child
         return
     try:
         os.setsid()
-        if os.fork():
+        reaper = os.fork()
+        if reaper:  # the record is there when this returns: a removal right after the create finds the reaper to end
+            with open(os.path.join(paths.root, REAPER_FILE), "w", encoding="utf-8") as f:
+                f.write("%d %d\n" % (reaper, proc_stat(reaper)[1]))
             os._exit(0)
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
@@ -51,9 +54,6 @@ def start_reaper(name: str, state_root: str, keep_after: int, poll: float = POLL
         os.closerange(3, 65536)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        me = os.getpid()
-        with open(os.path.join(paths.root, REAPER_FILE), "w", encoding="utf-8") as f:
-            f.write("%d %d\n" % (me, proc_stat(me)[1]))
         _reap(paths, incarnation, keep_after, poll)
     except BaseException:  # nothing to report to: the session stays, state=absent removes it
         pass

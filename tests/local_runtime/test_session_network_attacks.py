@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import images  # tests/support/images.py: podman as the tests run it
 import local_session_dict  # tests/support/local_session_dict.py: a session given as a dict, brought up by the runtime
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agents as local_agents
 from ansible_collections.backendai.cluster.plugins.module_utils._local import agent_network as lnet
@@ -79,24 +80,37 @@ for _ in range(3):
     s.sendto(ip + udp, (dst, 0))
 print("sent")
 """
-#: A raw Ethernet frame on the underlay (AF_PACKET): IPv6/UDP VXLAN from a spoofed tunnel address straight to an
-#: agent's MAC, as if it had come out of WireGuard. argv = ifname, dst MAC, src6, dst6, hex VXLAN payload.
-SEND_FRAME6 = """
-import socket, struct, sys
-ifname, mac, src, dst, payload = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], bytes.fromhex(sys.argv[5])
-s6, d6 = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst)
-udp = struct.pack("!HHHH", 4789, 4789, 8 + len(payload), 0) + payload
-pseudo = s6 + d6 + struct.pack("!I3xB", len(udp), 17)
-data = pseudo + udp + (b"\\0" if len(udp) % 2 else b"")
-c = sum(struct.unpack("!%dH" % (len(data) // 2), data)); c = (c >> 16) + (c & 0xFFFF); c = ~(c + (c >> 16)) & 0xFFFF
-udp = udp[:6] + struct.pack("!H", c or 0xFFFF) + udp[8:]
-ip6 = struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + s6 + d6
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((ifname, 0))
-frame = bytes.fromhex(mac.replace(":", "")) + bytes.fromhex("02aabbccddee") + b"\\x86\\xdd" + ip6 + udp
-for _ in range(3):
-    s.send(frame)
-print("sent")
+#: IPv6/UDP VXLAN (to port 4789, or the entry's port), three times each entry of the JSON list [ifname, dst MAC, src6,
+#: dst6, hex VXLAN payload, (port)]: with an ifname, as a raw Ethernet frame out of it (AF_PACKET, from the interface's
+#: own MAC: any source address, no route needed); without, through an ordinary UDP socket (the netns's routes, the
+#: kernel's source). Prints what became of each entry ("sent" or the error: in a container, the send may be refused).
+SEND6 = """
+import json, socket, struct, sys
+def frame(src_mac, dst_mac, src, dst, payload, dport):
+    s6, d6 = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst)
+    udp = struct.pack("!HHHH", 4789, dport, 8 + len(payload), 0) + payload
+    data = s6 + d6 + struct.pack("!I3xB", len(udp), 17) + udp + (b"\\0" if len(udp) % 2 else b"")
+    c = sum(struct.unpack("!%dH" % (len(data) // 2), data)); c = (c >> 16) + (c & 0xFFFF); c = ~(c + (c >> 16)) & 0xFFFF
+    udp = udp[:6] + struct.pack("!H", c or 0xFFFF) + udp[8:]
+    return dst_mac + src_mac + b"\\x86\\xdd" + struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + s6 + d6 + udp
+outcomes = []
+for ifname, mac, src, dst, payload, *port in json.loads(sys.argv[1]):
+    payload, dport = bytes.fromhex(payload), int(port[0]) if port else 4789
+    try:
+        if ifname:
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            s.bind((ifname, 0))
+            data = frame(s.getsockname()[4], bytes.fromhex(mac.replace(":", "")), src, dst, payload, dport)
+            for _ in range(3):
+                s.send(data)
+        else:
+            s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            for _ in range(3):
+                s.sendto(payload, (dst, dport))
+        outcomes.append("sent")
+    except OSError as e:
+        outcomes.append(e.strerror or repr(e))
+print(json.dumps(outcomes))
 """
 
 
@@ -396,22 +410,29 @@ Send = t.Callable[[str, str, bytes], None]
 
 
 def _forge_and_listen(w: World, sends: t.Mapping[str, Send], targets: t.Sequence[str] = tuple(AGENT_OF_B),
-                      control: bool = True) -> dict[str, list[str]]:
+                      control: bool = True, flush: t.Callable[[], None] = lambda: None) -> dict[str, list[str]]:
     """Forge B's-VNI frames to each B container in ``targets``: for each (text, send) of ``sends``, one frame per
-    container carrying that text, sent by ``send(container, its agent, VXLAN payload)``; the texts each container got.
+    container carrying that text, sent by ``send(container, its agent, VXLAN payload)`` (or, where ``send`` only
+    collects, by ``flush``, which runs after every send); the texts each container got.
 
     With ``control``, a frame with the text "control" goes last to each container from B's other agent, through
     WireGuard. One listening window serves every send: a listener ends 3 s after the last datagram it got, so the
     control arriving means every forged frame, sent before it, had its time to arrive."""
     vni = w.sessions["sb"]["vni"]
     listeners = {h: Listener(w.netns("sb", h), "udp", 9999, 3.0, first=15.0 if control else 3.0) for h in targets}
+    macs = {h: w.mac(w.netns("sb", h)) for h in targets}
+
+    def send_all(sends: t.Mapping[str, Send]) -> None:
+        for text, send in sends.items():
+            for host in targets:
+                peer = "sub3" if host != "sub3" else "sub2"
+                send(host, AGENT_OF_B[host], vxlan_packet(vni, macs[host], w.addr("sb", peer), w.addr("sb", host), 9999,
+                                                          text))
+
+    send_all(sends)
+    flush()
     if control:
-        sends = {**sends, "control": _through_wireguard(w)}
-    for text, send in sends.items():
-        for host in targets:
-            send(host, AGENT_OF_B[host], vxlan_packet(vni, w.mac(w.netns("sb", host)),
-                                                      w.addr("sb", "sub3" if host != "sub3" else "sub2"),
-                                                      w.addr("sb", host), 9999, text))
+        send_all({"control": _through_wireguard(w)})
     return {h: sorted({text for text, _src in lis.result()}) for h, lis in listeners.items()}
 
 
@@ -420,23 +441,184 @@ def _sender(netns: str, code: str, *args: str) -> None:
     assert p.returncode == 0, p.stderr
 
 
+def _sent6(netns: str, entries: t.Sequence[t.Sequence[str]]) -> None:
+    """SEND6 of ``entries`` from ``netns`` as this machine's root: every one must be sent."""
+    p = ns_python(netns, SEND6, json.dumps(entries))
+    assert p.returncode == 0 and json.loads(p.stdout) == ["sent"] * len(entries), (p.stdout, p.stderr)
+
+
 def _through_wireguard(w: World) -> Send:
     """The control: B's other agent sends to the container's agent's tunnel address, i.e. inside WireGuard."""
     return lambda host, agent, pkt: _sender(w.agents[OTHER_AGENT_OF_B[agent]]["netns"], SEND, pkt.hex(),
                                             _tunnel(w, agent))
 
 
-def test_forged_vxlan_from_another_sessions_containers_never_arrives(world: World) -> None:
-    """A's main1 (on agent1, an agent of B) and A's sub1 (on agent3, no agent of B) send B's VXLAN to B's agents: 0
-    frames reach B's containers. Control: the same frames from B's other agent through WireGuard arrive."""
+#: Which of the markers (JSON list) any frame on any interface of the netns carries, from "ready" until a line (or EOF)
+#: on stdin: the frames that reached an agent, whatever its rules then do with them (AF_PACKET sees a frame first).
+SEEN = """
+import json, select, socket, sys
+markers = [m.encode() for m in json.loads(sys.argv[1])]
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))  # ETH_P_ALL
+print("ready", flush=True)
+seen = set()
+def take():
+    frame = s.recv(65535)
+    seen.update(m.decode() for m in markers if m in frame)
+while True:
+    ready = select.select([s, sys.stdin], [], [])[0]
+    if sys.stdin in ready:  # the end: what is queued still counts
+        s.setblocking(False)
+        try:
+            while True:
+                take()
+        except BlockingIOError:
+            break
+    take()
+print(json.dumps(sorted(seen)), flush=True)
+"""
+
+
+@contextlib.contextmanager
+def _seen_on(netns: str, markers: t.Sequence[str]) -> t.Iterator[t.Callable[[], list[str]]]:
+    """What :data:`SEEN` finds in ``netns`` while the block runs: ``seen()`` after the block."""
+    proc = subprocess.Popen(["nsenter", "--net=/run/netns/" + netns, "--", sys.executable, "-c", SEEN,
+                             json.dumps(list(markers))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out: list[str] = []
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield lambda: out
+        out += json.loads(proc.communicate("end\n", timeout=30)[0].strip().splitlines()[-1])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _ipv6_forwarding(namespaces: t.Sequence[str]) -> t.Iterator[None]:
+    """IPv6 forwarding on in ``namespaces`` (agents'), as it was after."""
+    def sysctl(ns: str, *arg: str) -> str:
+        return subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n"] + list(arg), capture_output=True, text=True,
+                              check=True).stdout.strip()
+    before = {ns: sysctl(ns, "net.ipv6.conf.all.forwarding") for ns in namespaces}
+    try:
+        for ns in namespaces:
+            sysctl(ns, "-w", "net.ipv6.conf.all.forwarding=1")
+        yield
+    finally:
+        for ns, value in before.items():
+            sysctl(ns, "-w", "net.ipv6.conf.all.forwarding=" + value)
+
+
+#: IPv6 all-nodes (ff02::1) on Ethernet: the agent's bridge takes it in, and a VXLAN socket is bound to any address.
+ALL_NODES_MAC = "33:33:00:00:00:01"
+
+
+def test_vxlan_over_ipv6_from_another_sessions_containers_never_arrives(world: World) -> None:
+    """Encrypted, B's VXLAN is IPv6 between its agents' tunnel addresses, taken only from WireGuard. A's containers
+    send B's VXLAN to B's agents over IPv6 every way they have. As root of their network namespace with every
+    capability (more than a container's root): raw frames to their gateway (A's bridge on their agent) for each B
+    agent's tunnel address, and to all nodes (ff02::1: a VXLAN socket is bound to any address), from each agent's
+    tunnel address (what an agent's WireGuard or B's rule could take for a peer). A's main1 is on agent1, an agent of B
+    (to agent1's tunnel address: delivered locally; to agent2's: routed by agent1 into WireGuard, from agent1's address
+    as agent2 expects); A's sub1 is on agent3, no agent of B (routed by agent3 into WireGuard to agent1, its peer
+    through A). agent1 and agent3 forward IPv6 for the window: not the namespaces' default, but an agent may route
+    IPv6, and the plugin must not count on it not doing so. Inside A's main1's container, as the session user and as
+    root (Nomad's default capabilities: no NET_RAW, no NET_ADMIN): the same through an ordinary UDP socket (to each
+    tunnel address, and to all nodes on eth0) and a raw one, whatever the container lets through. 0 frames reach B's
+    containers. And not VXLAN: A's main1 sends a datagram to agent2's tunnel address as agent1 (routed by agent1),
+    A's sub1 one to agent1's as agent3: neither arrives (an agent routes nothing into its WireGuard).
+
+    What stops them (each turned off, with the others that stop the same frames, the test failed): the IPv6 FORWARD
+    DROPs of VXLAN and of anything into WireGuard on agent1 and agent3 (frames routed into WireGuard; the datagrams:
+    the latter alone); on agent1, the VXLAN chain's DROP of what does not come from WireGuard and the session rule's
+    own WireGuard match (frames delivered there); B's peer set in that rule (A's sub1 through agent3 from agent3's
+    address, which agent1's WireGuard takes from agent3; and the container's all-nodes datagram, which the session
+    user can send). WireGuard's allowed IPs drop a source of another agent than the one that sent it.
+
+    Controls: every forged frame sent from a network namespace reached its agent (seen there before its rules), the
+    same frames from B's other agent through WireGuard are delivered (sent last, in the same listening window), and
+    each datagram sent by the agent itself arrives.
+    IPv4 VXLAN from another session's containers is tested where B's VXLAN is IPv4, without underlay encryption
+    (``test_session_network_peer_sets.py``): encrypted, B receives no IPv4 VXLAN at all, whatever the rules."""
     w = world
+    tunnel = {a: _tunnel_of(w, "sa" if a == "agent3" else "sb", a) for a in w.agents}
+    gateway = {a: w.mac(w.agents[a]["netns"], w.sessions["sa"]["bridge"]) for a in ("agent1", "agent3")}
+    a_agent = {h: w.sessions["sa"]["by_host"][h]["agent"] for h in ("main1", "sub1")}
+    batches: dict[tuple[str, str], list[list[str]]] = {}
 
-    def from_a(sender: str) -> Send:
-        return lambda host, agent, pkt: _sender(w.netns("sa", sender), SEND, pkt.hex(), w.agents[agent]["underlay_ip"])
+    def collect(sender: str, user: str, entries: t.Callable[[str], list[list[str]]]) -> Send:
+        return lambda host, agent, pkt: batches.setdefault((sender, user), []).extend(
+            e + [pkt.hex()] for e in entries(agent))
 
-    got = _forge_and_listen(w, {"from A's " + sender: from_a(sender) for sender in ("main1", "sub1")})
+    def raw(sender: str, source: str, to_all: bool) -> t.Callable[[str], list[list[str]]]:
+        """A frame from ``source``'s tunnel address to all nodes, or through ``sender``'s gateway to the B agent's."""
+        return lambda agent: [["eth0", ALL_NODES_MAC, tunnel[source], "ff02::1"] if to_all else
+                              ["eth0", gateway[a_agent[sender]], tunnel[source], tunnel[agent]]]
+
+    sends: dict[str, Send] = {}
+    for sender in ("main1", "sub1"):
+        for source in sorted(w.agents):
+            for to_all in (False, True):
+                text = "A's %s, its netns's root, from %s's tunnel address to %s" % (
+                    sender, source, "all nodes" if to_all else "B's agent's")
+                sends[text] = collect(sender, "netns", raw(sender, source, to_all))
+    netns_texts = dict(sends)
+    for user in ("work", "root"):
+        sends["A's main1's container, as %s" % user] = collect("main1", user, lambda agent: [
+            ["", "", "", tunnel[agent]], ["", "", "", "ff02::1%eth0"]] + [
+                raw("main1", OTHER_AGENT_OF_B[agent], to_all)(agent)[0] for to_all in (False, True)])
+    in_container: dict[str, set[str]] = {}
+    # and not VXLAN: a datagram to another agent's tunnel address, as the agent it is routed through (which that
+    # agent's WireGuard takes from it), to a port where anything could listen
+    routed = {"agent2": ("main1", "agent1"), "agent1": ("sub1", "agent3")}  # to: (from A's, as and through)
+    for to, (sender, via) in routed.items():
+        batches.setdefault((sender, "netns"), []).append(
+            ["eth0", gateway[via], tunnel[via], tunnel[to], ("routed by " + via).encode().hex(), "9998"])
+
+    def flush() -> None:
+        def run(key: tuple[str, str]) -> None:
+            sender, user = key
+            if user == "netns":
+                _sent6(w.netns("sa", sender), batches[key])
+                return
+            engine = w.sessions["sa"]["by_host"][sender]["engine"]
+            p = images.podman("exec", "--user", user, engine, "python3", "-c", SEND6, json.dumps(batches[key]),
+                              check=False)
+            assert p.returncode == 0, p.stderr
+            for entry, outcome in zip(batches[key], json.loads(p.stdout)):
+                kind = "%s to %s" % ("raw" if entry[0] else "udp", "all nodes" if entry[3].startswith("ff02") else
+                                     "a tunnel address")
+                in_container.setdefault("%s, %s" % (user, kind), set()).add(outcome)
+        with ThreadPoolExecutor(max_workers=len(batches)) as pool:
+            list(pool.map(run, batches))
+        for to, (_a, via) in routed.items():  # the datagrams' control: the agent itself sends it, through WireGuard
+            _sent6(w.agents[via]["netns"], [["", "", "", tunnel[to], b"control".hex(), "9998"]])
+
+    with _ipv6_forwarding([w.agents[a]["netns"] for a in ("agent1", "agent3")]), \
+            _seen_on(w.agents["agent1"]["netns"], [t_ for t_ in netns_texts if "main1" in t_]) as seen1, \
+            _seen_on(w.agents["agent3"]["netns"], [t_ for t_ in netns_texts if "sub1" in t_]) as seen3:
+        plain = {to: subprocess.Popen(["nsenter", "--net=/run/netns/" + w.agents[to]["netns"], "--", sys.executable,
+                                       "-c", LISTEN6, "9998", "3.0", "15.0"], stdout=subprocess.PIPE, text=True)
+                 for to in routed}
+        try:
+            assert all(p.stdout is not None and p.stdout.readline().strip() == "ready" for p in plain.values())
+            got = _forge_and_listen(w, sends, flush=flush)
+            out = {to: p.communicate(timeout=30)[0].strip().splitlines()[-1] for to, p in plain.items()}
+            routed_got = {to: {bytes.fromhex(x).decode() for x in json.loads(text)} for to, text in out.items()}
+        finally:
+            for p in plain.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     assert all("control" in texts for texts in got.values()), "a control was not delivered: the test proves nothing"
-    assert got == {h: ["control"] for h in got}, "forged VXLAN from A reached B: %s" % got
+    assert sorted(seen1() + seen3()) == sorted(netns_texts), \
+        "a forged frame did not reach its agent (the test proves nothing for it): seen %s" % (seen1() + seen3())
+    assert got == {h: ["control"] for h in got}, \
+        "B's VXLAN over IPv6 from A's containers reached B: %s (in the container: %s)" % (
+            got, {k: sorted(v) for k, v in in_container.items()})
+    assert routed_got == {to: {"control"} for to in routed}, \
+        "A's containers sent into WireGuard as their agent: %s" % routed_got
 
 
 def test_forged_vxlan_from_a_host_on_the_underlay_never_arrives(world: World) -> None:
@@ -450,9 +632,9 @@ def test_forged_vxlan_from_a_host_on_the_underlay_never_arrives(world: World) ->
         "plain": lambda host, agent, pkt: _sender(w.stranger, SEND, pkt.hex(), w.agents[agent]["underlay_ip"]),
         "spoofed outer source": lambda host, agent, pkt: _sender(
             w.stranger, SEND_SPOOFED, w.agents[other[agent]]["underlay_ip"], w.agents[agent]["underlay_ip"], pkt.hex()),
-        "spoofed tunnel address": lambda host, agent, pkt: _sender(
-            w.stranger, SEND_FRAME6, "eth0", w.mac(w.agents[agent]["netns"]), _tunnel(w, other[agent]),
-            _tunnel(w, agent), pkt.hex()),
+        "spoofed tunnel address": lambda host, agent, pkt: _sent6(
+            w.stranger, [["eth0", w.mac(w.agents[agent]["netns"]), _tunnel(w, other[agent]), _tunnel(w, agent),
+                          pkt.hex()]]),
     }
     got = _forge_and_listen(w, attacks)
     assert all("control" in texts for texts in got.values()), "a control was not delivered: the test proves nothing"
@@ -526,12 +708,13 @@ print("sent")
 LISTEN6 = """
 import json, socket, sys
 s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-s.bind(("::", int(sys.argv[1]))); s.settimeout(float(sys.argv[2]))
+s.bind(("::", int(sys.argv[1]))); s.settimeout(float(sys.argv[3] if len(sys.argv) > 3 else sys.argv[2]))
 print("ready", flush=True)
 got = []
 try:
     while True:
         got.append(s.recvfrom(65535)[0].hex())
+        s.settimeout(float(sys.argv[2]))
 except socket.timeout:
     pass
 print(json.dumps(got), flush=True)

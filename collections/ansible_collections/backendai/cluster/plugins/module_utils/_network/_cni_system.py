@@ -389,12 +389,17 @@ def base_rules6(cfg: Config) -> t.Dict[str, t.List[str]]:
     peers WireGuard has authenticated, each only with its own tunnel address as source) and any packet with an
     extension header or a fragment header (``ipv6header`` in exact mode: anything but a bare upper-layer header):
     the VNI match reads a fixed offset that such a packet moves, and nothing of ours ever sends one (the overlay MTU
-    leaves room for the headers, so VXLAN is never fragmented). Session VXLAN is never forwarded."""
+    leaves room for the headers, so VXLAN is never fragmented). Session VXLAN is never forwarded, and nothing is
+    routed into or out of the WireGuard interface: only the agent itself speaks through it (its peers take what comes
+    from it as the agent's, so a container that sends to a peer's tunnel address from the agent's, with a raw socket,
+    where the agent forwards IPv6, would speak inside the tunnel as the agent)."""
     port, wg = str(cfg.vxlan_port), cfg.wg_interface
     return {"mangle": [
         ":%s - [0:0]" % FORWARD_CHAIN, ":%s - [0:0]" % VXLAN_CHAIN,
         "-A %s -p udp -m udp --dport %s -m comment --comment \"backendai: forwarded VXLAN of session networks\" -j DROP"
         % (FORWARD_CHAIN, port),
+        "-A %s -o %s -m comment --comment \"backendai: nothing is routed into WireGuard\" -j DROP" % (FORWARD_CHAIN, wg),
+        "-A %s -i %s -m comment --comment \"backendai: nothing is routed out of WireGuard\" -j DROP" % (FORWARD_CHAIN, wg),
         "-A %s ! -i %s -m comment --comment \"backendai: session VXLAN only from WireGuard\" -j DROP" % (VXLAN_CHAIN, wg),
         "-A %s -m ipv6header ! --header prot -m comment --comment \"backendai: session VXLAN has no extension header "
         "nor fragment\" -j DROP" % VXLAN_CHAIN,

@@ -22,7 +22,7 @@ import pytest
 
 import images
 from test_failure_policy import until
-from test_failure_policy_on_nomad import NomadGang, failed_by_policy
+from test_failure_policy_on_nomad import NODE_CPU, NomadGang, failed_by_policy
 from test_session_lifecycle_ops import Local, busybox, containers, local, ssh, view_until  # noqa: F401 - the fixture
 
 from ansible_collections.backendai.cluster.plugins.module_utils._session import gang
@@ -111,7 +111,7 @@ def test_an_interactive_session_ends_error_at_max_run_time_on_nomad(run: ModuleR
     before = helpers.host_snapshot()
     double = nomad_double_factory()
     for i in range(3):
-        double.add_node("n%d" % (i + 1), cpu=150, memory=256)
+        double.add_node("n%d" % (i + 1), cpu=NODE_CPU, memory=256)
     g = InteractiveNomadGang(run, double, state_root, helpers, "ia-nomad", {"max_run_time": LIMIT_ON_NOMAD})
     try:
         start = time.monotonic()

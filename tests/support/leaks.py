@@ -90,10 +90,6 @@ def _output(proc: "subprocess.Popen[str]") -> str:
     return proc.communicate()[0]
 
 
-def _run(*cmd: str) -> str:
-    return _output(_start(*cmd))
-
-
 def _read_json(path: str) -> t.Any:
     try:
         with open(path, encoding="utf-8") as f:
@@ -137,10 +133,9 @@ def netns() -> t.Dict[str, t.Optional[int]]:
 LINKS = ("ip", "-d", "-j", "addr", "show")
 
 
-def links(text: t.Optional[str] = None) -> t.Dict[str, t.Dict[str, t.Any]]:
-    """Link of this (the host's) namespace -> {"kind", "master", "addresses"} (``text``: what :data:`LINKS` printed, when
-    it was run already)."""
-    data = json.loads((_run(*LINKS) if text is None else text) or "[]")
+def links(text: str) -> t.Dict[str, t.Dict[str, t.Any]]:
+    """Link of this (the host's) namespace -> {"kind", "master", "addresses"} (``text``: what :data:`LINKS` printed)."""
+    data = json.loads(text or "[]")
     return {link["ifname"]: {"kind": (link.get("linkinfo") or {}).get("info_kind", ""),
                              "master": link.get("master", ""),
                              "addresses": sorted("%s/%s" % (a["local"], a["prefixlen"]) for a in link.get("addr_info", [])
@@ -152,12 +147,9 @@ def _iptables_save(table: str) -> t.Tuple[str, ...]:
     return ("iptables-save", "-t", table)
 
 
-def iptables(texts: t.Optional[t.Mapping[str, str]] = None) -> t.Dict[str, t.List[str]]:
+def iptables(texts: t.Mapping[str, str]) -> t.Dict[str, t.List[str]]:
     """Table -> its chains and rules (``iptables-save`` without packet counters; ``texts``: table -> what
-    ``iptables-save -t TABLE`` printed, when it was run already). Every table's at once."""
-    if texts is None:
-        started = {table: _start(*_iptables_save(table)) for table in TABLES}
-        texts = {table: _output(proc) for table, proc in started.items()}
+    ``iptables-save -t TABLE`` printed)."""
     return {table: sorted(re.sub(r" \[\d+:\d+\]$", "", line) for line in texts[table].splitlines()
                           if line.startswith((":", "-A "))) for table in TABLES}
 
@@ -169,12 +161,10 @@ def _has(tool: str) -> bool:
 IPSETS = ("ipset", "list", "-n")
 
 
-def ipsets(text: t.Optional[str] = None) -> t.List[str]:
-    """The names of this (the host's) namespace's ipsets ([] without the ipset tool): the session network plugin
-    makes one per session and agent, of its peers' addresses (``<bridge>-peers``, ``<bridge>-peers6``). ``text``: what
-    :data:`IPSETS` printed, when it was run already."""
-    if text is None:
-        text = _run(*IPSETS) if _has("ipset") else ""
+def ipsets(text: str) -> t.List[str]:
+    """The names of this (the host's) namespace's ipsets: the session network plugin makes one per session and agent,
+    of its peers' addresses (``<bridge>-peers``, ``<bridge>-peers6``). ``text``: what :data:`IPSETS` printed (empty
+    without the ipset tool)."""
     return sorted(n for n in text.split() if n)
 
 
@@ -322,14 +312,9 @@ ENGINE_CONTAINERS = ("podman", "ps", "--all", "--format", "{{.ID}} {{.Names}} {{
 ENGINE_VOLUMES = ("podman", "volume", "ls", "--quiet")
 
 
-def engine(texts: t.Optional[t.Mapping[str, str]] = None) -> t.Dict[str, t.Any]:
-    """Podman's containers (id and name), their storage directories and volumes ({} without podman). ``texts``: what
-    :data:`ENGINE_CONTAINERS` and :data:`ENGINE_VOLUMES` printed ("containers", "volumes"), when they were run already."""
-    if texts is None:
-        if not _has("podman"):
-            return {}
-        started = {"containers": _start(*ENGINE_CONTAINERS), "volumes": _start(*ENGINE_VOLUMES)}
-        texts = {k: _output(proc) for k, proc in started.items()}
+def engine(texts: t.Mapping[str, str]) -> t.Dict[str, t.Any]:
+    """Podman's containers (id and name), their storage directories and volumes. ``texts``: what
+    :data:`ENGINE_CONTAINERS` and :data:`ENGINE_VOLUMES` printed ("containers", "volumes")."""
     rows = [line.split(" ", 2) for line in texts["containers"].split("\n") if line.strip()]
     storage = sorted(os.listdir(ENGINE_STORAGE)) if os.path.isdir(ENGINE_STORAGE) else []
     return {"containers": sorted("%s %s" % (row[0], row[1]) for row in rows if len(row) > 1),

@@ -471,7 +471,7 @@ def _group(plan: SessionPlan, container: Container, net: RenderedNetwork, key: t
                       "PortLabel": str(spec.ssh.port), "Tags": [container.hostname, "role-" + container.role]}],
         # A container is pinned to its agent: restart in place a few times, never reschedule elsewhere; under a failure
         # policy the gang restarts commands itself, and a task that ends has ended (:data:`GANG_RESTART_POLICY`).
-        "RestartPolicy": dict(GANG_RESTART_POLICY if spec.failure.active or spec.has_lifetime else RESTART_POLICY),
+        "RestartPolicy": dict(GANG_RESTART_POLICY if spec.supervised else RESTART_POLICY),
         "Disconnect": dict(DISCONNECT),
         "Tasks": [task],
     }

@@ -270,7 +270,7 @@ def gang_meta(spec: SessionSpec, members: t.Sequence[str]) -> t.Dict[str, str]:
     (``members``: :func:`gang_members`); empty otherwise (the job is what it was before the supervisor existed). Under
     policy none the supervisor only keeps the time and the end: a failed command ends its container as without it, and
     nobody is watched."""
-    if not (spec.failure.active or spec.has_lifetime) or not members:
+    if not spec.supervised or not members:
         return {}
     return {SCRIPT_META_KEY: GANG_SCRIPT, POLICY_META_KEY: policy_line(spec.failure, spec.max_run_time, spec.keep_after),
             MEMBERS_META_KEY: ",".join(members)}

@@ -277,6 +277,12 @@ class SessionSpec:
         return bool(self.max_run_time) or self.keep_after is not None
 
     @property
+    def supervised(self) -> bool:
+        """Whether the gang's supervisor (``_session.gang``) runs in the containers: a failure policy other than none,
+        or a lifetime (:attr:`has_lifetime`)."""
+        return self.failure.active or self.has_lifetime
+
+    @property
     def runs_a_command(self) -> bool:
         """Whether a container of the session runs a command (a batch session), rather than only sshd."""
         return bool(self.command) or any(r.command for r in self.roles)
